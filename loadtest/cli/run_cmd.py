@@ -1,0 +1,199 @@
+"""``loadtest run``: validate inputs, start the embedded engine if needed, run, write results and report."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import os
+import re
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from loadtest.client.preflight import EndpointError, list_models
+from loadtest.locust.settings import RunSettings
+from loadtest.profile.loader import ProfileError, load_profile
+from loadtest.workload.builder import Workload
+
+EXIT_OK = 0
+EXIT_COULD_NOT_RUN = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = {"SIGINT": 130, "SIGTERM": 143}
+
+
+class UsageError(Exception):
+    """Bad input: one line for the user."""
+
+
+def parse_duration(text: str) -> float:
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*", text)
+    if not m:
+        raise UsageError(f"--duration {text!r}: use a number of seconds or 90s, 5m, 1h")
+    value, unit = float(m.group(1)), m.group(2) or "s"
+    seconds = value * {"ms": 0.001, "s": 1, "m": 60, "h": 3600}[unit]
+    if seconds <= 0:
+        raise UsageError("--duration must be positive")
+    return seconds
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _fail(msg: str, code: int) -> int:
+    print(f"loadtest: error: {msg}", file=sys.stderr)
+    return code
+
+
+def _out_dir(args: argparse.Namespace, profile_name: str) -> Path:
+    out = Path(args.out) if args.out else Path("reports") / f"{time.strftime('%Y%m%d-%H%M%S')}-{profile_name}"
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / ".write-test"
+        probe.write_bytes(b"x")
+        probe.unlink()
+    except OSError as e:
+        raise UsageError(f"output folder {out} is not writable: {e.strerror or e}") from e
+    return out
+
+
+def _api_key_env(args: argparse.Namespace) -> str | None:
+    if args.api_key_env:
+        if not os.environ.get(args.api_key_env):
+            raise UsageError(f"--api-key-env {args.api_key_env}: that environment variable is not set or empty")
+        return args.api_key_env
+    return "OPENAI_API_KEY" if os.environ.get("OPENAI_API_KEY") else None
+
+
+def run_command(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        profile, profile_path = load_profile(args.profile)
+        duration = parse_duration(args.duration) if args.duration else profile.duration_s
+        if args.processes < 1:
+            raise UsageError("--processes must be ≥ 1")
+        if args.concurrency is not None and args.concurrency < 1:
+            raise UsageError("--concurrency must be ≥ 1")
+        if args.rate is not None and args.rate <= 0:
+            raise UsageError("--rate must be > 0")
+        key_env = _api_key_env(args)
+        out = _out_dir(args, profile.name)
+    except ProfileError as e:
+        return _fail(str(e), EXIT_USAGE)
+    except UsageError as e:
+        return _fail(str(e), EXIT_USAGE)
+
+    concurrency, rate = args.concurrency, args.rate
+    if concurrency is None and rate is None:
+        concurrency, rate = profile.load.concurrency, profile.load.rate
+    seed = profile.seed if args.seed is None else args.seed
+
+    with contextlib.ExitStack() as stack:
+        engine_info: dict[str, Any] | None = None
+        host = args.host
+        if not host:
+            from loadtest.sim import SimProcess
+
+            try:
+                sim = stack.enter_context(
+                    SimProcess(
+                        gpu=args.engine_gpu,
+                        model=args.engine_model,
+                        speedup=args.engine_speedup,
+                        seed=seed,
+                        stderr_path=out / "engine.log",
+                    )
+                )
+            except (RuntimeError, ValueError) as e:
+                return _fail(f"embedded engine did not start: {e}", EXIT_COULD_NOT_RUN)
+            host = sim.base_url
+            engine_info = sim.stats().get("config")
+            print(f"embedded engine: {args.engine_model} on {args.engine_gpu} (speed-up {args.engine_speedup:g}x) at {host}")
+        try:
+            models = list_models(host, os.environ.get(key_env) if key_env else None, timeout=args.connect_timeout)
+        except EndpointError as e:
+            return _fail(str(e), EXIT_COULD_NOT_RUN)
+        model = args.model or profile.model or (models[0] if models else None)
+        run_id = out.name
+        settings = RunSettings(
+            run_id=run_id,
+            profile=str(profile_path),
+            host=host,
+            out_dir=str(out),
+            duration_s=duration,
+            seed=seed,
+            concurrency=concurrency if rate is None else None,
+            rate=rate,
+            arrival=profile.load.arrival,
+            model=model,
+            api_key_env=key_env,
+            processes=args.processes,
+            connect_timeout=args.connect_timeout,
+            read_timeout=args.read_timeout,
+            verify_tls=not args.insecure,
+            embedded=engine_info is not None,
+        )
+        load = f"{concurrency} concurrent streams (closed loop)" if rate is None else f"{rate:g} req/s {profile.load.arrival} (open loop)"
+        print(f"running {profile.name} for {duration:g}s: {load}, {args.processes} process(es), model {model}; writing {out}/")
+        from loadtest.locust import runtime
+
+        try:
+            if args.processes > 1:
+                outcome = runtime.run_master(settings, _free_port())
+            else:
+                outcome = runtime.run_local(settings)
+        except RuntimeError as e:
+            return _fail(str(e), EXIT_COULD_NOT_RUN)
+        return _write_results(settings, profile, profile_path, outcome, models, engine_info, out)
+    return EXIT_COULD_NOT_RUN  # pragma: no cover
+
+
+def _write_results(settings, profile, profile_path, outcome, models, engine_info, out: Path) -> int:  # noqa: ANN001
+    from loadtest.report import format_summary, render_run_report
+    from loadtest.results.run_json import build_run_document, write_run_json
+
+    status = "interrupted" if outcome.interrupted_reason else "completed"
+    config = {
+        "profile": profile.name,
+        "profile_path": str(profile_path),
+        "profile_resolved": profile.model_dump(mode="json"),
+        "load": {
+            "mode": settings.mode,
+            "concurrency": settings.concurrency,
+            "rate": settings.rate,
+            "arrival": settings.arrival if settings.mode == "open" else None,
+        },
+        "duration_s": settings.duration_s,
+        "seed": settings.seed,
+        "processes": settings.processes,
+        "model": settings.model,
+        "api": profile.api,
+        "api_key_env": settings.api_key_env,
+        "timeouts": {"connect_s": settings.connect_timeout, "read_s": settings.read_timeout},
+    }
+    endpoint = {"url": settings.host, "embedded": settings.embedded, "models": models, "engine": engine_info}
+    notes = [f"worker {w} was lost; its requests up to its last report are included" for w in outcome.workers_lost]
+    doc = build_run_document(
+        run_id=settings.run_id,
+        status=status,
+        interrupted_reason=outcome.interrupted_reason,
+        config=config,
+        endpoint=endpoint,
+        fingerprint=Workload(profile, settings.seed).fingerprint(),
+        aggregate=outcome.aggregate,
+        record_files=outcome.record_files,
+        notes=notes,
+    )
+    write_run_json(out, doc)
+    report = render_run_report(out)
+    print(format_summary(doc))
+    print(f"run.json: {out / 'run.json'}")
+    print(f"report:   {report}")
+    if outcome.interrupted_reason:
+        return EXIT_INTERRUPTED.get(outcome.interrupted_reason, EXIT_COULD_NOT_RUN)
+    return EXIT_OK

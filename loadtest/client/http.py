@@ -1,0 +1,245 @@
+"""A minimal gevent-native HTTP/1.1 client that timestamps every socket read (httptools parser).
+
+Per read the hot path takes one ``perf_counter_ns`` timestamp and appends the body bytes and that
+time; nothing else. Connections are kept alive and reused; a pooled connection the server has
+closed is detected before sending (no hidden retries).
+"""
+
+from __future__ import annotations
+
+import errno
+import ssl as _ssl
+from dataclasses import dataclass, field
+from time import perf_counter_ns
+from urllib.parse import urlsplit
+
+import httptools
+from gevent import select as gselect
+from gevent import socket as gsocket
+from gevent import ssl as gssl
+
+RECV_SIZE = 256 * 1024
+
+
+class HttpFailure(Exception):
+    """A request that failed below HTTP: carries the outcome class it maps to."""
+
+    def __init__(self, outcome: str, message: str) -> None:
+        super().__init__(message)
+        self.outcome = outcome
+        self.message = message
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """Where requests go: scheme, host, port and the path prefix of the OpenAI API."""
+
+    scheme: str
+    host: str
+    port: int
+    api_prefix: str  # e.g. "/v1"
+
+    @classmethod
+    def parse(cls, url: str) -> Endpoint:
+        u = urlsplit(url if "://" in url else f"http://{url}")
+        if u.scheme not in ("http", "https"):
+            raise ValueError(f"host {url!r}: scheme must be http or https")
+        if not u.hostname:
+            raise ValueError(f"host {url!r}: no host name")
+        path = u.path.rstrip("/")
+        prefix = path if path.endswith("/v1") else f"{path}/v1"
+        port = u.port or (443 if u.scheme == "https" else 80)
+        return cls(u.scheme, u.hostname, port, prefix)
+
+    @property
+    def origin(self) -> str:
+        return f"{self.scheme}://{self.host}:{self.port}"
+
+    @property
+    def host_header(self) -> str:
+        default = 443 if self.scheme == "https" else 80
+        return self.host if self.port == default else f"{self.host}:{self.port}"
+
+
+@dataclass(slots=True)
+class Response:
+    """An HTTP response; ``chunks[i]`` is body bytes that arrived at ``times[i]`` (perf ns)."""
+
+    status: int = 0
+    headers: dict[str, str] = field(default_factory=dict)
+    headers_ns: int = 0
+    chunks: list[bytes] = field(default_factory=list)
+    times: list[int] = field(default_factory=list)
+    complete: bool = False  # the HTTP message ended properly (content-length or final chunk)
+    broken: str = ""  # why the body stopped early, if it did
+
+    @property
+    def body(self) -> bytes:
+        return b"".join(self.chunks)
+
+    @property
+    def content_type(self) -> str:
+        return self.headers.get("content-type", "")
+
+
+class _Reader:
+    """httptools callbacks for one response; ``now`` is set by the read loop before each feed."""
+
+    __slots__ = ("resp", "now", "_hname", "keep_alive", "done", "parser", "_chunks", "_times")
+
+    def __init__(self, resp: Response) -> None:
+        self.resp = resp
+        self.now = 0
+        self._hname = ""
+        self.keep_alive = True
+        self.done = False
+        self._chunks = resp.chunks
+        self._times = resp.times
+        self.parser = httptools.HttpResponseParser(self)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.resp.headers[name.decode("latin-1").lower()] = value.decode("latin-1")
+
+    def on_headers_complete(self) -> None:
+        self.resp.status = self.parser.get_status_code()
+        self.resp.headers_ns = self.now
+        self.keep_alive = self.parser.should_keep_alive()
+
+    def on_body(self, body: bytes) -> None:
+        self._chunks.append(body)
+        self._times.append(self.now)
+
+    def on_message_complete(self) -> None:
+        self.done = True
+        self.resp.complete = True
+
+
+class Connection:
+    """One keep-alive HTTP/1.1 connection to an endpoint."""
+
+    def __init__(self, endpoint: Endpoint, connect_timeout: float = 10.0, verify_tls: bool = True) -> None:
+        self.endpoint = endpoint
+        self.connect_timeout = connect_timeout
+        self.verify_tls = verify_tls
+        self.sock: gsocket.socket | None = None
+
+    def close(self) -> None:
+        if self.sock is not None:
+            try:
+                self.sock.close()
+            finally:
+                self.sock = None
+
+    def _stale(self) -> bool:
+        """A pooled idle connection that is readable has been closed (or poisoned) by the server."""
+        assert self.sock is not None
+        try:
+            readable, _, _ = gselect.select([self.sock], [], [], 0)
+        except (OSError, ValueError):
+            return True
+        return bool(readable)
+
+    def _connect(self) -> None:
+        ep = self.endpoint
+        try:
+            sock = gsocket.create_connection((ep.host, ep.port), timeout=self.connect_timeout)
+        except TimeoutError as e:
+            raise HttpFailure(
+                "timeout", f"connect to {ep.origin} timed out after {self.connect_timeout:g}s"
+            ) from e
+        except OSError as e:
+            raise HttpFailure("connect_error", f"cannot connect to {ep.origin}: {e.strerror or e}") from e
+        sock.setsockopt(gsocket.IPPROTO_TCP, gsocket.TCP_NODELAY, 1)
+        if ep.scheme == "https":
+            ctx = gssl.create_default_context()
+            if not self.verify_tls:
+                ctx.check_hostname = False
+                ctx.verify_mode = _ssl.CERT_NONE
+            try:
+                sock = ctx.wrap_socket(sock, server_hostname=ep.host)
+            except (OSError, _ssl.SSLError) as e:
+                sock.close()
+                raise HttpFailure("connect_error", f"TLS handshake with {ep.origin} failed: {e}") from e
+        self.sock = sock
+
+    def request(
+        self,
+        raw_request: bytes,
+        read_timeout: float,
+        deadline_ns: int = 0,
+        on_sent: list[int] | None = None,
+    ) -> Response:
+        """Send one request and read the whole response, timestamping each read.
+
+        ``on_sent`` (a one-slot list) receives the send timestamp. Raises HttpFailure when no
+        response could be read; a response whose body broke off is returned with ``broken`` set.
+        """
+        if self.sock is not None and self._stale():
+            self.close()
+        if self.sock is None:
+            self._connect()
+        sock = self.sock
+        assert sock is not None
+        resp = Response()
+        reader = _Reader(resp)
+        feed = reader.parser.feed_data
+        try:
+            t_sent = perf_counter_ns()
+            if on_sent is not None:
+                on_sent[0] = t_sent
+            sock.sendall(raw_request)
+            sock.settimeout(read_timeout)
+            recv = sock.recv
+            while not reader.done:
+                if deadline_ns and perf_counter_ns() > deadline_ns:
+                    raise TimeoutError("total timeout")
+                data = recv(RECV_SIZE)
+                reader.now = perf_counter_ns()
+                if not data:
+                    self.close()
+                    if resp.status == 0:
+                        raise HttpFailure("connect_error", "server closed the connection without a response")
+                    if (
+                        not reader.parser.get_http_version()
+                        or "content-length" in resp.headers
+                        or (resp.headers.get("transfer-encoding", "").lower() == "chunked")
+                    ):
+                        resp.broken = "connection closed before the response body ended"
+                    else:  # body delimited by connection close
+                        resp.complete = True
+                    return resp
+                feed(data)
+        except HttpFailure:
+            self.close()
+            raise
+        except TimeoutError as e:
+            self.close()
+            if resp.status == 0:
+                raise HttpFailure("timeout", f"no response within {read_timeout:g}s ({e})") from e
+            resp.broken = "timeout"
+            return resp
+        except httptools.HttpParserError as e:
+            self.close()
+            if resp.status == 0:
+                raise HttpFailure("protocol_error", f"not an HTTP response: {e}") from e
+            resp.broken = f"malformed HTTP body: {e}"
+            return resp
+        except OSError as e:
+            self.close()
+            what = errno.errorcode.get(e.errno or 0, "") if e.errno else ""
+            msg = f"{e.strerror or e}{f' ({what})' if what else ''}"
+            if resp.status == 0:
+                raise HttpFailure("connect_error", f"connection failed before a response: {msg}") from e
+            resp.broken = f"connection broke mid-response: {msg}"
+            return resp
+        if not reader.keep_alive:
+            self.close()
+        return resp
+
+
+def build_request(endpoint: Endpoint, method: str, path: str, body: bytes, headers: dict[str, str]) -> bytes:
+    """Serialize an HTTP/1.1 request."""
+    lines = [f"{method} {path} HTTP/1.1", f"Host: {endpoint.host_header}"]
+    lines += [f"{k}: {v}" for k, v in headers.items()]
+    lines.append(f"Content-Length: {len(body)}")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body

@@ -1,0 +1,44 @@
+"""Checks an endpoint before a run: reachable, speaks the OpenAI API, serves a model. One clear line if not."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+
+from loadtest.client.http import Endpoint
+
+
+class EndpointError(Exception):
+    """The endpoint cannot be load-tested; the message is one line for the user."""
+
+
+def list_models(host: str, api_key: str | None = None, timeout: float = 10.0) -> list[str]:
+    """GET {host}/v1/models and return the model ids, or raise EndpointError saying what is wrong."""
+    try:
+        ep = Endpoint.parse(host)
+    except ValueError as e:
+        raise EndpointError(str(e)) from e
+    url = f"{ep.origin}{ep.api_prefix}/models"
+    req = urllib.request.Request(url, headers={"Accept": "application/json"})
+    if api_key:
+        req.add_header("Authorization", f"Bearer {api_key}")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            body = resp.read(1 << 20)
+            ctype = resp.headers.get("Content-Type", "")
+    except urllib.error.HTTPError as e:
+        if e.code in (401, 403):
+            raise EndpointError(f"{url} answered HTTP {e.code}: check the API key (--api-key-env)") from e
+        raise EndpointError(f"{url} answered HTTP {e.code}: is this an OpenAI-compatible endpoint?") from e
+    except (urllib.error.URLError, OSError) as e:
+        why = getattr(e, "reason", e)
+        raise EndpointError(f"cannot reach {ep.origin}: {why}") from e
+    try:
+        obj = json.loads(body)
+        models = [str(m["id"]) for m in obj["data"]]
+    except (ValueError, KeyError, TypeError) as e:
+        raise EndpointError(
+            f"{url} is not an OpenAI-compatible endpoint (expected a JSON model list, got {ctype or 'no content-type'})"
+        ) from e
+    return models

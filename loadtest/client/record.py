@@ -1,0 +1,113 @@
+"""The per-request record: every timestamp and count the client measures, and the outcome classes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+# Every request ends in exactly one of these (docs/metrics.md explains each).
+OUTCOMES: tuple[str, ...] = (
+    "ok",  # complete stream: finish_reason or [DONE] seen, no error
+    "http_4xx",  # a 4xx status other than 429
+    "http_429",  # rate limited
+    "http_5xx",  # a 5xx status
+    "connect_error",  # refused, reset or unreachable before a response started
+    "timeout",  # connect, read or total timeout
+    "stream_error",  # an error frame inside a 200 stream, or the connection broke mid-stream
+    "truncated",  # the stream ended cleanly but without finish_reason / [DONE]
+    "protocol_error",  # the response is not an OpenAI-compatible answer (not SSE, not JSON...)
+    "cancelled",  # the generator stopped it (end of run, Ctrl-C)
+)
+
+
+@dataclass(slots=True)
+class RequestRecord:
+    """One request as the client saw it. Times are ``perf_counter_ns`` values (0 = did not happen)."""
+
+    request_id: str
+    scenario: str = "default"
+    api: str = "chat"
+    stream: bool = True
+    worker: int = 0
+    # Wall-clock anchor for the scheduled time (epoch seconds), for time series and logs.
+    scheduled_epoch: float = 0.0
+    scheduled_ns: int = 0
+    sent_ns: int = 0
+    headers_ns: int = 0
+    first_token_ns: int = 0  # first non-empty fragment of any kind (content, reasoning, tool call)
+    first_answer_ns: int = 0  # first non-empty answer content
+    done_ns: int = 0
+    # Arrival time of every token-carrying chunk (an event with a non-empty fragment).
+    chunk_ns: list[int] = field(default_factory=list)
+    http_status: int = 0
+    outcome: str = "cancelled"
+    error: str = ""
+    finish_reason: str | None = None
+    requested_output_tokens: int | None = None
+    prompt_tokens_client: int = 0
+    completion_tokens_client: int = 0
+    reasoning_tokens_client: int = 0
+    prompt_tokens_server: int | None = None
+    completion_tokens_server: int | None = None
+    cached_tokens_server: int | None = None
+    reasoning_tokens_server: int | None = None
+
+    # ---- derived metrics (MLPerf definitions; see docs/metrics.md) ----
+    @property
+    def output_tokens(self) -> int:
+        """Output tokens as MLPerf counts them: the client tokenizer (server usage as fallback)."""
+        return self.completion_tokens_client or (self.completion_tokens_server or 0)
+
+    def ttft_us(self) -> int | None:
+        return (self.first_token_ns - self.scheduled_ns) // 1000 if self.first_token_ns else None
+
+    def ttft_send_us(self) -> int | None:
+        return (self.first_token_ns - self.sent_ns) // 1000 if self.first_token_ns and self.sent_ns else None
+
+    def e2e_us(self) -> int | None:
+        return (self.done_ns - self.scheduled_ns) // 1000 if self.done_ns else None
+
+    def schedule_lag_us(self) -> int | None:
+        return (self.sent_ns - self.scheduled_ns) // 1000 if self.sent_ns else None
+
+    def tpot_us(self) -> float | None:
+        """(latency − TTFT) / (n_tokens − 1); undefined for n_tokens ≤ 1 or a non-streamed answer."""
+        n = self.output_tokens
+        if n <= 1 or not self.first_token_ns or not self.done_ns or not self.stream:
+            return None
+        return (self.done_ns - self.first_token_ns) / 1000 / (n - 1)
+
+    def to_log(self) -> dict[str, Any]:
+        """The record-log line: absolute epoch for the schedule, microsecond offsets for the rest."""
+        base = self.scheduled_ns
+
+        def rel(t: int) -> int | None:
+            return (t - base) // 1000 if t else None
+
+        return {
+            "id": self.request_id,
+            "scenario": self.scenario,
+            "api": self.api,
+            "stream": self.stream,
+            "worker": self.worker,
+            "t": round(self.scheduled_epoch, 6),
+            "outcome": self.outcome,
+            "status": self.http_status,
+            "error": self.error or None,
+            "finish_reason": self.finish_reason,
+            "sent_us": rel(self.sent_ns),
+            "headers_us": rel(self.headers_ns),
+            "ttft_us": rel(self.first_token_ns),
+            "first_answer_us": rel(self.first_answer_ns),
+            "e2e_us": rel(self.done_ns),
+            "tpot_us": None if (tp := self.tpot_us()) is None else round(tp, 1),
+            "chunks_us": [(t - base) // 1000 for t in self.chunk_ns],
+            "requested_output_tokens": self.requested_output_tokens,
+            "prompt_tokens": self.prompt_tokens_client,
+            "output_tokens": self.completion_tokens_client,
+            "reasoning_tokens": self.reasoning_tokens_client,
+            "usage_prompt_tokens": self.prompt_tokens_server,
+            "usage_completion_tokens": self.completion_tokens_server,
+            "usage_cached_tokens": self.cached_tokens_server,
+            "usage_reasoning_tokens": self.reasoning_tokens_server,
+        }

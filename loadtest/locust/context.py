@@ -1,0 +1,75 @@
+"""Per-process run state: workload, recorder, record log and clients, attached to the Locust environment."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import time
+from pathlib import Path
+
+from locust.env import Environment
+
+from loadtest.client.openai import OpenAIClient, Timeouts
+from loadtest.client.record import RequestRecord
+from loadtest.locust.settings import RunSettings
+from loadtest.metrics.recorder import Recorder
+from loadtest.profile.loader import load_profile
+from loadtest.results.record_log import RecordLog
+from loadtest.workload.builder import Workload
+
+
+class RunContext:
+    """What the users of one process share; ``finish`` is the single place a record is accounted."""
+
+    def __init__(self, settings: RunSettings, worker_index: int, n_workers: int, log_name: str) -> None:
+        self.settings = settings
+        self.worker_index = worker_index
+        self.n_workers = max(1, n_workers)
+        self.profile, self.profile_path = load_profile(settings.profile)
+        self.workload = Workload(self.profile, settings.seed)
+        self.recorder = Recorder()
+        self.log = RecordLog(Path(settings.out_dir) / log_name)
+        self._api_key = os.environ.get(settings.api_key_env) if settings.api_key_env else None
+        self._closed_counter = itertools.count()
+        self.env: Environment | None = None
+        self.in_flight = 0
+        self.stopping = False  # set at the end of the run: issue nothing new, let in-flight requests finish
+
+    def new_client(self) -> OpenAIClient:
+        s = self.settings
+        return OpenAIClient(
+            s.host,
+            s.model or self.profile.model,
+            self.workload.tokenizer,
+            api_key=self._api_key,
+            timeouts=Timeouts(connect=s.connect_timeout, read=s.read_timeout),
+            worker=self.worker_index,
+            verify_tls=s.verify_tls,
+        )
+
+    def next_closed_loop_index(self) -> int:
+        """Global request index for closed loop: workers interleave so indices never collide."""
+        return self.worker_index + self.n_workers * next(self._closed_counter)
+
+    @staticmethod
+    def now() -> tuple[int, float]:
+        return time.perf_counter_ns(), time.time()
+
+    def finish(self, rec: RequestRecord) -> None:
+        """Account one finished (or cancelled) request: metrics, record log, Locust's own stats."""
+        self.recorder.add(rec)
+        self.log.write(rec)
+        if self.env is not None:
+            e2e = ((rec.done_ns or rec.sent_ns or rec.scheduled_ns) - rec.scheduled_ns) / 1e6
+            self.env.events.request.fire(
+                request_type=rec.api.upper(),
+                name=rec.scenario,
+                response_time=e2e,
+                response_length=rec.output_tokens,
+                exception=None if rec.outcome == "ok" else Exception(f"{rec.outcome}: {rec.error}"),
+                context={},
+            )
+
+    def close(self) -> None:
+        self.recorder.flush()
+        self.log.close()

@@ -1,0 +1,108 @@
+"""Locust users: a closed-loop user per concurrent stream, and an open-loop dispatcher per worker."""
+
+from __future__ import annotations
+
+import time
+
+import gevent
+from gevent.pool import Group
+from locust import User, constant, task
+from locust.exception import StopUser
+
+from loadtest.client.openai import OpenAIClient, PreparedRequest
+from loadtest.client.record import RequestRecord
+from loadtest.locust.context import RunContext
+from loadtest.schedule.arrivals import worker_share
+
+
+def _context(user: User) -> RunContext:
+    ctx = getattr(user.environment, "loadtest", None)
+    if ctx is None:
+        raise RuntimeError("no loadtest run context on this Locust environment")
+    return ctx
+
+
+def send_and_account(
+    ctx: RunContext, client: OpenAIClient, req: PreparedRequest, sched_ns: int, sched_epoch: float
+) -> None:
+    """Send one request; whatever happens (even a kill mid-stream) exactly one record is accounted."""
+    rec = RequestRecord(request_id=req.request_id)
+    ctx.in_flight += 1
+    try:
+        client.send(req, sched_ns, sched_epoch, rec)
+    except gevent.GreenletExit:
+        rec.outcome, rec.error = "cancelled", "stopped by the generator before the response ended"
+        client.close()
+        raise
+    finally:
+        ctx.in_flight -= 1
+        if not rec.scheduled_ns:  # killed before send() filled anything in
+            rec.scheduled_ns, rec.scheduled_epoch = sched_ns, sched_epoch
+            rec.scenario, rec.api = req.scenario, req.api
+        ctx.finish(rec)
+
+
+class ClosedLoopUser(User):
+    """One concurrent stream: sends the next request as soon as the previous one finished."""
+
+    wait_time = constant(0)
+
+    def on_start(self) -> None:
+        self.ctx = _context(self)
+        self.client = self.ctx.new_client()
+
+    def on_stop(self) -> None:
+        self.client.close()
+
+    @task
+    def one_request(self) -> None:
+        if self.ctx.stopping:
+            raise StopUser()
+        req = self.ctx.workload.request(self.ctx.next_closed_loop_index())
+        sched_ns, sched_epoch = RunContext.now()
+        send_and_account(self.ctx, self.client, req, sched_ns, sched_epoch)
+
+
+class OpenLoopUser(User):
+    """This worker's share of the global arrival schedule; each arrival is sent on time, never waiting for replies."""
+
+    wait_time = constant(0)
+    fixed_count = 0
+
+    def on_start(self) -> None:
+        self.ctx = _context(self)
+        self.group = Group()
+        self.idle: list[OpenAIClient] = []
+
+    def _send(self, req: PreparedRequest, sched_ns: int, sched_epoch: float) -> None:
+        client = self.idle.pop() if self.idle else self.ctx.new_client()
+        try:
+            send_and_account(self.ctx, client, req, sched_ns, sched_epoch)
+        finally:
+            self.idle.append(client)
+
+    @task
+    def dispatch(self) -> None:
+        ctx = self.ctx
+        s = ctx.settings
+        t0_ns, t0_epoch = RunContext.now()
+        try:
+            for index, offset in worker_share(
+                s.rate or 1.0, s.seed, ctx.worker_index, ctx.n_workers, s.arrival
+            ):
+                req = ctx.workload.request(index)  # built before its time comes, off the send path
+                sched_ns = t0_ns + int(offset * 1e9)
+                delay = (sched_ns - time.perf_counter_ns()) / 1e9
+                if delay > 0:
+                    gevent.sleep(delay)
+                if ctx.stopping:
+                    break
+                self.group.spawn(self._send, req, sched_ns, t0_epoch + offset)
+            self.group.join()  # drain: requests already issued finish normally
+        except gevent.GreenletExit:
+            self.group.kill(block=True)  # interrupted: in-flight requests are recorded as cancelled
+            raise
+        finally:
+            for c in self.idle:
+                c.close()
+        raise StopUser()

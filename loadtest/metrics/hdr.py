@@ -1,0 +1,95 @@
+"""HDR histogram helpers: one shape for every latency, vectorized bulk recording, exact merge."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import numpy as np
+from hdrh.histogram import HdrHistogram
+
+LOWEST_US = 1
+HIGHEST_US = 3_600_000_000  # one hour in microseconds
+SIGNIFICANT_FIGURES = 3
+PERCENTILES: tuple[float, ...] = (50.0, 90.0, 95.0, 99.0, 99.9)
+
+
+def new_histogram(highest: int = HIGHEST_US) -> HdrHistogram:
+    """An integer histogram from 1 to ``highest`` at 3 significant figures."""
+    return HdrHistogram(LOWEST_US, highest, SIGNIFICANT_FIGURES)
+
+
+def record(hist: HdrHistogram, value: float) -> None:
+    """Record one value, clamped into the trackable range (never silently dropped)."""
+    v = int(value)
+    hist.record_value(min(max(v, LOWEST_US), hist.highest_trackable_value))
+
+
+def record_many(hist: HdrHistogram, values: Iterable[int] | np.ndarray) -> None:
+    """Record many values at once with numpy; identical to calling ``record`` for each."""
+    arr = np.asarray(values if isinstance(values, np.ndarray) else list(values), dtype=np.int64)
+    if arr.size == 0:
+        return
+    arr = np.clip(arr, LOWEST_US, hist.highest_trackable_value)
+    masked = arr | hist.sub_bucket_mask
+    # bit_length via frexp: exact for integers below 2**53.
+    _, exp = np.frexp(masked.astype(np.float64))
+    bucket = exp.astype(np.int64) - hist.unit_magnitude - (hist.sub_bucket_half_count_magnitude + 1)
+    sub_bucket = arr >> (bucket + hist.unit_magnitude)
+    index = ((bucket + 1) << hist.sub_bucket_half_count_magnitude) + (sub_bucket - hist.sub_bucket_half_count)
+    counts = np.ctypeslib.as_array(hist.counts)
+    np.add.at(counts, index, 1)
+    hist.total_count += int(arr.size)
+    hist.min_value = min(hist.min_value, int(arr.min()))
+    hist.max_value = max(hist.max_value, int(arr.max()))
+
+
+def encode(hist: HdrHistogram) -> str:
+    """Compressed base64 form (HdrHistogram's standard encoding) for sending to the master."""
+    return hist.encode().decode("ascii")
+
+
+def add_encoded(hist: HdrHistogram, encoded: str) -> None:
+    """Merge an encoded histogram into ``hist`` exactly."""
+    hist.add(HdrHistogram.decode(encoded.encode("ascii")))
+
+
+def percentiles(hist: HdrHistogram, pcts: Iterable[float] = PERCENTILES) -> dict[str, int | None]:
+    """Values at the given percentiles (HDR: the highest value equivalent to the ranked sample)."""
+    if hist.get_total_count() == 0:
+        return {_pname(p): None for p in pcts}
+    return {_pname(p): int(hist.get_value_at_percentile(p)) for p in pcts}
+
+
+def summary(hist: HdrHistogram) -> dict[str, float | int | None]:
+    """Count, mean, min, max, stddev and the standard percentiles."""
+    n = hist.get_total_count()
+    out: dict[str, float | int | None] = {"count": n}
+    if n:
+        out.update(
+            mean=round(hist.get_mean_value(), 3),
+            min=int(hist.get_min_value()),
+            max=int(hist.get_max_value()),
+            stddev=round(hist.get_stddev(), 3),
+        )
+    else:
+        out.update(mean=None, min=None, max=None, stddev=None)
+    out.update(percentiles(hist))
+    return out
+
+
+def cdf_points(hist: HdrHistogram, max_points: int = 400) -> list[tuple[float, float]]:
+    """(value, cumulative fraction) pairs for plotting a CDF, thinned to at most ``max_points``."""
+    n = hist.get_total_count()
+    if n == 0:
+        return []
+    pts: list[tuple[float, float]] = []
+    for item in hist.get_recorded_iterator():
+        pts.append((float(item.value_iterated_to), item.total_count_to_this_value / n))
+    if len(pts) > max_points:
+        step = len(pts) / max_points
+        pts = [pts[int(i * step)] for i in range(max_points)] + [pts[-1]]
+    return pts
+
+
+def _pname(p: float) -> str:
+    return f"p{p:g}".replace(".", "_")

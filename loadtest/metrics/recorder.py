@@ -1,0 +1,174 @@
+"""Per-process metric recorder: HDR histograms, outcome counters and per-second series, mergeable exactly."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from typing import Any
+
+import numpy as np
+from hdrh.histogram import HdrHistogram
+
+from loadtest.client.record import RequestRecord
+from loadtest.metrics import hdr
+
+# Histogram names and what they hold (all integers; docs/metrics.md defines each).
+LATENCY_METRICS: dict[str, str] = {
+    "ttft": "time to first token from the scheduled time, µs",
+    "ttft_send": "time to first token from the actual send, µs",
+    "ttfa": "time to first answer (non-reasoning) token from the scheduled time, µs",
+    "itl": "gap between consecutive token-carrying chunks, µs",
+    "tpot": "(latency − TTFT) / (output tokens − 1) per request, µs",
+    "e2e": "end-to-end latency from the scheduled time, µs",
+    "schedule_lag": "send time minus scheduled time (generator lag), µs",
+}
+RATE_METRICS: dict[str, str] = {
+    "output_tps": "per-request output tokens/s (output tokens / end-to-end latency), milli-tokens/s",
+}
+HIST_HIGHEST = {**{n: hdr.HIGHEST_US for n in LATENCY_METRICS}, "output_tps": 10**10}
+# Per-second series columns, keyed by the second in which requests completed.
+SERIES_COLUMNS = ("completed", "ok", "errors", "output_tokens", "input_tokens")
+MAX_ERROR_SAMPLES = 5
+_ITL_FLUSH = 65536
+
+
+class Aggregate:
+    """Histograms, counters, series and the run window: the mergeable state of a recorder."""
+
+    def __init__(self) -> None:
+        self.hists: dict[str, HdrHistogram] = {n: hdr.new_histogram(h) for n, h in HIST_HIGHEST.items()}
+        self.outcomes: Counter[str] = Counter()
+        self.totals: Counter[str] = Counter()
+        self.series: defaultdict[int, list[int]] = defaultdict(lambda: [0] * len(SERIES_COLUMNS))
+        self.error_samples: dict[str, list[str]] = {}
+        self.first_scheduled: float | None = None
+        self.last_done: float | None = None
+
+    def extend_window(self, start: float | None, end: float | None) -> None:
+        if start is not None and (self.first_scheduled is None or start < self.first_scheduled):
+            self.first_scheduled = start
+        if end is not None and (self.last_done is None or end > self.last_done):
+            self.last_done = end
+
+    def add_error_sample(self, outcome: str, message: str) -> None:
+        samples = self.error_samples.setdefault(outcome, [])
+        if message and len(samples) < MAX_ERROR_SAMPLES and message not in samples:
+            samples.append(message)
+
+    def to_wire(self) -> dict[str, Any]:
+        """A msgpack/JSON-friendly form; histograms in HdrHistogram's compressed encoding."""
+        return {
+            "hists": {n: hdr.encode(h) for n, h in self.hists.items() if h.get_total_count()},
+            "outcomes": dict(self.outcomes),
+            "totals": dict(self.totals),
+            "series": {str(k): v for k, v in self.series.items()},
+            "error_samples": self.error_samples,
+            "first_scheduled": self.first_scheduled,
+            "last_done": self.last_done,
+        }
+
+    def merge_wire(self, wire: dict[str, Any]) -> None:
+        """Add another aggregate's wire form into this one, exactly."""
+        for name, enc in wire.get("hists", {}).items():
+            hdr.add_encoded(self.hists[name], enc)
+        self.outcomes.update(wire.get("outcomes", {}))
+        self.totals.update(wire.get("totals", {}))
+        for sec, vals in wire.get("series", {}).items():
+            row = self.series[int(sec)]
+            for i, v in enumerate(vals):
+                row[i] += v
+        for out, msgs in wire.get("error_samples", {}).items():
+            for m in msgs:
+                self.add_error_sample(out, m)
+        self.extend_window(wire.get("first_scheduled"), wire.get("last_done"))
+
+    @property
+    def completed(self) -> int:
+        return sum(self.outcomes.values())
+
+
+class Recorder:
+    """Turns finished records into metrics, kept twice: the running total and the delta since the last report."""
+
+    def __init__(self) -> None:
+        self.total = Aggregate()
+        self.delta = Aggregate()
+        self._both = (self.total, self.delta)
+        self._itl_pending: list[np.ndarray] = []
+        self._itl_pending_n = 0
+
+    def add(self, rec: RequestRecord) -> None:
+        """Account one finished request (called once per request, off the per-read path)."""
+        start = rec.scheduled_epoch
+        end_ns = rec.done_ns or rec.sent_ns or rec.scheduled_ns
+        end = start + (end_ns - rec.scheduled_ns) / 1e9
+        ok = rec.outcome == "ok"
+        values: list[tuple[str, int]] = []
+        if rec.sent_ns:
+            values.append(("schedule_lag", (rec.sent_ns - rec.scheduled_ns) // 1000))
+        inc: dict[str, int] = {}
+        n_out = rec.output_tokens
+        if ok:
+            e2e = (rec.done_ns - rec.scheduled_ns) // 1000
+            values.append(("e2e", e2e))
+            if e2e > 0:
+                values.append(("output_tps", n_out * 1_000_000_000 // e2e))
+            if rec.stream and rec.first_token_ns:
+                values.append(("ttft", (rec.first_token_ns - rec.scheduled_ns) // 1000))
+                values.append(("ttft_send", (rec.first_token_ns - rec.sent_ns) // 1000))
+                if rec.first_answer_ns:
+                    values.append(("ttfa", (rec.first_answer_ns - rec.scheduled_ns) // 1000))
+                tpot = rec.tpot_us()
+                if tpot is not None:
+                    values.append(("tpot", round(tpot)))
+                if len(rec.chunk_ns) > 1:
+                    gaps = np.diff(np.asarray(rec.chunk_ns, dtype=np.int64)) // 1000
+                    self._itl_pending.append(gaps)
+                    self._itl_pending_n += gaps.size
+            inc = {
+                "output_tokens": n_out,
+                "input_tokens": rec.prompt_tokens_client,
+                "reasoning_tokens": rec.reasoning_tokens_client,
+            }
+            if rec.completion_tokens_server is not None:
+                inc["usage_reports"] = 1
+                inc["usage_output_tokens"] = rec.completion_tokens_server
+                inc["usage_input_tokens"] = rec.prompt_tokens_server or 0
+                inc["usage_cached_tokens"] = rec.cached_tokens_server or 0
+                if rec.completion_tokens_server != rec.completion_tokens_client:
+                    inc["token_mismatch_requests"] = 1
+        second = int(end)
+        for agg in self._both:
+            agg.outcomes[rec.outcome] += 1
+            agg.extend_window(start, end)
+            row = agg.series[second]
+            row[0] += 1
+            if ok:
+                row[1] += 1
+                row[3] += n_out
+                row[4] += rec.prompt_tokens_client
+                agg.totals.update(inc)
+            else:
+                row[2] += 1
+                agg.add_error_sample(rec.outcome, rec.error)
+            for name, v in values:
+                hdr.record(agg.hists[name], v)
+        if self._itl_pending_n >= _ITL_FLUSH:
+            self.flush()
+
+    def flush(self) -> None:
+        """Record pending inter-token gaps in bulk (vectorized)."""
+        if not self._itl_pending:
+            return
+        gaps = np.concatenate(self._itl_pending)
+        self._itl_pending.clear()
+        self._itl_pending_n = 0
+        for agg in self._both:
+            hdr.record_many(agg.hists["itl"], gaps)
+
+    def take_delta(self) -> dict[str, Any]:
+        """Everything recorded since the last call, in wire form; starts a new delta."""
+        self.flush()
+        wire = self.delta.to_wire()
+        self.delta = Aggregate()
+        self._both = (self.total, self.delta)
+        return wire

@@ -1,0 +1,74 @@
+"""Run-level metrics from a merged aggregate: percentiles in ms, throughput, tokens, series."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from loadtest.client.record import OUTCOMES
+from loadtest.metrics import hdr
+from loadtest.metrics.recorder import LATENCY_METRICS, SERIES_COLUMNS, Aggregate
+
+
+def _ms(v: float | int | None) -> float | None:
+    return None if v is None else round(v / 1000.0, 3)
+
+
+def latency_summary_ms(agg: Aggregate, name: str) -> dict[str, Any]:
+    """count, mean, min, max, stddev and p50/p90/p95/p99/p99.9 in milliseconds."""
+    s = hdr.summary(agg.hists[name])
+    return {k: (v if k == "count" else _ms(v)) for k, v in s.items()}
+
+
+def build_metrics(agg: Aggregate) -> dict[str, Any]:
+    """The ``metrics`` section of run.json (schema in docs/run-json.md)."""
+    by_outcome = {o: int(agg.outcomes.get(o, 0)) for o in OUTCOMES}
+    by_outcome.update({o: int(n) for o, n in agg.outcomes.items() if o not in by_outcome})
+    completed = sum(by_outcome.values())
+    ok = by_outcome["ok"]
+    counted = completed - by_outcome["cancelled"]
+    first, last = agg.first_scheduled, agg.last_done
+    duration = (last - first) if first is not None and last is not None else 0.0
+    t = agg.totals
+    latency = {name: latency_summary_ms(agg, name) for name in LATENCY_METRICS}
+    tpot_p90 = latency["tpot"]["p90"]
+    tps_hist = hdr.summary(agg.hists["output_tps"])
+    per_request_tps = {
+        k: (v if k == "count" else (None if v is None else round(v / 1000.0, 3))) for k, v in tps_hist.items()
+    }
+    series_t0 = int(first) if first is not None else 0
+    secs = sorted(agg.series)
+    series: dict[str, list[Any]] = {"t": [s - series_t0 for s in secs]}
+    for i, col in enumerate(SERIES_COLUMNS):
+        series[col] = [agg.series[s][i] for s in secs]
+    usage_reports = int(t.get("usage_reports", 0))
+    return {
+        "requests": {
+            "completed": completed,
+            "ok": ok,
+            "failed": counted - ok,
+            "cancelled": by_outcome["cancelled"],
+            "error_rate": round((counted - ok) / counted, 6) if counted else 0.0,
+            "by_outcome": by_outcome,
+        },
+        "window": {"first_scheduled": first, "last_done": last, "duration_s": round(duration, 3)},
+        "throughput": {
+            "output_tokens_per_s": round(t.get("output_tokens", 0) / duration, 3) if duration > 0 else 0.0,
+            "input_tokens_per_s": round(t.get("input_tokens", 0) / duration, 3) if duration > 0 else 0.0,
+            "requests_per_s": round(ok / duration, 4) if duration > 0 else 0.0,
+            "tps_per_user": round(1000.0 / tpot_p90, 3) if tpot_p90 else None,
+        },
+        "tokens": {
+            "output_total": int(t.get("output_tokens", 0)),
+            "input_total": int(t.get("input_tokens", 0)),
+            "reasoning_total": int(t.get("reasoning_tokens", 0)),
+            "usage_reports": usage_reports,
+            "usage_output_total": int(t.get("usage_output_tokens", 0)) if usage_reports else None,
+            "usage_input_total": int(t.get("usage_input_tokens", 0)) if usage_reports else None,
+            "usage_cached_total": int(t.get("usage_cached_tokens", 0)) if usage_reports else None,
+            "mismatched_requests": int(t.get("token_mismatch_requests", 0)),
+        },
+        "latency_ms": latency,
+        "output_tps_per_request": per_request_tps,
+        "series": series,
+        "error_samples": agg.error_samples,
+    }

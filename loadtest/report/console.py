@@ -1,0 +1,91 @@
+"""Plain-text run summary for the terminal: fixed-width columns, no colors, under 100 columns."""
+
+from __future__ import annotations
+
+import textwrap
+from typing import Any
+
+from loadtest.report import facts
+from loadtest.report.fmt import fmt_int, fmt_ms, fmt_num, fmt_pct
+
+WIDTH = 96
+NA = "-"
+_CONSOLE_LATENCY = ("ttft", "itl", "tpot", "e2e", "schedule_lag")
+_COLS: tuple[tuple[str, str], ...] = (
+    ("p50", "p50"),
+    ("p90", "p90"),
+    ("p99", "p99"),
+    ("p99_9", "p99.9"),
+    ("max", "max"),
+    ("count", "count"),
+)
+
+
+def _kv(label: str, text: str) -> list[str]:
+    """``label`` in a 12-wide column, ``text`` wrapped to the line width after it."""
+    return textwrap.wrap(text, WIDTH, initial_indent=f"{label:<12}", subsequent_indent=" " * 12) or [label]
+
+
+def _latency_table(run: dict[str, Any]) -> list[str]:
+    labels = {k: label for k, label, _ in facts.LATENCY_ROWS}
+    lines = [f"{'Latency (ms)':<16}" + "".join(f"{h:>11}" for _, h in _COLS)]
+    for key in _CONSOLE_LATENCY:
+        s = facts.latency_stats(run, key)
+        cells = [fmt_int(s.get(k) or 0, NA) if k == "count" else fmt_ms(s.get(k), NA) for k, _ in _COLS]
+        lines.append(f"{labels[key]:<16}" + "".join(f"{c:>11}" for c in cells))
+    return lines
+
+
+def _token_table(run: dict[str, Any]) -> list[str]:
+    tok = facts.section(run, "metrics", "tokens")
+    has_usage = bool(tok.get("usage_reports"))
+    lines = [f"{'Tokens':<16}{'client':>16}{'server usage':>16}"]
+    for label, ck, sk in (
+        ("output", "output_total", "usage_output_total"),
+        ("input", "input_total", "usage_input_total"),
+    ):
+        server = fmt_int(tok.get(sk), NA) if has_usage else NA
+        lines.append(f"{label:<16}{fmt_int(tok.get(ck), NA):>16}{server:>16}")
+    if has_usage:
+        lines.append(
+            f"server usage on {fmt_int(tok.get('usage_reports'))} requests; "
+            f"{fmt_int(tok.get('mismatched_requests') or 0)} with a different output count"
+        )
+    else:
+        lines.append("the server sent no usage")
+    return lines
+
+
+def format_summary(run: dict[str, Any]) -> str:
+    """A readable fixed-width summary of a run.json dict (also for runs with no successful request)."""
+    m = facts.metrics_of(run)
+    req, thr = m.get("requests", {}), m.get("throughput", {})
+    cfg = facts.section(run, "config")
+    outcomes = facts.nonzero_outcomes(run)
+    duration = facts.section(run, "metrics", "window").get("duration_s")
+    lines = [
+        f"loadtest run {run.get('run_id') or ''}  profile {cfg.get('profile') or NA}",
+        *_kv("Status", facts.status_text(run)),
+        *_kv("Load", f"{facts.load_text(run)}; model {cfg.get('model') or NA}; {fmt_num(duration, 1, NA)} s"),
+        *_kv("Endpoint", facts.endpoint_text(run)),
+        "",
+        *_kv(
+            "Requests",
+            f"completed {fmt_int(req.get('completed'), NA)}  ok {fmt_int(req.get('ok'), NA)}  "
+            f"failed {fmt_int(req.get('failed'), NA)}  cancelled {fmt_int(req.get('cancelled'), NA)}  "
+            f"error rate {fmt_pct(req.get('error_rate'), NA)}",
+        ),
+        *_kv("Outcomes", ", ".join(f"{o} {n:,}" for o, n in outcomes) if outcomes else "none"),
+        *_kv(
+            "Throughput",
+            f"{fmt_num(thr.get('output_tokens_per_s'), 1, NA)} output tok/s  "
+            f"{fmt_num(thr.get('input_tokens_per_s'), 1, NA)} input tok/s  "
+            f"{fmt_num(thr.get('requests_per_s'), 3, NA)} req/s  "
+            f"{fmt_num(thr.get('tps_per_user'), 1, NA)} tok/s per user",
+        ),
+        "",
+        *_latency_table(run),
+        "",
+        *_token_table(run),
+    ]
+    return "\n".join(line.rstrip() for line in lines) + "\n"

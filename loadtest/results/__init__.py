@@ -1,0 +1,1 @@
+"""Run results on disk: the streamed record log and run.json."""

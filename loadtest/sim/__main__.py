@@ -1,0 +1,97 @@
+"""Command line: run the simulated engine server until SIGTERM/SIGINT."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import signal
+import socket
+import sys
+from collections.abc import Sequence
+
+from aiohttp import web
+
+from loadtest.sim.presets import EngineConfig, get_gpu, get_model
+from loadtest.sim.server import create_app
+
+LISTENING_PREFIX = "LOADTEST_SIM_LISTENING"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m loadtest.sim", description=__doc__)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=0, help="0 picks a free port")
+    p.add_argument("--gpu", default="H100", help="GPU preset (H100, H200)")
+    p.add_argument("--model", default="llama-3.1-8b", help="model preset (llama-3.1-8b, llama-3.1-70b)")
+    p.add_argument("--tp", type=int, default=1, help="tensor-parallel size")
+    p.add_argument("--speedup", type=float, default=1.0, help="run the engine clock this many times faster")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--truth-log", default=None, help="append each finished request's truth record (JSONL)")
+    p.add_argument("--max-num-seqs", type=int, default=None)
+    p.add_argument("--max-num-batched-tokens", type=int, default=None)
+    p.add_argument("--served-model-name", default=None)
+    return p
+
+
+def config_from_args(args: argparse.Namespace) -> EngineConfig:
+    extra: dict[str, int] = {}
+    if args.max_num_seqs is not None:
+        extra["max_num_seqs"] = args.max_num_seqs
+    if args.max_num_batched_tokens is not None:
+        extra["max_num_batched_tokens"] = args.max_num_batched_tokens
+    return EngineConfig(
+        gpu=get_gpu(args.gpu),
+        model=get_model(args.model),
+        tp=args.tp,
+        speedup=args.speedup,
+        seed=args.seed,
+        served_model_name=args.served_model_name,
+        **extra,
+    )
+
+
+async def serve(config: EngineConfig, host: str, port: int, truth_log: str | None) -> None:
+    app = create_app(config, truth_log=truth_log)
+    runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
+    await runner.setup()
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    site = web.SockSite(runner, sock)
+    await site.start()
+    bound = sock.getsockname()
+    shown = f"[{bound[0]}]" if ":" in bound[0] else bound[0]
+    sys.stdout.write(f"{LISTENING_PREFIX} {shown}:{bound[1]}\n")
+    sys.stdout.flush()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        await runner.cleanup()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        config = config_from_args(args)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    try:
+        import uvloop  # type: ignore[import-not-found]
+    except ImportError:
+        uvloop = None
+    if uvloop is not None:
+        uvloop.run(serve(config, args.host, args.port, args.truth_log))
+    else:
+        with contextlib.suppress(KeyboardInterrupt):
+            asyncio.run(serve(config, args.host, args.port, args.truth_log))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,131 @@
+"""The asyncio step loop: schedule, wait the modelled step time, deliver tokens."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import random
+import time
+from dataclasses import dataclass
+
+from loadtest.sim.clock import step_time_s
+from loadtest.sim.presets import EngineConfig
+from loadtest.sim.request import SimRequest
+from loadtest.sim.scheduler import Scheduler
+
+
+@dataclass
+class EngineCounters:
+    """Engine-side totals (for stats and, later, a /metrics endpoint)."""
+
+    steps: int = 0
+    scheduled_tokens: int = 0
+    generated_tokens: int = 0
+    busy_engine_s: float = 0.0  # modelled engine seconds, before speedup
+    late_steps: int = 0  # steps that started behind their deadline and were re-anchored
+
+
+class Engine:
+    """Continuous-batching engine simulation driven by the roofline step clock."""
+
+    def __init__(self, config: EngineConfig, scheduler: Scheduler | None = None) -> None:
+        self.config = config
+        self.scheduler = scheduler or Scheduler(config.max_num_seqs, config.max_num_batched_tokens)
+        self.counters = EngineCounters()
+        self._rng = random.Random(config.seed)
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._next_id = 0
+
+    # ---- lifecycle -------------------------------------------------------------------------
+    async def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="sim-engine")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    # ---- requests --------------------------------------------------------------------------
+    def target_length(self, max_tokens: int | None, min_tokens: int = 0, ignore_eos: bool = False) -> int:
+        """Output tokens this request will produce (seeded, drawn in arrival order)."""
+        dist = self.config.output_len
+        limit = max_tokens if max_tokens is not None else dist.cap
+        limit = max(limit, 1)
+        if ignore_eos or min_tokens >= limit:
+            return limit
+        n = round(math.exp(math.log(dist.median) + dist.sigma * self._rng.gauss(0.0, 1.0)))
+        return max(1, min_tokens, min(n, limit))
+
+    def submit(self, prompt_tokens: int, target_tokens: int, request_id: str | None = None) -> SimRequest:
+        """Queue a request; its ``queue`` then receives token indices as steps complete."""
+        if request_id is None:
+            self._next_id += 1
+            request_id = f"sim-{self._next_id}"
+        req = SimRequest(
+            request_id=request_id,
+            prompt_tokens=max(1, prompt_tokens),
+            target_tokens=max(1, target_tokens),
+            arrival_s=time.perf_counter(),
+        )
+        self.scheduler.add(req)
+        self._wake.set()
+        return req
+
+    def abort(self, req: SimRequest) -> None:
+        self.scheduler.abort(req)
+
+    @property
+    def num_running(self) -> int:
+        return len(self.scheduler.running)
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self.scheduler.waiting)
+
+    # ---- the loop --------------------------------------------------------------------------
+    async def _sleep_until(self, deadline: float) -> None:
+        spin = self.config.spin_s
+        remaining = deadline - time.perf_counter()
+        if remaining > spin:
+            await asyncio.sleep(remaining - spin)
+        # The loop's timers have ~1 ms resolution; yield (letting handlers write) until the deadline.
+        while time.perf_counter() < deadline:
+            await asyncio.sleep(0)
+
+    async def _run(self) -> None:
+        sched = self.scheduler
+        cfg = self.config
+        deadline: float | None = None
+        while True:
+            if not sched.has_work():
+                deadline = None
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            batch = sched.schedule()
+            if not batch:  # nothing schedulable (e.g. KV full): wait for a change
+                deadline = None
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            t_engine = step_time_s(cfg, [(s.n_new, s.n_cached) for s in batch])
+            now = time.perf_counter()
+            if deadline is None or deadline < now - t_engine / cfg.speedup:
+                if deadline is not None:
+                    self.counters.late_steps += 1
+                deadline = now  # idle or fell behind by more than a step: re-anchor
+            deadline += t_engine / cfg.speedup
+            await self._sleep_until(deadline)
+            emitted = sched.complete_step(batch)
+            c = self.counters
+            c.steps += 1
+            c.scheduled_tokens += sum(s.n_new for s in batch)
+            c.generated_tokens += len(emitted)
+            c.busy_engine_s += t_engine
+            for req in emitted:
+                req.queue.put_nowait(req.num_output - 1)

@@ -1,0 +1,99 @@
+"""Ground truth: per-request emit timestamps and server-side counters."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter, deque
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+OUTCOME_OK = "ok"
+OUTCOME_CLIENT_DISCONNECTED = "client_disconnected"
+OUTCOME_ERROR = "error"
+
+
+@dataclass
+class TruthRecord:
+    """When the server handed each piece of one response to the transport (perf_counter_ns)."""
+
+    request_id: str
+    response_id: str
+    path: str
+    stream: bool
+    arrival_ns: int
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    first_token_ns: int | None = None
+    token_ns: list[int] = field(default_factory=list)
+    done_ns: int | None = None
+    outcome: str = OUTCOME_OK
+    finish_reason: str | None = None
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), separators=(",", ":"))
+
+
+class TruthLog:
+    """Finished requests' records: kept in memory (bounded) and appended to a JSONL file if given."""
+
+    def __init__(self, path: str | Path | None = None, keep: int = 200_000) -> None:
+        self.records: deque[TruthRecord] = deque(maxlen=keep)
+        self.path = Path(path) if path is not None else None
+        self._fh: TextIO | None = None
+        if self.path is not None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._fh = self.path.open("a", encoding="utf-8", buffering=1)
+
+    def add(self, rec: TruthRecord) -> None:
+        self.records.append(rec)
+        if self._fh is not None:
+            self._fh.write(rec.to_json() + "\n")
+
+    def jsonl(self) -> str:
+        return "".join(r.to_json() + "\n" for r in self.records)
+
+    def close(self) -> None:
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
+
+
+@dataclass
+class SimStats:
+    """Counters served at /sim/stats."""
+
+    requests_received: int = 0
+    requests_completed: int = 0
+    requests_rejected: int = 0
+    completion_tokens_total: int = 0
+    prompt_tokens_total: int = 0
+    requests_by_outcome: Counter[str] = field(default_factory=Counter)
+    requests_by_path: Counter[str] = field(default_factory=Counter)
+    rejected_by_status: Counter[str] = field(default_factory=Counter)
+
+    def received(self, path: str) -> None:
+        self.requests_received += 1
+        self.requests_by_path[path] += 1
+
+    def rejected(self, status: int) -> None:
+        self.requests_rejected += 1
+        self.rejected_by_status[str(status)] += 1
+
+    def finished(self, rec: TruthRecord) -> None:
+        self.requests_completed += 1
+        self.requests_by_outcome[rec.outcome] += 1
+        self.completion_tokens_total += rec.completion_tokens
+        self.prompt_tokens_total += rec.prompt_tokens
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "requests_received": self.requests_received,
+            "requests_completed": self.requests_completed,
+            "requests_rejected": self.requests_rejected,
+            "requests_by_outcome": dict(self.requests_by_outcome),
+            "requests_by_path": dict(self.requests_by_path),
+            "rejected_by_status": dict(self.rejected_by_status),
+            "completion_tokens_total": self.completion_tokens_total,
+            "prompt_tokens_total": self.prompt_tokens_total,
+        }

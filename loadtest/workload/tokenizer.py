@@ -1,0 +1,69 @@
+"""Offline tokenizers and chat-template token counting shared by the workload, client and engine."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import lru_cache
+from typing import Any
+
+import quicktok
+
+# Tokenizer families bundled by quicktok (no download, works offline).
+TOKENIZER_ALIASES: dict[str, str] = {
+    "llama3": "llama3",
+    "llama-3": "llama3",
+    "cl100k": "cl100k_base",
+    "cl100k_base": "cl100k_base",
+    "o200k": "o200k_base",
+    "o200k_base": "o200k_base",
+    "o200k_harmony": "o200k_harmony",
+    "qwen3": "qwen3",
+}
+DEFAULT_TOKENIZER = "llama3"
+
+
+class Tokenizer:
+    """A named offline BPE tokenizer with a chat-template token counter."""
+
+    def __init__(self, name: str = DEFAULT_TOKENIZER) -> None:
+        key = TOKENIZER_ALIASES.get(name.lower())
+        if key is None:
+            raise ValueError(
+                f"unknown tokenizer {name!r}; choose one of {sorted(set(TOKENIZER_ALIASES))}"
+            )
+        self.name = key
+        self._enc = quicktok.get_encoding(key)
+
+    def count(self, text: str) -> int:
+        """Tokens in plain text (no special tokens)."""
+        return len(self._enc.encode_ordinary(text)) if text else 0
+
+    def encode(self, text: str) -> list[int]:
+        return list(self._enc.encode_ordinary(text))
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self._enc.decode(list(ids))
+
+    def render_chat(self, messages: Sequence[dict[str, Any]]) -> str:
+        """The prompt string a Llama-3-style chat template produces, ending with the assistant header."""
+        parts = ["<|begin_of_text|>"]
+        for m in messages:
+            content = m.get("content") or ""
+            if isinstance(content, list):  # content parts: keep the text parts
+                content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+            parts.append(f"<|start_header_id|>{m.get('role', 'user')}<|end_header_id|>\n\n{content}<|eot_id|>")
+        parts.append("<|start_header_id|>assistant<|end_header_id|>\n\n")
+        return "".join(parts)
+
+    def count_chat(self, messages: Sequence[dict[str, Any]]) -> int:
+        """Prompt tokens of a chat request: the templated prompt, special tokens included."""
+        if self.name == "llama3":
+            return len(self._enc.encode(self.render_chat(messages), allowed_special="all"))
+        # Other families: content tokens plus a fixed per-message overhead (OpenAI's cookbook rule).
+        return 3 + sum(4 + self.count(str(m.get("content") or "")) for m in messages)
+
+
+@lru_cache(maxsize=8)
+def get_tokenizer(name: str = DEFAULT_TOKENIZER) -> Tokenizer:
+    """A shared tokenizer instance per name."""
+    return Tokenizer(name)
