@@ -71,7 +71,7 @@ class OpenLoopUser(User):
 
     def on_start(self) -> None:
         self.ctx = _context(self)
-        self.group = Group()
+        self.requests = Group()
         self.idle: list[OpenAIClient] = []
 
     def _send(self, req: PreparedRequest, sched_ns: int, sched_epoch: float) -> None:
@@ -97,10 +97,10 @@ class OpenLoopUser(User):
                     gevent.sleep(delay)
                 if ctx.stopping:
                     break
-                self.group.spawn(self._send, req, sched_ns, t0_epoch + offset)
-            self.group.join()  # drain: requests already issued finish normally
+                self.requests.spawn(self._send, req, sched_ns, t0_epoch + offset)
+            self.requests.join()  # drain: requests already issued finish normally
         except gevent.GreenletExit:
-            self.group.kill(block=True)  # interrupted: in-flight requests are recorded as cancelled
+            self.requests.kill(block=True)  # interrupted: in-flight requests are recorded as cancelled
             raise
         finally:
             for c in self.idle:

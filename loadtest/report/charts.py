@@ -102,7 +102,9 @@ def throughput_figure(series: dict[str, list[Any]]) -> go.Figure | None:
     _layout(fig, THROUGHPUT_TITLE)
     fig.update_xaxes(title_text="time since start (s)")
     fig.update_yaxes(title_text="output tokens/s", rangemode="tozero", secondary_y=False)
-    fig.update_yaxes(title_text="requests/s", rangemode="tozero", showgrid=False, tickmode="auto", secondary_y=True)
+    fig.update_yaxes(
+        title_text="requests/s", rangemode="tozero", showgrid=False, tickmode="auto", secondary_y=True
+    )
     return fig
 
 

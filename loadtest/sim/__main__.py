@@ -31,11 +31,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-num-seqs", type=int, default=None)
     p.add_argument("--max-num-batched-tokens", type=int, default=None)
     p.add_argument("--served-model-name", default=None)
+    p.add_argument(
+        "--spin-us",
+        type=float,
+        default=None,
+        help="busy-yield this long before each step deadline for sub-ms accuracy (0: off)",
+    )
     return p
 
 
 def config_from_args(args: argparse.Namespace) -> EngineConfig:
-    extra: dict[str, int] = {}
+    extra: dict[str, float] = {}
+    if args.spin_us is not None:
+        extra["spin_s"] = args.spin_us * 1e-6
     if args.max_num_seqs is not None:
         extra["max_num_seqs"] = args.max_num_seqs
     if args.max_num_batched_tokens is not None:
