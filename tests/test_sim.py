@@ -369,7 +369,7 @@ def test_stats_disconnect_and_truth_log(tmp_path: Path) -> None:
         assert r.status == 200
         seen = 0
         while seen < 3:
-            if r.fp.readline().startswith(b"data: "):
+            if r.readline().startswith(b"data: "):
                 seen += 1
         r.close()
         conn.close()
@@ -398,9 +398,21 @@ def test_stats_disconnect_and_truth_log(tmp_path: Path) -> None:
         dropped = [t for t in truth if t["outcome"] == "client_disconnected"]
         assert len(dropped) == 1 and 2 <= dropped[0]["completion_tokens"] < 2000
         pid = s.pid
+        # Stopping with a stream in flight: exits 0 promptly; the stream ends truncated (no [DONE]).
+        conn = _conn(s.base_url)
+        conn.request("POST", CHAT, body=json.dumps(body), headers={"Content-Type": "application/json"})
+        r = conn.getresponse()
+        assert r.readline().startswith(b"data: ")
+        t0 = time.monotonic()
     assert s.returncode == 0 and pid is not None
+    assert time.monotonic() - t0 < 5
+    with pytest.raises(http.client.IncompleteRead):
+        rest = r.read()
+        assert b"[DONE]" not in rest
+    conn.close()
     lines = [json.loads(x) for x in log_path.read_text().splitlines()]
-    assert [t["response_id"] for t in lines] == [t["response_id"] for t in truth]
+    assert [t["response_id"] for t in lines[:-1]] == [t["response_id"] for t in truth]
+    assert lines[-1]["outcome"] == "server_shutdown"
     assert s.stop() == 0  # idempotent
 
 

@@ -61,7 +61,7 @@ def config_from_args(args: argparse.Namespace) -> EngineConfig:
 
 async def serve(config: EngineConfig, host: str, port: int, truth_log: str | None) -> None:
     app = create_app(config, truth_log=truth_log)
-    runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
+    runner = web.AppRunner(app, access_log=None, handler_cancellation=True, shutdown_timeout=5.0)
     await runner.setup()
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

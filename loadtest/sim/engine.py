@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from loadtest.sim.clock import step_time_s
 from loadtest.sim.presets import EngineConfig
-from loadtest.sim.request import SimRequest
+from loadtest.sim.request import SHUTDOWN, SimRequest
 from loadtest.sim.scheduler import Scheduler
 
 
@@ -44,11 +44,15 @@ class Engine:
             self._task = asyncio.get_running_loop().create_task(self._run(), name="sim-engine")
 
     async def stop(self) -> None:
+        """Stop stepping; every unfinished request is aborted and gets SHUTDOWN on its queue."""
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
+        for req in [*self.scheduler.running, *self.scheduler.waiting]:
+            self.scheduler.abort(req)
+            req.queue.put_nowait(SHUTDOWN)
 
     # ---- requests --------------------------------------------------------------------------
     def target_length(self, max_tokens: int | None, min_tokens: int = 0, ignore_eos: bool = False) -> int:

@@ -6,6 +6,8 @@ import asyncio
 from dataclasses import dataclass, field
 from enum import Enum
 
+SHUTDOWN = -1  # put on a request's queue instead of a token index when the engine stops
+
 
 class RequestState(Enum):
     WAITING = "waiting"
@@ -20,7 +22,8 @@ class SimRequest:
 
     ``num_computed`` counts tokens whose KV is computed; the next token is sampled once all
     ``num_tokens`` (the prompt plus every token generated so far) are computed.
-    The queue receives the index of each generated token (0, 1, ...) at the end of its step.
+    The queue receives the index of each generated token (0, 1, ...) at the end of its step,
+    or ``SHUTDOWN`` if the engine stops first.
     """
 
     request_id: str

@@ -23,11 +23,12 @@ from loadtest.sim.protocol import (
     full_response,
     parse_request,
 )
-from loadtest.sim.request import SimRequest
+from loadtest.sim.request import SHUTDOWN, SimRequest
 from loadtest.sim.truth import (
     OUTCOME_CLIENT_DISCONNECTED,
     OUTCOME_ERROR,
     OUTCOME_OK,
+    OUTCOME_SERVER_SHUTDOWN,
     SimStats,
     TruthLog,
     TruthRecord,
@@ -67,6 +68,10 @@ class _Disconnected(Exception):
     pass
 
 
+class _Shutdown(Exception):
+    pass
+
+
 def _check_connected(request: web.Request) -> None:
     tr = request.transport
     if tr is None or tr.is_closing():
@@ -78,6 +83,8 @@ async def _next_tokens(req: SimRequest) -> list[int]:
     out = [await req.queue.get()]
     while not req.queue.empty():
         out.append(req.queue.get_nowait())
+    if out[-1] == SHUTDOWN:
+        raise _Shutdown
     return out
 
 
@@ -197,6 +204,9 @@ async def _generate(request: web.Request, chat: bool) -> web.StreamResponse:
         if isinstance(e, asyncio.CancelledError):
             raise
         return web.Response(status=499)  # never reaches the client
+    except _Shutdown:
+        rec.outcome = OUTCOME_SERVER_SHUTDOWN
+        raise web.HTTPServiceUnavailable() from None  # a started stream just ends, truncated
     except Exception:
         rec.outcome = OUTCOME_ERROR
         log.exception("request %s failed", rec.request_id)
@@ -279,6 +289,7 @@ def create_app(config: EngineConfig | None = None, truth_log: str | Path | None 
         state.truth.close()
 
     app.on_startup.append(_start)
+    app.on_shutdown.append(lambda app: state.engine.stop())
     app.on_cleanup.append(_stop)
     app.router.add_post(CHAT_PATH, chat_completions)
     app.router.add_post(COMPLETIONS_PATH, completions)

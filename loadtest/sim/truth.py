@@ -11,6 +11,7 @@ from typing import Any, TextIO
 OUTCOME_OK = "ok"
 OUTCOME_CLIENT_DISCONNECTED = "client_disconnected"
 OUTCOME_ERROR = "error"
+OUTCOME_SERVER_SHUTDOWN = "server_shutdown"
 
 
 @dataclass

@@ -1,0 +1,110 @@
+"""HDR recording, exact merging of worker deltas, and MLPerf metric definitions."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+
+from loadtest.client.record import RequestRecord
+from loadtest.metrics import hdr
+from loadtest.metrics.recorder import Aggregate, Recorder
+from loadtest.metrics.summary import build_metrics
+
+
+def make_record(i: int, rng: random.Random, outcome: str = "ok") -> RequestRecord:
+    t0 = 1_000_000_000 * (i + 1)
+    ttft = rng.randint(20_000_000, 900_000_000)
+    n = rng.randint(1, 300)
+    gaps = [rng.randint(1_000, 60_000_000) for _ in range(n - 1)]
+    chunks = [t0 + ttft]
+    for g in gaps:
+        chunks.append(chunks[-1] + g)
+    return RequestRecord(
+        request_id=str(i),
+        scheduled_epoch=1_700_000_000 + i * 0.25,
+        scheduled_ns=t0,
+        sent_ns=t0 + rng.randint(0, 2_000_000),
+        first_token_ns=chunks[0],
+        first_answer_ns=chunks[0],
+        chunk_ns=chunks,
+        done_ns=chunks[-1] + 1000,
+        outcome=outcome,
+        error="" if outcome == "ok" else f"{outcome} #{i % 3}",
+        completion_tokens_client=n,
+        prompt_tokens_client=rng.randint(10, 5000),
+        completion_tokens_server=n,
+        prompt_tokens_server=100,
+    )
+
+
+def test_record_many_matches_record_value_exactly() -> None:
+    rng = np.random.default_rng(3)
+    vals = np.concatenate([rng.integers(1, hdr.HIGHEST_US, 5000), rng.integers(0, 3000, 5000), [hdr.HIGHEST_US * 5]])
+    a, b = hdr.new_histogram(), hdr.new_histogram()
+    for v in vals:
+        hdr.record(a, int(v))
+    hdr.record_many(b, vals)
+    assert list(a.counts) == list(b.counts)
+    assert (a.total_count, a.min_value, a.max_value) == (b.total_count, b.min_value, b.max_value)
+
+
+def test_worker_deltas_merge_exactly_into_the_single_process_result() -> None:
+    rng = random.Random(7)
+    records = [make_record(i, rng, "ok" if i % 9 else "http_5xx") for i in range(400)]
+    single = Recorder()
+    workers = [Recorder(), Recorder(), Recorder()]
+    master = Aggregate()
+    for i, r in enumerate(records):
+        single.add(r)
+        workers[i % 3].add(r)
+        if i % 50 == 0:  # periodic report_to_master
+            for w in workers:
+                master.merge_wire(w.take_delta())
+    for w in workers:  # the final report
+        master.merge_wire(w.take_delta())
+    single.flush()
+    for name, h in single.total.hists.items():
+        assert list(h.counts) == list(master.hists[name].counts), name
+        assert h.get_total_count() == master.hists[name].get_total_count()
+    assert single.total.outcomes == master.outcomes
+    assert single.total.totals == master.totals
+    assert dict(single.total.series) == dict(master.series)
+    assert build_metrics(single.total) == build_metrics(master)
+
+
+def test_tpot_follows_the_mlperf_definition() -> None:
+    r = RequestRecord(request_id="x", scheduled_ns=0, sent_ns=0, first_token_ns=100_000_000, done_ns=1_100_000_000)
+    r.completion_tokens_client = 11
+    assert r.tpot_us() == 100_000.0  # (1.1 s − 0.1 s) / (11 − 1)
+    r.completion_tokens_client = 1
+    assert r.tpot_us() is None  # a single token has no TPOT
+
+
+def test_metrics_percentiles_and_counts() -> None:
+    rec = Recorder()
+    rng = random.Random(1)
+    for i in range(1000):
+        r = make_record(i, rng)
+        r.first_token_ns = r.scheduled_ns + (i + 1) * 1_000_000  # TTFT = 1..1000 ms
+        r.chunk_ns[0] = r.first_token_ns
+        rec.add(r)
+    m = build_metrics(rec.total)
+    ttft = m["latency_ms"]["ttft"]
+    assert ttft["count"] == 1000
+    assert abs(ttft["p50"] - 500) <= 0.5 and abs(ttft["p99"] - 990) <= 1.0  # 3 significant figures
+    assert m["requests"]["ok"] == 1000 and m["requests"]["error_rate"] == 0.0
+    assert m["tokens"]["mismatched_requests"] == 0
+
+
+def test_failed_requests_stay_out_of_latency_histograms() -> None:
+    rec = Recorder()
+    rng = random.Random(2)
+    rec.add(make_record(0, rng, "ok"))
+    rec.add(make_record(1, rng, "stream_error"))
+    rec.add(make_record(2, rng, "cancelled"))
+    m = build_metrics(rec.total)
+    assert m["latency_ms"]["e2e"]["count"] == 1
+    assert m["requests"]["failed"] == 1 and m["requests"]["cancelled"] == 1
+    assert m["requests"]["error_rate"] == 0.5  # cancelled requests are not judged
+    assert m["error_samples"]["stream_error"] == ["stream_error #1"]

@@ -1,0 +1,169 @@
+"""End-to-end `loadtest run` against the real embedded engine over real sockets."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from loadtest.sim import SimProcess
+from tests.conftest import CLI, read_lines, run_cli, write_profile
+
+
+def _check_run_matches_engine(out: Path, stats: dict, record_glob: str) -> dict:
+    run = json.loads((out / "run.json").read_text())
+    records = read_lines(sorted(out.glob(record_glob)))
+    req = run["metrics"]["requests"]
+    assert run["status"] == "completed"
+    assert req["ok"] > 0
+    # Nothing lost, nothing double-counted: client records == engine ground truth.
+    assert len(records) == req["completed"] == stats["requests_received"]
+    assert req["ok"] == stats["requests_completed"] == sum(1 for r in records if r["outcome"] == "ok")
+    assert len({r["id"] for r in records}) == len(records)
+    # The merged histograms hold exactly one sample per ok request.
+    assert run["metrics"]["latency_ms"]["e2e"]["count"] == req["ok"]
+    assert run["metrics"]["latency_ms"]["ttft"]["count"] == req["ok"]
+    # Token counts: the client tokenizer agrees with the engine's usage.
+    assert run["metrics"]["tokens"]["output_total"] == stats["completion_tokens_total"]
+    assert run["metrics"]["tokens"]["usage_output_total"] == stats["completion_tokens_total"]
+    assert run["metrics"]["tokens"]["mismatched_requests"] == 0
+    assert (out / "report.html").stat().st_size > 10_000
+    return run
+
+
+def test_run_single_process_counts_match_engine(tmp_path: Path, small_profile: Path) -> None:
+    with SimProcess(speedup=4) as sim:
+        res = run_cli(["run", "--profile", str(small_profile), "--host", sim.base_url, "--out", str(tmp_path / "out")])
+        stats = sim.stats()
+    assert res.returncode == 0, res.stderr
+    run = _check_run_matches_engine(tmp_path / "out", stats, "records.jsonl")
+    assert run["config"]["load"] == {"mode": "closed", "concurrency": 4, "rate": None, "arrival": None}
+    assert "report:" in res.stdout and "TTFT" in res.stdout
+
+
+def test_run_two_processes_merges_exactly(tmp_path: Path, small_profile: Path) -> None:
+    with SimProcess(speedup=4) as sim:
+        res = run_cli(
+            ["run", "--profile", str(small_profile), "--host", sim.base_url, "--processes", "2", "--out", str(tmp_path / "o")]
+        )
+        stats = sim.stats()
+    assert res.returncode == 0, res.stderr
+    out = tmp_path / "o"
+    run = _check_run_matches_engine(out, stats, "records-w*.jsonl")
+    per_worker = [len(read_lines([p])) for p in sorted(out.glob("records-w*.jsonl"))]
+    assert len(per_worker) == 2 and all(n > 0 for n in per_worker)
+    assert run["config"]["processes"] == 2
+
+
+def test_open_loop_schedule_is_the_same_for_any_number_of_workers(tmp_path: Path) -> None:
+    prof = write_profile(tmp_path / "p.yaml", load={"rate": 8.0}, duration_s=2.5)
+    ids = {}
+    with SimProcess(speedup=4) as sim:
+        for procs in (1, 2):
+            out = tmp_path / f"r{procs}"
+            res = run_cli(["run", "--profile", str(prof), "--host", sim.base_url, "--processes", str(procs), "--out", str(out)])
+            assert res.returncode == 0, res.stderr
+            recs = read_lines(sorted(out.glob("records*.jsonl")))
+            ids[procs] = sorted(int(r["id"].split("-")[1]) for r in recs)
+            assert all(r["outcome"] == "ok" for r in recs)
+    # The same global arrivals were issued (request i is identical whoever sends it).
+    n = min(len(ids[1]), len(ids[2]))
+    assert n >= 12
+    assert ids[1][:n] == ids[2][:n] == list(range(n))
+
+
+@pytest.mark.parametrize(("sig", "procs", "code"), [(signal.SIGINT, 1, 130), (signal.SIGTERM, 2, 143)])
+def test_signal_ends_run_cleanly_with_results(tmp_path: Path, sig: signal.Signals, procs: int, code: int) -> None:
+    prof = write_profile(tmp_path / "p.yaml", output_tokens={"dist": "fixed", "value": 400}, duration_s=60)
+    out = tmp_path / "out"
+    proc = subprocess.Popen(
+        CLI + ["run", "--profile", str(prof), "--processes", str(procs), "--out", str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        # Wait until some requests have finished, so there is something to keep.
+        while time.monotonic() < deadline:
+            recs = read_lines(sorted(out.glob("records*.jsonl"))) if out.exists() else []
+            if len(recs) >= 4:
+                break
+            time.sleep(0.2)
+        proc.send_signal(sig)
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == code, stderr
+    assert "Traceback" not in stderr
+    run = json.loads((out / "run.json").read_text())
+    assert run["status"] == "interrupted" and run["interrupted_reason"] == sig.name
+    records = read_lines(sorted(out.glob("records*.jsonl")))
+    req = run["metrics"]["requests"]
+    assert len(records) == req["completed"] >= 4
+    assert req["ok"] == sum(1 for r in records if r["outcome"] == "ok") >= 4
+    assert req["cancelled"] >= 1  # streams in flight at the signal are accounted, not lost
+    assert "INTERRUPTED" in (out / "report.html").read_text()
+    assert "INTERRUPTED" in stdout
+
+
+def test_unreachable_host_is_one_clear_line(tmp_path: Path, small_profile: Path) -> None:
+    res = run_cli(["run", "--profile", str(small_profile), "--host", "http://127.0.0.1:9", "--out", str(tmp_path / "o")])
+    assert res.returncode == 1
+    assert res.stderr.strip().count("\n") == 0 and "cannot reach http://127.0.0.1:9" in res.stderr
+    assert "Traceback" not in res.stderr
+
+
+def test_non_openai_endpoint_is_one_clear_line(tmp_path: Path, small_profile: Path) -> None:
+    (tmp_path / "index.html").write_text("<html>hello</html>")
+    srv = subprocess.Popen(
+        [sys.executable, "-m", "http.server", "0", "--bind", "127.0.0.1"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        line = srv.stdout.readline()  # "Serving HTTP on 127.0.0.1 port N ..."
+        port = int(line.split(" port ")[1].split()[0])
+        res = run_cli(["run", "--profile", str(small_profile), "--host", f"http://127.0.0.1:{port}", "--out", str(tmp_path / "o")])
+    finally:
+        srv.terminate()
+        srv.wait(timeout=10)
+    assert res.returncode == 1
+    assert res.stderr.strip().count("\n") == 0 and "OpenAI-compatible" in res.stderr, res.stderr
+
+
+def test_bad_profile_path_and_bad_field(tmp_path: Path) -> None:
+    res = run_cli(["run", "--profile", str(tmp_path / "missing.yaml")])
+    assert res.returncode == 2 and "missing.yaml: no such profile file" in res.stderr
+    bad = write_profile(tmp_path / "bad.yaml", input_tokens={"dist": "lognormal", "median": -3, "sigma": 0.5})
+    res = run_cli(["run", "--profile", str(bad)])
+    assert res.returncode == 2
+    assert str(bad) in res.stderr and "input_tokens.median" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_api_key_never_written(tmp_path: Path, small_profile: Path) -> None:
+    secret = "sk-test-DO-NOT-LEAK-1234567890"
+    env_name = "LOADTEST_TEST_KEY"
+    import os
+
+    env = dict(os.environ, **{env_name: secret})
+    with SimProcess(speedup=8) as sim:
+        res = subprocess.run(
+            CLI + ["run", "--profile", str(small_profile), "--host", sim.base_url, "--api-key-env", env_name,
+                   "--duration", "1", "--out", str(tmp_path / "o")],
+            capture_output=True, text=True, timeout=60, env=env,
+        )
+    assert res.returncode == 0, res.stderr
+    assert secret not in res.stdout + res.stderr
+    for f in (tmp_path / "o").iterdir():
+        assert secret not in f.read_text(errors="replace"), f
+    assert json.loads((tmp_path / "o" / "run.json").read_text())["config"]["api_key_env"] == env_name
