@@ -32,18 +32,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-num-batched-tokens", type=int, default=None)
     p.add_argument("--served-model-name", default=None)
     p.add_argument(
-        "--spin-us",
-        type=float,
-        default=None,
-        help="busy-yield this long before each step deadline for sub-ms accuracy (0: off)",
+        "--coarse-timer",
+        action="store_true",
+        help="use only the event loop's ~1 ms timers (no helper thread for precise step deadlines)",
     )
     return p
 
 
 def config_from_args(args: argparse.Namespace) -> EngineConfig:
-    extra: dict[str, float] = {}
-    if args.spin_us is not None:
-        extra["spin_s"] = args.spin_us * 1e-6
+    extra: dict[str, int] = {}
     if args.max_num_seqs is not None:
         extra["max_num_seqs"] = args.max_num_seqs
     if args.max_num_batched_tokens is not None:
@@ -55,6 +52,7 @@ def config_from_args(args: argparse.Namespace) -> EngineConfig:
         speedup=args.speedup,
         seed=args.seed,
         served_model_name=args.served_model_name,
+        precise_timer=not args.coarse_timer,
         **extra,
     )
 

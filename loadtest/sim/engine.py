@@ -7,12 +7,21 @@ import contextlib
 import math
 import random
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from loadtest.sim.clock import step_time_s
 from loadtest.sim.presets import EngineConfig
 from loadtest.sim.request import SHUTDOWN, SimRequest
 from loadtest.sim.scheduler import Scheduler
+
+_COARSE_MARGIN_S = 0.002
+
+
+def _sleep_until_blocking(deadline: float) -> None:
+    remaining = deadline - time.perf_counter()
+    if remaining > 0:
+        time.sleep(remaining)
 
 
 @dataclass
@@ -37,6 +46,7 @@ class Engine:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._next_id = 0
+        self._timer: ThreadPoolExecutor | None = None
 
     # ---- lifecycle -------------------------------------------------------------------------
     async def start(self) -> None:
@@ -50,6 +60,9 @@ class Engine:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
+        if self._timer is not None:
+            self._timer.shutdown(wait=False)
+            self._timer = None
         for req in [*self.scheduler.running, *self.scheduler.waiting]:
             self.scheduler.abort(req)
             req.queue.put_nowait(SHUTDOWN)
@@ -93,13 +106,18 @@ class Engine:
 
     # ---- the loop --------------------------------------------------------------------------
     async def _sleep_until(self, deadline: float) -> None:
-        spin = self.config.spin_s
         remaining = deadline - time.perf_counter()
-        if remaining > spin:
-            await asyncio.sleep(remaining - spin)
-        # The loop's timers have ~1 ms resolution; yield (letting handlers write) until the deadline.
-        while time.perf_counter() < deadline:
-            await asyncio.sleep(0)
+        if not self.config.precise_timer:
+            if remaining > 0:
+                await asyncio.sleep(remaining)
+            return
+        # Loop timers wake up to ~1.1 ms late; sleep coarsely to ~2 ms before, then precisely in a thread.
+        if remaining > _COARSE_MARGIN_S:
+            await asyncio.sleep(remaining - _COARSE_MARGIN_S)
+        if deadline - time.perf_counter() > 0:
+            if self._timer is None:
+                self._timer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sim-timer")
+            await asyncio.get_running_loop().run_in_executor(self._timer, _sleep_until_blocking, deadline)
 
     async def _run(self) -> None:
         sched = self.scheduler

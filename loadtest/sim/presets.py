@@ -139,9 +139,9 @@ class EngineConfig:
     seed: int = 0
     output_len: OutputLengthDist = field(default_factory=OutputLengthDist)
     served_model_name: str | None = None
-    # Optional busy-yield before each step deadline (the event loop's timers have ~1 ms resolution).
-    # Off by default: measured on loopback it did not improve gap accuracy and it costs CPU.
-    spin_s: float = 0.0
+    # The event loop's timers round up to whole milliseconds; when True the last few ms before a
+    # step deadline are slept in a helper thread (nanosleep, ~0.1 ms precise) instead.
+    precise_timer: bool = True
 
     def __post_init__(self) -> None:
         if self.tp < 1 or self.max_num_seqs < 1 or self.max_num_batched_tokens < 1:

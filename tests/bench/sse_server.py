@@ -16,11 +16,10 @@ import msgspec
 # Every word is one llama3 token, and so is each word in any concatenation of them.
 WORDS = (" the", " of", " and", " to", " in", " a", " is", " that", " for", " it", " was", " on")
 CHUNK_BASE: dict[str, Any] = {
-    "id": "chatcmpl-bench-9f8e7d6c5b4a3210",
+    "id": "chatcmpl-9f8e7",
     "object": "chat.completion.chunk",
     "created": 1700000000,
-    "model": "bench-model",
-    "system_fingerprint": "fp_bench01",
+    "model": "m-bench",
 }
 DONE = b"data: [DONE]\n\n"
 _enc = msgspec.json.Encoder()
@@ -37,7 +36,7 @@ def role_event() -> bytes:
 
 def content_event(i: int) -> bytes:
     delta = {"content": WORDS[i % len(WORDS)]}
-    return sse({**CHUNK_BASE, "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}]})
+    return sse({**CHUNK_BASE, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]})
 
 
 def finish_event() -> bytes:

@@ -1,0 +1,173 @@
+"""Shared benchmark plumbing: server processes, CPU pinning and the closed-loop gevent client driver."""
+
+from __future__ import annotations
+
+import http.client
+import os
+import resource
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from time import perf_counter_ns
+from typing import Any
+
+import gevent
+import msgspec
+
+from loadtest.client.openai import OpenAIClient, PreparedRequest
+from loadtest.client.record import RequestRecord
+from loadtest.metrics.recorder import Recorder
+from loadtest.workload.tokenizer import get_tokenizer
+
+HERE = Path(__file__).resolve().parent
+CLIENT_CPU = 0
+SERVER_CPU = 1
+
+
+def prepare_process(cpu: int = CLIENT_CPU) -> None:
+    """Pin this (client) process to one CPU and allow many sockets. Call after monkey.patch_all()."""
+    from gevent import monkey
+
+    if not monkey.is_module_patched("socket"):
+        raise SystemExit("the benchmark must call gevent.monkey.patch_all() before anything else")
+    os.sched_setaffinity(0, {cpu})
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+class ServerProcess:
+    """A tests/bench/sse_server.py child process; stopped by its pid (terminate, wait, kill)."""
+
+    def __init__(self, mode: str, *extra: str, cpu: int = SERVER_CPU) -> None:
+        cmd = [sys.executable, str(HERE / "sse_server.py"), mode, "--cpu", str(cpu), *extra]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline().split()
+        if len(line) != 2 or line[0] != "READY":
+            self.stop()
+            raise SystemExit(f"{mode} server did not start (got {line!r})")
+        self.port = int(line[1])
+        self.base_url = f"http://127.0.0.1:{self.port}/v1"
+
+    def get_json(self, path: str) -> Any:
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+        try:
+            conn.request("GET", path)
+            resp = conn.getresponse()
+            return msgspec.json.decode(resp.read())
+        finally:
+            conn.close()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=5)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+
+    def __enter__(self) -> ServerProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+@dataclass
+class LoadResult:
+    """One closed-loop run; counters and CPU time cover only the measurement window."""
+
+    concurrency: int
+    wall_s: float
+    cpu_s: float
+    records: list[RequestRecord] = field(default_factory=list)  # finished inside the window
+    outcomes: dict[str, int] = field(default_factory=dict)
+    events: int = 0  # token-carrying content events counted by the client in ok records
+
+    @property
+    def cpu_util(self) -> float:
+        return self.cpu_s / self.wall_s if self.wall_s else 0.0
+
+    @property
+    def ok(self) -> int:
+        return self.outcomes.get("ok", 0)
+
+
+def run_closed_loop(
+    base_url: str,
+    concurrency: int,
+    measure_s: float,
+    warmup_s: float = 1.0,
+    ramp_s: float = 0.0,
+    max_tokens: int = 250,
+    tag: str = "run",
+) -> LoadResult:
+    """N greenlets, each with its own OpenAIClient, send back to back; one shared Recorder.
+
+    Greenlet i starts at ``i / N * ramp_s`` (spreads paced streams' phases). The window opens after
+    ``ramp_s + warmup_s``; records finished inside it, and the process CPU time spent in it, count.
+    """
+    tokenizer = get_tokenizer("llama3")
+    recorder = Recorder()
+    finished: list[RequestRecord] = []
+    stop = False
+    body = {"messages": [{"role": "user", "content": "Tell me a long story."}], "max_tokens": max_tokens}
+
+    def user(i: int) -> None:
+        if ramp_s:
+            gevent.sleep(i * ramp_s / concurrency)
+        client = OpenAIClient(base_url, "bench-model", tokenizer, worker=i)
+        k = 0
+        try:
+            while not stop:
+                req = PreparedRequest(f"{tag}-u{i}-{k}", "chat", body, prompt_tokens=12, requested_output_tokens=max_tokens)
+                rec = client.send(req, perf_counter_ns(), time.time())
+                recorder.add(rec)
+                finished.append(rec)
+                k += 1
+        finally:
+            client.close()
+
+    users = [gevent.spawn(user, i) for i in range(concurrency)]
+    gevent.sleep(ramp_s + warmup_s)
+    n0, cpu0, t0 = len(finished), time.process_time(), perf_counter_ns()
+    gevent.sleep(measure_s)
+    n1, cpu1, t1 = len(finished), time.process_time(), perf_counter_ns()
+    stop = True
+    gevent.joinall(users, timeout=30)
+    gevent.killall([u for u in users if not u.dead])
+    recorder.flush()
+    window = finished[n0:n1]
+    outcomes: dict[str, int] = {}
+    events = 0
+    for rec in window:
+        outcomes[rec.outcome] = outcomes.get(rec.outcome, 0) + 1
+        if rec.outcome == "ok":
+            events += len(rec.chunk_ns)
+    return LoadResult(concurrency, (t1 - t0) / 1e9, cpu1 - cpu0, window, outcomes, events)
+
+
+def check_complete(res: LoadResult, tokens: int, what: str) -> None:
+    """Correctness: every request in the window ok, every content event counted, tokens agree."""
+    bad = {k: v for k, v in res.outcomes.items() if k != "ok"}
+    if bad or not res.ok:
+        errors = {r.outcome: r.error for r in res.records if r.outcome != "ok"}
+        raise SystemExit(f"{what}: non-ok outcomes {bad} (ok={res.ok}): {errors}")
+    for rec in res.records:
+        if len(rec.chunk_ns) != tokens or rec.completion_tokens_client != tokens:
+            raise SystemExit(
+                f"{what}: request {rec.request_id} counted {len(rec.chunk_ns)} events / "
+                f"{rec.completion_tokens_client} tokens, expected {tokens}"
+            )
+    assert res.events == res.ok * tokens
+
+
+def line(name: str, value: float | int | str, unit: str = "", fmt: str = "{:.0f}") -> None:
+    """Print one ``name: value unit`` result line."""
+    v = fmt.format(value) if isinstance(value, float) else str(value)
+    print(f"{name}: {v}{' ' + unit if unit else ''}", flush=True)
