@@ -108,3 +108,18 @@ def test_failed_requests_stay_out_of_latency_histograms() -> None:
     assert m["requests"]["failed"] == 1 and m["requests"]["cancelled"] == 1
     assert m["requests"]["error_rate"] == 0.5  # cancelled requests are not judged
     assert m["error_samples"]["stream_error"] == ["stream_error #1"]
+
+
+def test_output_tokens_per_second_follow_chunk_arrivals_and_add_up() -> None:
+    rec = Recorder()
+    rng = random.Random(5)
+    for i in range(200):
+        rec.add(make_record(i, rng))
+    m = build_metrics(rec.total)
+    assert sum(m["series"]["output_tokens"]) == m["tokens"]["output_total"]
+    assert sum(m["series"]["completed"]) == 200
+    # A request whose chunks span 3 seconds spreads its tokens over them.
+    r = RequestRecord(request_id="s", scheduled_epoch=100.0, scheduled_ns=0, sent_ns=0, outcome="ok")
+    r.chunk_ns = [int(0.5e9), int(1.5e9), int(1.6e9), int(2.5e9)]
+    r.first_token_ns, r.done_ns, r.completion_tokens_client = r.chunk_ns[0], r.chunk_ns[-1], 8
+    assert Recorder._output_tokens_by_second(r, 8, 100.0) == [(100, 2), (101, 4), (102, 2)]

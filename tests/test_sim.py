@@ -416,6 +416,6 @@ def test_stats_disconnect_and_truth_log(tmp_path: Path) -> None:
     assert s.stop() == 0  # idempotent
 
 
-def test_sim_process_reports_startup_failure() -> None:
+def test_sim_process_reports_startup_failure(tmp_path: Path) -> None:
     with pytest.raises(RuntimeError, match="unknown GPU"):
-        SimProcess(gpu="tpu-v9").start()
+        SimProcess(gpu="tpu-v9", stderr_path=tmp_path / "sim.log").start()

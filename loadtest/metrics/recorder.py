@@ -25,7 +25,8 @@ RATE_METRICS: dict[str, str] = {
     "output_tps": "per-request output tokens/s (output tokens / end-to-end latency), milli-tokens/s",
 }
 HIST_HIGHEST = {**{n: hdr.HIGHEST_US for n in LATENCY_METRICS}, "output_tps": 10**10}
-# Per-second series columns, keyed by the second in which requests completed.
+# Per-second series columns, keyed by epoch second: requests by the second they completed in,
+# output tokens by the second their chunks arrived in.
 SERIES_COLUMNS = ("completed", "ok", "errors", "output_tokens", "input_tokens")
 MAX_ERROR_SAMPLES = 5
 _ITL_FLUSH = 65536
@@ -137,6 +138,7 @@ class Recorder:
                 if rec.completion_tokens_server != rec.completion_tokens_client:
                     inc["token_mismatch_requests"] = 1
         second = int(end)
+        token_seconds = self._output_tokens_by_second(rec, n_out, start) if ok else ()
         for agg in self._both:
             agg.outcomes[rec.outcome] += 1
             agg.extend_window(start, end)
@@ -144,8 +146,9 @@ class Recorder:
             row[0] += 1
             if ok:
                 row[1] += 1
-                row[3] += n_out
                 row[4] += rec.prompt_tokens_client
+                for sec, n in token_seconds:
+                    agg.series[sec][3] += n
                 agg.totals.update(inc)
             else:
                 row[2] += 1
@@ -154,6 +157,22 @@ class Recorder:
                 hdr.record(agg.hists[name], v)
         if self._itl_pending_n >= _ITL_FLUSH:
             self.flush()
+
+    @staticmethod
+    def _output_tokens_by_second(rec: RequestRecord, n_out: int, start: float) -> list[tuple[int, int]]:
+        """Output tokens attributed to the seconds in which their chunks arrived (not the completion second)."""
+        chunks = rec.chunk_ns
+        if not chunks or not rec.stream:
+            return [(int(start + (rec.done_ns - rec.scheduled_ns) / 1e9), n_out)]
+        first = int(start + (chunks[0] - rec.scheduled_ns) / 1e9)
+        if first == int(start + (chunks[-1] - rec.scheduled_ns) / 1e9):
+            return [(first, n_out)]
+        secs = (start + (np.asarray(chunks, dtype=np.int64) - rec.scheduled_ns) / 1e9).astype(np.int64)
+        uniq, counts = np.unique(secs, return_counts=True)
+        # Whole tokens per second that add up to n_out exactly (chunks may carry several tokens).
+        cum = np.rint(np.cumsum(counts) * (n_out / len(chunks))).astype(np.int64)
+        per_sec = np.diff(cum, prepend=0)
+        return list(zip(uniq.tolist(), per_sec.tolist(), strict=True))
 
     def flush(self) -> None:
         """Record pending inter-token gaps in bulk (vectorized)."""

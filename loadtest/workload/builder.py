@@ -28,6 +28,9 @@ class Workload:
             if profile.system_prompt_tokens
             else ""
         )
+        self._system_messages = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
+        # Template and system-prompt tokens around the user's text (the same for every request).
+        self._chat_overhead = self.tokenizer.count_chat([*self._system_messages, {"role": "user", "content": ""}])
 
     def request(self, index: int) -> PreparedRequest:
         p = self.profile
@@ -39,12 +42,9 @@ class Workload:
             body["ignore_eos"] = True
             body["min_tokens"] = n_out
         if p.api == "chat":
-            messages = []
-            if self.system_prompt:
-                messages.append({"role": "system", "content": self.system_prompt})
             # Hit the target for the whole templated prompt: subtract template and system overhead.
-            overhead = self.tokenizer.count_chat(messages + [{"role": "user", "content": ""}])
-            messages.append({"role": "user", "content": synth_text(max(1, n_in - overhead), rng, self.tokenizer)})
+            user_text = synth_text(max(1, n_in - self._chat_overhead), rng, self.tokenizer)
+            messages = [*self._system_messages, {"role": "user", "content": user_text}]
             body["messages"] = messages
             prompt_tokens = self.tokenizer.count_chat(messages)
         else:

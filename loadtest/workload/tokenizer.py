@@ -36,7 +36,7 @@ class Tokenizer:
 
     def count(self, text: str) -> int:
         """Tokens in plain text (no special tokens)."""
-        return len(self._enc.encode_ordinary(text)) if text else 0
+        return self._enc.count(text) if text else 0
 
     def encode(self, text: str) -> list[int]:
         return list(self._enc.encode_ordinary(text))
@@ -48,19 +48,31 @@ class Tokenizer:
         """The prompt string a Llama-3-style chat template produces, ending with the assistant header."""
         parts = ["<|begin_of_text|>"]
         for m in messages:
-            content = m.get("content") or ""
-            if isinstance(content, list):  # content parts: keep the text parts
-                content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+            content = _text_of(m.get("content"))
             parts.append(f"<|start_header_id|>{m.get('role', 'user')}<|end_header_id|>\n\n{content}<|eot_id|>")
         parts.append("<|start_header_id|>assistant<|end_header_id|>\n\n")
         return "".join(parts)
 
     def count_chat(self, messages: Sequence[dict[str, Any]]) -> int:
-        """Prompt tokens of a chat request: the templated prompt, special tokens included."""
+        """Prompt tokens of a chat request: the templated prompt, special tokens included.
+
+        Special tokens split the prompt into ordinary segments that tokenize independently, so the
+        count is the specials plus each segment's count (equal to encoding ``render_chat``; tested).
+        """
         if self.name == "llama3":
-            return len(self._enc.encode(self.render_chat(messages), allowed_special="all"))
+            n = 1 + 2 + self.count("assistant") + self.count("\n\n")  # begin, final header
+            for m in messages:
+                n += 3 + self.count(str(m.get("role", "user"))) + self.count("\n\n" + _text_of(m.get("content")))
+            return n
         # Other families: content tokens plus a fixed per-message overhead (OpenAI's cookbook rule).
-        return 3 + sum(4 + self.count(str(m.get("content") or "")) for m in messages)
+        return 3 + sum(4 + self.count(_text_of(m.get("content"))) for m in messages)
+
+
+def _text_of(content: Any) -> str:
+    """A message's text: a string, or the text parts of a content-part list."""
+    if isinstance(content, list):
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return str(content or "")
 
 
 @lru_cache(maxsize=8)

@@ -1,0 +1,77 @@
+"""Workload synthesis: exact token counts, determinism, profile validation errors."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from loadtest.profile.loader import ProfileError, load_profile, shipped_profiles
+from loadtest.schedule.arrivals import arrival_offsets, worker_share
+from loadtest.workload.builder import Workload
+from loadtest.workload.text import synth_text
+from loadtest.workload.tokenizer import get_tokenizer
+from tests.conftest import write_profile
+
+
+@pytest.mark.parametrize("name", ["llama3", "cl100k", "o200k", "qwen3"])
+def test_synthetic_text_has_exact_token_count(name: str) -> None:
+    tok = get_tokenizer(name)
+    rng = random.Random(1)
+    for n in (1, 2, 17, 512, 4000):
+        assert tok.count(synth_text(n, rng)) == n
+
+
+def test_fast_chat_count_equals_encoding_the_rendered_template() -> None:
+    tok = get_tokenizer("llama3")
+    rng = random.Random(0)
+    for i in range(200):
+        msgs = [
+            {"role": "system", "content": synth_text(rng.randint(0, 40), rng)},
+            {"role": "user", "content": synth_text(rng.randint(0, 600), rng) + rng.choice(["", "\n", " ok!\n\n", "  x"])},
+        ][i % 2 :]
+        rendered = tok.render_chat(msgs)
+        assert tok.count_chat(msgs) == len(tok._enc.encode(rendered, allowed_special="all"))
+
+
+def test_requests_are_deterministic_and_hit_their_prompt_length(tmp_path: Path) -> None:
+    prof, _ = load_profile(str(write_profile(tmp_path / "p.yaml", system_prompt_tokens=40,
+                                             input_tokens={"dist": "uniform", "min": 100, "max": 3000})))
+    a, b = Workload(prof), Workload(prof)
+    for i in range(50):
+        ra, rb = a.request(i), b.request(i)
+        assert ra.body == rb.body and ra.prompt_tokens == rb.prompt_tokens
+    w = Workload(prof)
+    from loadtest.workload.lengths import sample_length
+
+    for i in range(50):
+        target = sample_length(prof.input_tokens, random.Random(f"{prof.seed}:{i}"))
+        assert abs(w.request(i).prompt_tokens - target) <= max(1, 0.01 * target)
+    assert a.fingerprint() == b.fingerprint()
+    assert Workload(prof, seed=99).fingerprint() != a.fingerprint()
+
+
+def test_open_loop_split_is_a_partition_of_one_schedule() -> None:
+    full = [t for _, t in zip(range(300), arrival_offsets(5.0, 3), strict=False)]
+    parts = [list(zip(range(100), worker_share(5.0, 3, w, 3), strict=False)) for w in range(3)]
+    merged = sorted((i, t) for p in parts for _, (i, t) in p)
+    assert [t for _, t in merged] == full[: len(merged)]
+    gaps = [b - a for a, b in zip(full, full[1:], strict=False)]
+    assert abs(sum(gaps) / len(gaps) - 0.2) < 0.04  # Poisson at 5/s: mean gap 0.2 s
+
+
+def test_shipped_profiles_validate() -> None:
+    assert "interactive-chat" in shipped_profiles()
+    for name in shipped_profiles():
+        load_profile(name)
+
+
+def test_profile_errors_name_file_key_and_fix(tmp_path: Path) -> None:
+    p = tmp_path / "bad.yaml"
+    p.write_text("name: x\ninput_tokens: {dist: fixed, value: 10}\noutput_tokens: {dist: gamma, k: 2}\nload: {concurrency: 2, rate: 3}\nbogus: 1\n")
+    with pytest.raises(ProfileError) as e:
+        load_profile(str(p))
+    msg = str(e.value)
+    assert str(p) in msg and "output_tokens" in msg and "bogus" in msg and "load" in msg
+    assert "docs/profiles.md" in msg
