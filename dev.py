@@ -24,7 +24,7 @@ def sh(cmd: list[str], **kw: object) -> None:
 
 def ensure_venv() -> None:
     """Create .venv and install the package with its test extras whenever pyproject.toml changes."""
-    if sys.version_info < (3, 11):
+    if sys.version_info < (3, 11):  # noqa: UP036 - dev.py may be started by an older python3
         sys.exit(f"loadtest needs Python 3.11 or newer (this is {sys.version.split()[0]})")
     if not PY.exists():
         sh([sys.executable, "-m", "venv", str(VENV)])

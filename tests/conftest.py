@@ -30,7 +30,9 @@ def write_profile(path: Path, **overrides: Any) -> Path:
     return path
 
 
-def run_cli(args: list[str], timeout: float = 120, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+def run_cli(
+    args: list[str], timeout: float = 120, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(CLI + args, capture_output=True, text=True, timeout=timeout, cwd=cwd)
 
 

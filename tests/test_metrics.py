@@ -40,7 +40,9 @@ def make_record(i: int, rng: random.Random, outcome: str = "ok") -> RequestRecor
 
 def test_record_many_matches_record_value_exactly() -> None:
     rng = np.random.default_rng(3)
-    vals = np.concatenate([rng.integers(1, hdr.HIGHEST_US, 5000), rng.integers(0, 3000, 5000), [hdr.HIGHEST_US * 5]])
+    vals = np.concatenate(
+        [rng.integers(1, hdr.HIGHEST_US, 5000), rng.integers(0, 3000, 5000), [hdr.HIGHEST_US * 5]]
+    )
     a, b = hdr.new_histogram(), hdr.new_histogram()
     for v in vals:
         hdr.record(a, int(v))
@@ -74,7 +76,9 @@ def test_worker_deltas_merge_exactly_into_the_single_process_result() -> None:
 
 
 def test_tpot_follows_the_mlperf_definition() -> None:
-    r = RequestRecord(request_id="x", scheduled_ns=0, sent_ns=0, first_token_ns=100_000_000, done_ns=1_100_000_000)
+    r = RequestRecord(
+        request_id="x", scheduled_ns=0, sent_ns=0, first_token_ns=100_000_000, done_ns=1_100_000_000
+    )
     r.completion_tokens_client = 11
     assert r.tpot_us() == 100_000.0  # (1.1 s − 0.1 s) / (11 − 1)
     r.completion_tokens_client = 1

@@ -38,7 +38,9 @@ def _check_run_matches_engine(out: Path, stats: dict, record_glob: str) -> dict:
 
 def test_run_single_process_counts_match_engine(tmp_path: Path, small_profile: Path) -> None:
     with SimProcess(speedup=4) as sim:
-        res = run_cli(["run", "--profile", str(small_profile), "--host", sim.base_url, "--out", str(tmp_path / "out")])
+        res = run_cli(
+            ["run", "--profile", str(small_profile), "--host", sim.base_url, "--out", str(tmp_path / "out")]
+        )
         stats = sim.stats()
     assert res.returncode == 0, res.stderr
     run = _check_run_matches_engine(tmp_path / "out", stats, "records.jsonl")
@@ -49,7 +51,17 @@ def test_run_single_process_counts_match_engine(tmp_path: Path, small_profile: P
 def test_run_two_processes_merges_exactly(tmp_path: Path, small_profile: Path) -> None:
     with SimProcess(speedup=4) as sim:
         res = run_cli(
-            ["run", "--profile", str(small_profile), "--host", sim.base_url, "--processes", "2", "--out", str(tmp_path / "o")]
+            [
+                "run",
+                "--profile",
+                str(small_profile),
+                "--host",
+                sim.base_url,
+                "--processes",
+                "2",
+                "--out",
+                str(tmp_path / "o"),
+            ]
         )
         stats = sim.stats()
     assert res.returncode == 0, res.stderr
@@ -66,7 +78,19 @@ def test_open_loop_schedule_is_the_same_for_any_number_of_workers(tmp_path: Path
     with SimProcess(speedup=4) as sim:
         for procs in (1, 2):
             out = tmp_path / f"r{procs}"
-            res = run_cli(["run", "--profile", str(prof), "--host", sim.base_url, "--processes", str(procs), "--out", str(out)])
+            res = run_cli(
+                [
+                    "run",
+                    "--profile",
+                    str(prof),
+                    "--host",
+                    sim.base_url,
+                    "--processes",
+                    str(procs),
+                    "--out",
+                    str(out),
+                ]
+            )
             assert res.returncode == 0, res.stderr
             recs = read_lines(sorted(out.glob("records*.jsonl")))
             ids[procs] = sorted(int(r["id"].split("-")[1]) for r in recs)
@@ -78,7 +102,9 @@ def test_open_loop_schedule_is_the_same_for_any_number_of_workers(tmp_path: Path
 
 
 @pytest.mark.parametrize(("sig", "procs", "code"), [(signal.SIGINT, 1, 130), (signal.SIGTERM, 2, 143)])
-def test_signal_ends_run_cleanly_with_results(tmp_path: Path, sig: signal.Signals, procs: int, code: int) -> None:
+def test_signal_ends_run_cleanly_with_results(
+    tmp_path: Path, sig: signal.Signals, procs: int, code: int
+) -> None:
     prof = write_profile(tmp_path / "p.yaml", output_tokens={"dist": "fixed", "value": 400}, duration_s=60)
     out = tmp_path / "out"
     proc = subprocess.Popen(
@@ -115,7 +141,9 @@ def test_signal_ends_run_cleanly_with_results(tmp_path: Path, sig: signal.Signal
 
 
 def test_unreachable_host_is_one_clear_line(tmp_path: Path, small_profile: Path) -> None:
-    res = run_cli(["run", "--profile", str(small_profile), "--host", "http://127.0.0.1:9", "--out", str(tmp_path / "o")])
+    res = run_cli(
+        ["run", "--profile", str(small_profile), "--host", "http://127.0.0.1:9", "--out", str(tmp_path / "o")]
+    )
     assert res.returncode == 1
     assert res.stderr.strip().count("\n") == 0 and "cannot reach http://127.0.0.1:9" in res.stderr
     assert "Traceback" not in res.stderr
@@ -133,7 +161,17 @@ def test_non_openai_endpoint_is_one_clear_line(tmp_path: Path, small_profile: Pa
     try:
         line = srv.stdout.readline()  # "Serving HTTP on 127.0.0.1 port N ..."
         port = int(line.split(" port ")[1].split()[0])
-        res = run_cli(["run", "--profile", str(small_profile), "--host", f"http://127.0.0.1:{port}", "--out", str(tmp_path / "o")])
+        res = run_cli(
+            [
+                "run",
+                "--profile",
+                str(small_profile),
+                "--host",
+                f"http://127.0.0.1:{port}",
+                "--out",
+                str(tmp_path / "o"),
+            ]
+        )
     finally:
         srv.terminate()
         srv.wait(timeout=10)
@@ -158,9 +196,24 @@ def test_api_key_never_written(tmp_path: Path, small_profile: Path) -> None:
     env = dict(os.environ, **{env_name: secret})
     with SimProcess(speedup=8) as sim:
         res = subprocess.run(
-            CLI + ["run", "--profile", str(small_profile), "--host", sim.base_url, "--api-key-env", env_name,
-                   "--duration", "1", "--out", str(tmp_path / "o")],
-            capture_output=True, text=True, timeout=60, env=env,
+            CLI
+            + [
+                "run",
+                "--profile",
+                str(small_profile),
+                "--host",
+                sim.base_url,
+                "--api-key-env",
+                env_name,
+                "--duration",
+                "1",
+                "--out",
+                str(tmp_path / "o"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env,
         )
     assert res.returncode == 0, res.stderr
     assert secret not in res.stdout + res.stderr

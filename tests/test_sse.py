@@ -15,12 +15,19 @@ def chunk(content: str | None = None, finish: str | None = None, **delta: object
     d = dict(delta)
     if content is not None:
         d["content"] = content
-    return ev({"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": d, "finish_reason": finish}]})
+    return ev(
+        {"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": d, "finish_reason": finish}]}
+    )
 
 
 DONE = b"data: [DONE]\n\n"
 ROLE = chunk("", role="assistant")
-USAGE = ev({"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 2, "prompt_tokens_details": {"cached_tokens": 3}}})
+USAGE = ev(
+    {
+        "choices": [],
+        "usage": {"prompt_tokens": 7, "completion_tokens": 2, "prompt_tokens_details": {"cached_tokens": 3}},
+    }
+)
 
 
 def test_empty_first_delta_is_not_a_token() -> None:
@@ -38,7 +45,14 @@ def test_null_content_and_role_only_deltas_are_not_tokens() -> None:
 
 
 def test_reasoning_fields_count_as_first_token_but_not_first_answer() -> None:
-    parts = [ROLE, chunk(reasoning_content="think"), chunk(reasoning=" more"), chunk(" answer"), chunk(finish="stop"), DONE]
+    parts = [
+        ROLE,
+        chunk(reasoning_content="think"),
+        chunk(reasoning=" more"),
+        chunk(" answer"),
+        chunk(finish="stop"),
+        DONE,
+    ]
     r = parse_stream(parts, [1, 2, 3, 4, 5, 6])
     assert r.first_token_ns == 2
     assert r.first_answer_ns == 4
@@ -121,7 +135,14 @@ def test_crlf_line_endings_even_split_across_reads() -> None:
 
 def test_multiline_data_and_other_fields() -> None:
     obj = json.dumps({"choices": [{"delta": {"content": " x"}}]})
-    body = b"event: message\nid: 1\ndata: " + obj[:10].encode() + b"\ndata: " + obj[10:].encode() + b"\n\n" + DONE
+    body = (
+        b"event: message\nid: 1\ndata: "
+        + obj[:10].encode()
+        + b"\ndata: "
+        + obj[10:].encode()
+        + b"\n\n"
+        + DONE
+    )
     r = parse_stream([body], [3])
     # SSE joins data lines with a newline; JSON tolerates it between tokens only, so split at a safe place.
     assert r.events == 1
@@ -131,15 +152,22 @@ def test_multiline_data_and_other_fields() -> None:
 def test_tool_call_deltas_are_tokens() -> None:
     tc = [{"index": 0, "id": "call_1", "function": {"name": "get_weather", "arguments": ""}}]
     tc2 = [{"index": 0, "function": {"arguments": '{"city":"Paris"}'}}]
-    r = parse_stream([chunk(tool_calls=tc), chunk(tool_calls=tc2), chunk(finish="tool_calls"), DONE], [1, 2, 3, 4])
+    r = parse_stream(
+        [chunk(tool_calls=tc), chunk(tool_calls=tc2), chunk(finish="tool_calls"), DONE], [1, 2, 3, 4]
+    )
     assert r.chunk_ns == [1, 2]
     assert r.tool_text == 'get_weather{"city":"Paris"}'
     assert r.finish_reason == "tool_calls"
 
 
 def test_completions_text_field() -> None:
-    c = [ev({"object": "text_completion", "choices": [{"index": 0, "text": t, "finish_reason": None}]}) for t in ["", " a", " b"]]
-    r = parse_stream(c + [ev({"choices": [{"index": 0, "text": "", "finish_reason": "length"}]}), DONE], [1, 2, 3, 4, 5])
+    c = [
+        ev({"object": "text_completion", "choices": [{"index": 0, "text": t, "finish_reason": None}]})
+        for t in ["", " a", " b"]
+    ]
+    r = parse_stream(
+        c + [ev({"choices": [{"index": 0, "text": "", "finish_reason": "length"}]}), DONE], [1, 2, 3, 4, 5]
+    )
     assert r.chunk_ns == [2, 3] and r.answer_text == " a b" and r.finish_reason == "length"
 
 

@@ -51,7 +51,10 @@ def test_ttft_and_itl_match_engine_timing_at_light_load(tmp_path: Path) -> None:
         expected_itl_ms,
     )
     run = json.loads((tmp_path / "o" / "run.json").read_text())
-    assert abs(run["metrics"]["latency_ms"]["itl"]["p50"] - expected_itl_ms) <= ITL_TOL_MS + REL_TOL * expected_itl_ms
+    assert (
+        abs(run["metrics"]["latency_ms"]["itl"]["p50"] - expected_itl_ms)
+        <= ITL_TOL_MS + REL_TOL * expected_itl_ms
+    )
 
     # Against the engine's ground truth (same monotonic clock on one host): what the client adds.
     added_first: list[float] = []

@@ -29,15 +29,25 @@ def test_fast_chat_count_equals_encoding_the_rendered_template() -> None:
     for i in range(200):
         msgs = [
             {"role": "system", "content": synth_text(rng.randint(0, 40), rng)},
-            {"role": "user", "content": synth_text(rng.randint(0, 600), rng) + rng.choice(["", "\n", " ok!\n\n", "  x"])},
+            {
+                "role": "user",
+                "content": synth_text(rng.randint(0, 600), rng) + rng.choice(["", "\n", " ok!\n\n", "  x"]),
+            },
         ][i % 2 :]
         rendered = tok.render_chat(msgs)
         assert tok.count_chat(msgs) == len(tok._enc.encode(rendered, allowed_special="all"))
 
 
 def test_requests_are_deterministic_and_hit_their_prompt_length(tmp_path: Path) -> None:
-    prof, _ = load_profile(str(write_profile(tmp_path / "p.yaml", system_prompt_tokens=40,
-                                             input_tokens={"dist": "uniform", "min": 100, "max": 3000})))
+    prof, _ = load_profile(
+        str(
+            write_profile(
+                tmp_path / "p.yaml",
+                system_prompt_tokens=40,
+                input_tokens={"dist": "uniform", "min": 100, "max": 3000},
+            )
+        )
+    )
     a, b = Workload(prof), Workload(prof)
     for i in range(50):
         ra, rb = a.request(i), b.request(i)
@@ -69,7 +79,9 @@ def test_shipped_profiles_validate() -> None:
 
 def test_profile_errors_name_file_key_and_fix(tmp_path: Path) -> None:
     p = tmp_path / "bad.yaml"
-    p.write_text("name: x\ninput_tokens: {dist: fixed, value: 10}\noutput_tokens: {dist: gamma, k: 2}\nload: {concurrency: 2, rate: 3}\nbogus: 1\n")
+    p.write_text(
+        "name: x\ninput_tokens: {dist: fixed, value: 10}\noutput_tokens: {dist: gamma, k: 2}\nload: {concurrency: 2, rate: 3}\nbogus: 1\n"
+    )
     with pytest.raises(ProfileError) as e:
         load_profile(str(p))
     msg = str(e.value)

@@ -19,29 +19,45 @@ def build_parser() -> argparse.ArgumentParser:
     sub = ap.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="run a headless load test and write run.json, records and report.html")
-    run.add_argument("--profile", default="interactive-chat", help="shipped profile name or YAML path (default: %(default)s)")
-    run.add_argument("--host", help="endpoint base URL, e.g. http://10.0.0.5:8000 (default: start the embedded engine)")
-    run.add_argument("--model", help="model name to request (default: the profile's, else the endpoint's first model)")
+    run.add_argument(
+        "--profile",
+        default="interactive-chat",
+        help="shipped profile name or YAML path (default: %(default)s)",
+    )
+    run.add_argument(
+        "--host", help="endpoint base URL, e.g. http://10.0.0.5:8000 (default: start the embedded engine)"
+    )
+    run.add_argument(
+        "--model", help="model name to request (default: the profile's, else the endpoint's first model)"
+    )
     run.add_argument(
         "--api-key-env",
         metavar="VAR",
         default=None,
         help="name of the environment variable holding the API key (default: OPENAI_API_KEY if set)",
     )
-    run.add_argument("--duration", help="how long to issue requests: 90, 90s, 5m, 1h (default: the profile's)")
+    run.add_argument(
+        "--duration", help="how long to issue requests: 90, 90s, 5m, 1h (default: the profile's)"
+    )
     load = run.add_mutually_exclusive_group()
     load.add_argument("--concurrency", type=int, metavar="N", help="closed loop: N concurrent streams")
     load.add_argument("--rate", type=float, metavar="R", help="open loop: R requests/s, Poisson arrivals")
     run.add_argument("--seed", type=int, help="workload and arrival seed (default: the profile's)")
     run.add_argument("--out", help="output folder (default: reports/<timestamp>-<profile>/)")
-    run.add_argument("--processes", type=int, default=1, metavar="N", help="Locust worker processes on this host")
+    run.add_argument(
+        "--processes", type=int, default=1, metavar="N", help="Locust worker processes on this host"
+    )
     run.add_argument("--connect-timeout", type=float, default=10.0, metavar="S")
-    run.add_argument("--read-timeout", type=float, default=300.0, metavar="S", help="longest silence within a response")
+    run.add_argument(
+        "--read-timeout", type=float, default=300.0, metavar="S", help="longest silence within a response"
+    )
     run.add_argument("--insecure", action="store_true", help="do not verify TLS certificates")
     eng = run.add_argument_group("embedded engine (only without --host)")
     eng.add_argument("--engine-gpu", default="H100", help="GPU preset (default: %(default)s)")
     eng.add_argument("--engine-model", default="llama-3.1-8b", help="model preset (default: %(default)s)")
-    eng.add_argument("--engine-speedup", type=float, default=1.0, help="run the engine clock this many times faster")
+    eng.add_argument(
+        "--engine-speedup", type=float, default=1.0, help="run the engine clock this many times faster"
+    )
 
     rep = sub.add_parser("report", help="rebuild report.html of a run folder from its run.json")
     rep.add_argument("run_dir")

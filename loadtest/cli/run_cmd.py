@@ -65,7 +65,9 @@ def _out_dir(args: argparse.Namespace, profile_name: str) -> Path:
 def _api_key_env(args: argparse.Namespace) -> str | None:
     if args.api_key_env:
         if not os.environ.get(args.api_key_env):
-            raise UsageError(f"--api-key-env {args.api_key_env}: that environment variable is not set or empty")
+            raise UsageError(
+                f"--api-key-env {args.api_key_env}: that environment variable is not set or empty"
+            )
         return args.api_key_env
     return "OPENAI_API_KEY" if os.environ.get("OPENAI_API_KEY") else None
 
@@ -113,9 +115,13 @@ def run_command(args: argparse.Namespace) -> int:
                 return _fail(f"embedded engine did not start: {e}", EXIT_COULD_NOT_RUN)
             host = sim.base_url
             engine_info = sim.stats().get("config")
-            print(f"embedded engine: {args.engine_model} on {args.engine_gpu} (speed-up {args.engine_speedup:g}x) at {host}")
+            print(
+                f"embedded engine: {args.engine_model} on {args.engine_gpu} (speed-up {args.engine_speedup:g}x) at {host}"
+            )
         try:
-            models = list_models(host, os.environ.get(key_env) if key_env else None, timeout=args.connect_timeout)
+            models = list_models(
+                host, os.environ.get(key_env) if key_env else None, timeout=args.connect_timeout
+            )
         except EndpointError as e:
             return _fail(str(e), EXIT_COULD_NOT_RUN)
         model = args.model or profile.model or (models[0] if models else None)
@@ -138,8 +144,14 @@ def run_command(args: argparse.Namespace) -> int:
             verify_tls=not args.insecure,
             embedded=engine_info is not None,
         )
-        load = f"{concurrency} concurrent streams (closed loop)" if rate is None else f"{rate:g} req/s {profile.load.arrival} (open loop)"
-        print(f"running {profile.name} for {duration:g}s: {load}, {args.processes} process(es), model {model}; writing {out}/")
+        load = (
+            f"{concurrency} concurrent streams (closed loop)"
+            if rate is None
+            else f"{rate:g} req/s {profile.load.arrival} (open loop)"
+        )
+        print(
+            f"running {profile.name} for {duration:g}s: {load}, {args.processes} process(es), model {model}; writing {out}/"
+        )
         from loadtest.locust import runtime
 
         try:
@@ -177,7 +189,9 @@ def _write_results(settings, profile, profile_path, outcome, models, engine_info
         "timeouts": {"connect_s": settings.connect_timeout, "read_s": settings.read_timeout},
     }
     endpoint = {"url": settings.host, "embedded": settings.embedded, "models": models, "engine": engine_info}
-    notes = [f"worker {w} was lost; its requests up to its last report are included" for w in outcome.workers_lost]
+    notes = [
+        f"worker {w} was lost; its requests up to its last report are included" for w in outcome.workers_lost
+    ]
     doc = build_run_document(
         run_id=settings.run_id,
         status=status,

@@ -17,7 +17,9 @@ def arrival_offsets(rate: float, seed: int, process: str = "poisson") -> Iterato
         t += rng.expovariate(rate) if process == "poisson" else 1.0 / rate
 
 
-def worker_share(rate: float, seed: int, worker: int, n_workers: int, process: str = "poisson") -> Iterator[tuple[int, float]]:
+def worker_share(
+    rate: float, seed: int, worker: int, n_workers: int, process: str = "poisson"
+) -> Iterator[tuple[int, float]]:
     """(global index, offset) of this worker's share: every ``n_workers``-th arrival of the one global schedule."""
     for i, t in enumerate(arrival_offsets(rate, seed, process)):
         if i % n_workers == worker:

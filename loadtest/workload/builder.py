@@ -24,13 +24,18 @@ class Workload:
         self.tokenizer = get_tokenizer(profile.tokenizer)
         rng = random.Random(f"{self.seed}:system")
         self.system_prompt = (
-            _SYSTEM_LEAD + synth_text(max(0, profile.system_prompt_tokens - self.tokenizer.count(_SYSTEM_LEAD)), rng)
+            _SYSTEM_LEAD
+            + synth_text(max(0, profile.system_prompt_tokens - self.tokenizer.count(_SYSTEM_LEAD)), rng)
             if profile.system_prompt_tokens
             else ""
         )
-        self._system_messages = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
+        self._system_messages = (
+            [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
+        )
         # Template and system-prompt tokens around the user's text (the same for every request).
-        self._chat_overhead = self.tokenizer.count_chat([*self._system_messages, {"role": "user", "content": ""}])
+        self._chat_overhead = self.tokenizer.count_chat(
+            [*self._system_messages, {"role": "user", "content": ""}]
+        )
 
     def request(self, index: int) -> PreparedRequest:
         p = self.profile

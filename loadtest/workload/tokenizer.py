@@ -28,9 +28,7 @@ class Tokenizer:
     def __init__(self, name: str = DEFAULT_TOKENIZER) -> None:
         key = TOKENIZER_ALIASES.get(name.lower())
         if key is None:
-            raise ValueError(
-                f"unknown tokenizer {name!r}; choose one of {sorted(set(TOKENIZER_ALIASES))}"
-            )
+            raise ValueError(f"unknown tokenizer {name!r}; choose one of {sorted(set(TOKENIZER_ALIASES))}")
         self.name = key
         self._enc = quicktok.get_encoding(key)
 
@@ -49,7 +47,9 @@ class Tokenizer:
         parts = ["<|begin_of_text|>"]
         for m in messages:
             content = _text_of(m.get("content"))
-            parts.append(f"<|start_header_id|>{m.get('role', 'user')}<|end_header_id|>\n\n{content}<|eot_id|>")
+            parts.append(
+                f"<|start_header_id|>{m.get('role', 'user')}<|end_header_id|>\n\n{content}<|eot_id|>"
+            )
         parts.append("<|start_header_id|>assistant<|end_header_id|>\n\n")
         return "".join(parts)
 
@@ -62,7 +62,11 @@ class Tokenizer:
         if self.name == "llama3":
             n = 1 + 2 + self.count("assistant") + self.count("\n\n")  # begin, final header
             for m in messages:
-                n += 3 + self.count(str(m.get("role", "user"))) + self.count("\n\n" + _text_of(m.get("content")))
+                n += (
+                    3
+                    + self.count(str(m.get("role", "user")))
+                    + self.count("\n\n" + _text_of(m.get("content")))
+                )
             return n
         # Other families: content tokens plus a fixed per-message overhead (OpenAI's cookbook rule).
         return 3 + sum(4 + self.count(_text_of(m.get("content"))) for m in messages)
