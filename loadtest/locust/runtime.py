@@ -232,7 +232,16 @@ def worker_main(settings: RunSettings, master_port: int) -> int:
     def on_finish(environment: Environment, msg, **_kw) -> None:  # noqa: ANN001
         gevent.spawn(finish, bool(msg.data["drain"]), float(msg.data["timeout"]))
 
+    def watch_master_process(parent: int) -> None:
+        while os.getppid() == parent:
+            gevent.sleep(1.0)
+        log.error("the master process is gone; worker %d stops", ctx.worker_index)
+        runner.stop()
+        ctx.close()
+        runner.greenlet.kill()
+
     env.events.report_to_master.add_listener(on_report)
     runner.register_message(MSG_FINISH, on_finish)
+    gevent.spawn(watch_master_process, os.getppid())
     runner.greenlet.join()
     return 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import signal
 import socket
 import sys
@@ -32,6 +33,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-num-batched-tokens", type=int, default=None)
     p.add_argument("--served-model-name", default=None)
     p.add_argument(
+        "--parent-pid",
+        type=int,
+        default=None,
+        help="exit when this process is gone (so an engine never outlives a killed load generator)",
+    )
+    p.add_argument(
         "--coarse-timer",
         action="store_true",
         help="use only the event loop's ~1 ms timers (no helper thread for precise step deadlines)",
@@ -57,7 +64,18 @@ def config_from_args(args: argparse.Namespace) -> EngineConfig:
     )
 
 
-async def serve(config: EngineConfig, host: str, port: int, truth_log: str | None) -> None:
+async def _watch_parent(parent_pid: int, stop: asyncio.Event) -> None:
+    """Set ``stop`` once the parent process has gone (we were re-parented)."""
+    while not stop.is_set():
+        if os.getppid() != parent_pid:
+            stop.set()
+            return
+        await asyncio.sleep(1.0)
+
+
+async def serve(
+    config: EngineConfig, host: str, port: int, truth_log: str | None, parent_pid: int | None = None
+) -> None:
     app = create_app(config, truth_log=truth_log)
     runner = web.AppRunner(app, access_log=None, handler_cancellation=True, shutdown_timeout=5.0)
     await runner.setup()
@@ -74,9 +92,12 @@ async def serve(config: EngineConfig, host: str, port: int, truth_log: str | Non
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    watcher = asyncio.create_task(_watch_parent(parent_pid, stop)) if parent_pid else None
     try:
         await stop.wait()
     finally:
+        if watcher is not None:
+            watcher.cancel()
         await runner.cleanup()
 
 
@@ -92,10 +113,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ImportError:
         uvloop = None
     if uvloop is not None:
-        uvloop.run(serve(config, args.host, args.port, args.truth_log))
+        uvloop.run(serve(config, args.host, args.port, args.truth_log, args.parent_pid))
     else:
         with contextlib.suppress(KeyboardInterrupt):
-            asyncio.run(serve(config, args.host, args.port, args.truth_log))
+            asyncio.run(serve(config, args.host, args.port, args.truth_log, args.parent_pid))
     return 0
 
 

@@ -57,6 +57,8 @@ class SimProcess:
             str(seed),
             "--tp",
             str(tp),
+            "--parent-pid",
+            str(os.getpid()),
         ]
         if truth_log is not None:
             self.args += ["--truth-log", str(truth_log)]
@@ -86,7 +88,13 @@ class SimProcess:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH")) if p)
         with self.stderr_path.open("ab") as err:
             self.proc = subprocess.Popen(
-                self.args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err, env=env
+                self.args,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=err,
+                env=env,
+                # Own session: a terminal Ctrl-C reaches the load generator, which stops the engine last.
+                start_new_session=True,
             )
         try:
             addr = self._read_listening_line()

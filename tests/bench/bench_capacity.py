@@ -6,7 +6,7 @@ monkey.patch_all()
 
 import argparse  # noqa: E402
 
-from harness import ServerProcess, check_complete, line, prepare_process, run_closed_loop  # noqa: E402
+from harness import ServerProcess, check_complete, line, prepare_process, print_cores, run_closed_loop  # noqa: E402
 
 BATCHED_TOKENS = 250
 PACED_TOKENS = 49
@@ -26,6 +26,7 @@ def bench_batched(concurrency: int, duration: float, warmup: float) -> None:
     line("capacity_batched_cpu_us_per_event", res.cpu_s / res.events * 1e6, "us", "{:.2f}")
     line("capacity_batched_client_cpu_util", res.cpu_util * 100, "%", "{:.1f}")
     line("capacity_batched_responses", res.ok, "responses")
+    print_cores("capacity_batched", res)
     line("target_capacity_batched_events_per_cpu_s", TARGET_BATCHED, "events/s")
 
 
@@ -48,7 +49,13 @@ def bench_paced(concurrency: int, duration: float, warmup: float) -> None:
     line("capacity_paced_responses_per_s", res.ok / res.wall_s, "responses/s", "{:.1f}")
     line("capacity_paced_cpu_us_per_event", res.cpu_s / res.events * 1e6, "us", "{:.2f}")
     line("capacity_paced_client_cpu_util", res.cpu_util * 100, "%", "{:.1f}")
-    line("capacity_paced_server_cpu_util", server["server_cpu_s"] / server["server_wall_s"] * 100, "%", "{:.1f}")
+    line(
+        "capacity_paced_server_cpu_util_run",
+        server["server_cpu_s"] / server["server_wall_s"] * 100,
+        "%",
+        "{:.1f}",
+    )
+    print_cores("capacity_paced", res)
     line("client_cpu_util", res.cpu_util * 100, "%", "{:.1f}")
     line("target_capacity_paced_events_per_cpu_s", TARGET_PACED, "events/s")
 

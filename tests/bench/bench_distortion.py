@@ -7,7 +7,15 @@ monkey.patch_all()
 import argparse  # noqa: E402
 
 import numpy as np  # noqa: E402
-from harness import LoadResult, ServerProcess, check_complete, line, prepare_process, run_closed_loop  # noqa: E402
+from harness import (  # noqa: E402
+    LoadResult,
+    ServerProcess,
+    check_complete,
+    line,
+    prepare_process,
+    print_cores,
+    run_closed_loop,
+)
 
 TOKENS = 49
 RESPONSE_S = 0.1 + TOKENS * 0.02  # TTFT + one gap per token: the ramp that spreads the streams' phases
@@ -15,7 +23,9 @@ TARGET_TTFT_P50_MS = 0.5
 TARGET_P99_MS = 2.0
 
 
-def run_level(srv: ServerProcess, concurrency: int, duration: float, warmup: float, tag: str) -> tuple[LoadResult, dict]:
+def run_level(
+    srv: ServerProcess, concurrency: int, duration: float, warmup: float, tag: str
+) -> tuple[LoadResult, dict]:
     srv.get_json("/truth")  # drop what earlier runs left on the server
     res = run_closed_loop(
         srv.base_url, concurrency, duration, warmup_s=warmup, ramp_s=RESPONSE_S, max_tokens=TOKENS, tag=tag
@@ -114,14 +124,17 @@ def report(label: str, res: LoadResult, truth: dict) -> None:
     line(f"{p}_server_gap_p99", pct(gaps, 99), "ms", "{:.2f}")
     line(f"{p}_server_timer_late_p50", pct(late, 50), "ms", "{:.3f}")
     line(f"{p}_server_timer_late_p99", pct(late, 99), "ms", "{:.3f}")
-    line(f"{p}_server_cpu", truth["server_cpu_s"] / truth["server_wall_s"] * 100, "%", "{:.1f}")
+    line(f"{p}_server_cpu_run", truth["server_cpu_s"] / truth["server_wall_s"] * 100, "%", "{:.1f}")
+    print_cores(p, res)
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--duration", type=float, default=6.0, help="measurement window per level, s")
     p.add_argument("--warmup", type=float, default=1.0, help="seconds after the ramp before the window opens")
-    p.add_argument("--c50", type=int, help="concurrency for ~50%% client CPU (skips calibration if both given)")
+    p.add_argument(
+        "--c50", type=int, help="concurrency for ~50%% client CPU (skips calibration if both given)"
+    )
     p.add_argument("--c80", type=int, help="concurrency for ~80%% client CPU")
     p.add_argument("--concurrency", type=int, default=50, help="calibration: first concurrency (doubles)")
     p.add_argument("--max-concurrency", type=int, default=3200, help="calibration: highest concurrency")

@@ -78,6 +78,23 @@ class ServerProcess:
         self.stop()
 
 
+def cpu_jiffies() -> dict[int, tuple[int, int]]:
+    """Per-CPU (busy, total) jiffies from /proc/stat: shows what else ran on the pinned cores."""
+    out: dict[int, tuple[int, int]] = {}
+    with open("/proc/stat") as f:
+        for row in f:
+            if row.startswith("cpu") and row[3].isdigit():
+                name, *vals = row.split()
+                v = [int(x) for x in vals[:8]]
+                idle = v[3] + v[4]
+                out[int(name[3:])] = (sum(v) - idle, sum(v))
+    return out
+
+
+def busy_share(a: dict[int, tuple[int, int]], b: dict[int, tuple[int, int]]) -> dict[int, float]:
+    return {c: (b[c][0] - a[c][0]) / max(1, b[c][1] - a[c][1]) for c in a if c in b}
+
+
 @dataclass
 class LoadResult:
     """One closed-loop run; counters and CPU time cover only the measurement window."""
@@ -88,6 +105,7 @@ class LoadResult:
     records: list[RequestRecord] = field(default_factory=list)  # finished inside the window
     outcomes: dict[str, int] = field(default_factory=dict)
     events: int = 0  # token-carrying content events counted by the client in ok records
+    core_busy: dict[int, float] = field(default_factory=dict)  # whole-core busy share in the window
 
     @property
     def cpu_util(self) -> float:
@@ -125,7 +143,9 @@ def run_closed_loop(
         k = 0
         try:
             while not stop:
-                req = PreparedRequest(f"{tag}-u{i}-{k}", "chat", body, prompt_tokens=12, requested_output_tokens=max_tokens)
+                req = PreparedRequest(
+                    f"{tag}-u{i}-{k}", "chat", body, prompt_tokens=12, requested_output_tokens=max_tokens
+                )
                 rec = client.send(req, perf_counter_ns(), time.time())
                 recorder.add(rec)
                 finished.append(rec)
@@ -135,9 +155,9 @@ def run_closed_loop(
 
     users = [gevent.spawn(user, i) for i in range(concurrency)]
     gevent.sleep(ramp_s + warmup_s)
-    n0, cpu0, t0 = len(finished), time.process_time(), perf_counter_ns()
+    n0, cpu0, t0, j0 = len(finished), time.process_time(), perf_counter_ns(), cpu_jiffies()
     gevent.sleep(measure_s)
-    n1, cpu1, t1 = len(finished), time.process_time(), perf_counter_ns()
+    n1, cpu1, t1, j1 = len(finished), time.process_time(), perf_counter_ns(), cpu_jiffies()
     stop = True
     gevent.joinall(users, timeout=30)
     gevent.killall([u for u in users if not u.dead])
@@ -149,7 +169,7 @@ def run_closed_loop(
         outcomes[rec.outcome] = outcomes.get(rec.outcome, 0) + 1
         if rec.outcome == "ok":
             events += len(rec.chunk_ns)
-    return LoadResult(concurrency, (t1 - t0) / 1e9, cpu1 - cpu0, window, outcomes, events)
+    return LoadResult(concurrency, (t1 - t0) / 1e9, cpu1 - cpu0, window, outcomes, events, busy_share(j0, j1))
 
 
 def check_complete(res: LoadResult, tokens: int, what: str) -> None:
@@ -165,6 +185,17 @@ def check_complete(res: LoadResult, tokens: int, what: str) -> None:
                 f"{rec.completion_tokens_client} tokens, expected {tokens}"
             )
     assert res.events == res.ok * tokens
+
+
+def print_cores(prefix: str, res: LoadResult) -> None:
+    """Busy share of the client and server cores in the window; client core minus client = other processes."""
+    busy = res.core_busy
+    if CLIENT_CPU in busy:
+        line(f"{prefix}_core{CLIENT_CPU}_busy", busy[CLIENT_CPU] * 100, "%", "{:.1f}")
+        other = max(0.0, busy[CLIENT_CPU] - res.cpu_util)
+        line(f"{prefix}_core{CLIENT_CPU}_other_processes", other * 100, "%", "{:.1f}")
+    if SERVER_CPU in busy:
+        line(f"{prefix}_core{SERVER_CPU}_busy", busy[SERVER_CPU] * 100, "%", "{:.1f}")
 
 
 def line(name: str, value: float | int | str, unit: str = "", fmt: str = "{:.0f}") -> None:

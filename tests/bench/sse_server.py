@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import resource
 import socket
@@ -31,7 +32,9 @@ def sse(obj: dict[str, Any]) -> bytes:
 
 def role_event() -> bytes:
     delta = {"role": "assistant", "content": ""}
-    return sse({**CHUNK_BASE, "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}]})
+    return sse(
+        {**CHUNK_BASE, "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}]}
+    )
 
 
 def content_event(i: int) -> bytes:
@@ -40,7 +43,9 @@ def content_event(i: int) -> bytes:
 
 
 def finish_event() -> bytes:
-    return sse({**CHUNK_BASE, "choices": [{"index": 0, "delta": {}, "logprobs": None, "finish_reason": "length"}]})
+    return sse(
+        {**CHUNK_BASE, "choices": [{"index": 0, "delta": {}, "logprobs": None, "finish_reason": "length"}]}
+    )
 
 
 def usage_event(n: int) -> bytes:
@@ -215,7 +220,9 @@ def main() -> None:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=0, help="0 = any free port (printed as 'READY <port>')")
     p.add_argument("--cpu", type=int, default=1, help="pin to this CPU (-1 = no pinning)")
-    p.add_argument("--tokens", type=int, default=None, help="content events per response (batched 250, paced 49)")
+    p.add_argument(
+        "--tokens", type=int, default=None, help="content events per response (batched 250, paced 49)"
+    )
     p.add_argument("--ttft-ms", type=float, default=100.0, help="paced: delay before the first token")
     p.add_argument("--itl-ms", type=float, default=20.0, help="paced: gap between tokens")
     args = p.parse_args()
@@ -225,10 +232,8 @@ def main() -> None:
         os.sched_setaffinity(0, {args.cpu})
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(serve(args))
-    except KeyboardInterrupt:
-        pass
 
 
 if __name__ == "__main__":
