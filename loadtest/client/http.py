@@ -1,24 +1,81 @@
 """A minimal gevent-native HTTP/1.1 client that timestamps every socket read (httptools parser).
 
-Per read the hot path takes one ``perf_counter_ns`` timestamp and appends the body bytes and that
-time; nothing else. Connections are kept alive and reused; a pooled connection the server has
-closed is detected before sending (no hidden retries).
+Per read the hot path waits on the socket's watcher, makes one ``recvmsg``, takes one timestamp
+and appends the bytes and that time; nothing else. On Linux the timestamp is the kernel's receive
+time of the data (SO_TIMESTAMPNS), converted to the ``perf_counter_ns`` clock, so time the
+generator spends busy elsewhere does not delay what it measures; elsewhere, and for TLS, it is
+``perf_counter_ns()`` at the read. Read and total timeouts are enforced by one watchdog greenlet per
+process, not by a timer per read. Connections are kept alive and reused; a pooled connection the
+server has closed is detected before sending (no hidden retries).
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import ssl as _ssl
+import struct
+import sys
+import time
+import weakref
 from dataclasses import dataclass, field
 from time import perf_counter_ns
 from urllib.parse import urlsplit
 
+import gevent
 import httptools
 from gevent import select as gselect
 from gevent import socket as gsocket
 from gevent import ssl as gssl
 
 RECV_SIZE = 256 * 1024
+# Kernel receive timestamps (Linux): SO_TIMESTAMPNS / SCM_TIMESTAMPNS = 35, a struct timespec.
+SO_TIMESTAMPNS = 35 if sys.platform.startswith("linux") else 0
+_ANC_SIZE = 64
+_unpack_timespec = struct.Struct("qq").unpack
+
+
+class _ClockMap:
+    """Maps CLOCK_REALTIME (kernel timestamps) onto the perf_counter_ns clock; refreshed every second."""
+
+    offset_ns = 0
+
+    @classmethod
+    def refresh(cls) -> None:
+        cls.offset_ns = time.time_ns() - perf_counter_ns()
+
+
+_ClockMap.refresh()
+WATCHDOG_PERIOD_S = 1.0  # timeouts are enforced to within a second
+_WATCHDOG_SLICE = 200  # connections checked between two yields, so a sweep never stalls the loop
+
+
+class _Watchdog:
+    """Closes connections whose response went silent too long or ran past its deadline (one greenlet)."""
+
+    def __init__(self) -> None:
+        self.active: weakref.WeakSet[Connection] = weakref.WeakSet()
+        self._greenlet: gevent.Greenlet | None = None
+
+    def watch(self, conn: Connection) -> None:
+        self.active.add(conn)
+        if self._greenlet is None or self._greenlet.dead:
+            self._greenlet = gevent.spawn(self._run)
+
+    def _run(self) -> None:
+        while self.active:
+            gevent.sleep(WATCHDOG_PERIOD_S)
+            _ClockMap.refresh()
+            now = perf_counter_ns()
+            for i, conn in enumerate(list(self.active)):
+                why = conn.overdue(now)
+                if why:
+                    conn.abort(why)
+                if i % _WATCHDOG_SLICE == _WATCHDOG_SLICE - 1:
+                    gevent.sleep(0)
+
+
+_watchdog = _Watchdog()
 
 
 class HttpFailure(Exception):
@@ -122,6 +179,32 @@ class Connection:
         self.connect_timeout = connect_timeout
         self.verify_tls = verify_tls
         self.sock: gsocket.socket | None = None
+        # Set while a request is in flight (read by the watchdog).
+        self._reader: _Reader | None = None
+        self._read_timeout_ns = 0
+        self._deadline_ns = 0
+        self._sent_ns = 0
+        self._aborted = ""
+
+    def overdue(self, now: int) -> str:
+        """Why the in-flight request should be given up, or "" if it is fine."""
+        reader = self._reader
+        if reader is None:
+            return ""
+        if self._deadline_ns and now > self._deadline_ns:
+            return "total timeout"
+        last = reader.now or self._sent_ns
+        if self._read_timeout_ns and now - last > self._read_timeout_ns:
+            return f"no data for {self._read_timeout_ns / 1e9:g}s"
+        return ""
+
+    def abort(self, why: str) -> None:
+        """Break the in-flight request from another greenlet: its recv returns and reports ``why``."""
+        self._aborted = why
+        sock = self.sock
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(gsocket.SHUT_RDWR)
 
     def close(self) -> None:
         if self.sock is not None:
@@ -133,11 +216,20 @@ class Connection:
     def _stale(self) -> bool:
         """A pooled idle connection that is readable has been closed (or poisoned) by the server."""
         assert self.sock is not None
-        try:
-            readable, _, _ = gselect.select([self.sock], [], [], 0)
-        except (OSError, ValueError):
+        sock = self.sock
+        if isinstance(sock, gssl.SSLSocket):
+            try:
+                readable, _, _ = gselect.select([sock], [], [], 0)
+            except (OSError, ValueError):
+                return True
+            return bool(readable)
+        try:  # one non-blocking peek on the OS socket: nothing to read means alive
+            sock._sock.recv(1, gsocket.MSG_PEEK)
+        except BlockingIOError:
+            return False
+        except OSError:
             return True
-        return bool(readable)
+        return True  # EOF, or bytes nobody asked for
 
     def _connect(self) -> None:
         ep = self.endpoint
@@ -150,6 +242,10 @@ class Connection:
         except OSError as e:
             raise HttpFailure("connect_error", f"cannot connect to {ep.origin}: {e.strerror or e}") from e
         sock.setsockopt(gsocket.IPPROTO_TCP, gsocket.TCP_NODELAY, 1)
+        sock.settimeout(None)  # blocking for gevent: waits on the watcher, no timer per read
+        if SO_TIMESTAMPNS:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(gsocket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
         if ep.scheme == "https":
             ctx = gssl.create_default_context()
             if not self.verify_tls:
@@ -183,26 +279,52 @@ class Connection:
         resp = Response()
         reader = _Reader(resp)
         feed = reader.parser.feed_data
+        tls = isinstance(sock, gssl.SSLSocket)
+        # Plain TCP: wait on gevent's watcher, then one recvmsg on the non-blocking OS socket,
+        # which also returns the kernel's receive timestamp. TLS: gevent's own recv.
+        recv = sock.recv if tls else None
+        recvmsg = None if tls else sock._sock.recvmsg
+        wait = None if tls else sock._wait
+        read_event = None if tls else sock._read_event
+        clock = _ClockMap
+        self._read_timeout_ns = int(read_timeout * 1e9)
+        self._deadline_ns = deadline_ns
+        self._aborted = ""
+        self._reader = reader
+        _watchdog.watch(self)
         try:
             t_sent = perf_counter_ns()
+            self._sent_ns = t_sent
             if on_sent is not None:
                 on_sent[0] = t_sent
             sock.sendall(raw_request)
-            sock.settimeout(read_timeout)
-            recv = sock.recv
             while not reader.done:
-                if deadline_ns and perf_counter_ns() > deadline_ns:
-                    raise TimeoutError("total timeout")
-                data = recv(RECV_SIZE)
-                reader.now = perf_counter_ns()
+                # Wait first: after a read the next bytes are rarely there yet, so this saves the
+                # recv that would fail with EAGAIN; when they are, the watcher fires at once.
+                if recvmsg is not None:
+                    wait(read_event)
+                    try:
+                        data, anc, _, _ = recvmsg(RECV_SIZE, _ANC_SIZE)
+                    except BlockingIOError:
+                        continue
+                    now = perf_counter_ns()
+                    if anc:
+                        sec, nsec = _unpack_timespec(anc[0][2])
+                        arrived = sec * 1_000_000_000 + nsec - clock.offset_ns
+                        if reader.now <= arrived < now:
+                            now = arrived
+                    reader.now = now
+                else:
+                    data = recv(RECV_SIZE)
+                    reader.now = perf_counter_ns()
+                if self._aborted:
+                    raise TimeoutError(self._aborted)
                 if not data:
                     self.close()
                     if resp.status == 0:
                         raise HttpFailure("connect_error", "server closed the connection without a response")
-                    if (
-                        not reader.parser.get_http_version()
-                        or "content-length" in resp.headers
-                        or (resp.headers.get("transfer-encoding", "").lower() == "chunked")
+                    if not reader.parser.get_http_version() or "content-length" in resp.headers or (
+                        resp.headers.get("transfer-encoding", "").lower() == "chunked"
                     ):
                         resp.broken = "connection closed before the response body ended"
                     else:  # body delimited by connection close
@@ -212,11 +334,18 @@ class Connection:
         except HttpFailure:
             self.close()
             raise
-        except TimeoutError as e:
+        except (TimeoutError, OSError) as e:
             self.close()
+            if self._aborted:  # the watchdog shut the socket: a timeout, whatever the OS said
+                if resp.status == 0:
+                    raise HttpFailure("timeout", f"no response: {self._aborted}") from e
+                resp.broken = f"timeout: {self._aborted}"
+                return resp
+            what = errno.errorcode.get(e.errno or 0, "") if e.errno else ""
+            msg = f"{e.strerror or e}{f' ({what})' if what else ''}"
             if resp.status == 0:
-                raise HttpFailure("timeout", f"no response within {read_timeout:g}s ({e})") from e
-            resp.broken = "timeout"
+                raise HttpFailure("connect_error", f"connection failed before a response: {msg}") from e
+            resp.broken = f"connection broke mid-response: {msg}"
             return resp
         except httptools.HttpParserError as e:
             self.close()
@@ -224,14 +353,8 @@ class Connection:
                 raise HttpFailure("protocol_error", f"not an HTTP response: {e}") from e
             resp.broken = f"malformed HTTP body: {e}"
             return resp
-        except OSError as e:
-            self.close()
-            what = errno.errorcode.get(e.errno or 0, "") if e.errno else ""
-            msg = f"{e.strerror or e}{f' ({what})' if what else ''}"
-            if resp.status == 0:
-                raise HttpFailure("connect_error", f"connection failed before a response: {msg}") from e
-            resp.broken = f"connection broke mid-response: {msg}"
-            return resp
+        finally:
+            self._reader = None
         if not reader.keep_alive:
             self.close()
         return resp

@@ -13,36 +13,36 @@ import msgspec
 import numpy as np
 
 
-class _Delta(msgspec.Struct):
+class _Delta(msgspec.Struct, gc=False):
     content: str | None = None
     reasoning_content: str | None = None
     reasoning: str | None = None
     tool_calls: list[dict] | None = None
 
 
-class _Choice(msgspec.Struct):
+class _Choice(msgspec.Struct, gc=False):
     delta: _Delta | None = None
     text: str | None = None
     finish_reason: str | None = None
 
 
-class _Usage(msgspec.Struct):
+class _Usage(msgspec.Struct, gc=False):
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     prompt_tokens_details: dict | None = None
     completion_tokens_details: dict | None = None
 
 
-class _Chunk(msgspec.Struct):
+class _Chunk(msgspec.Struct, gc=False):
     choices: list[_Choice] | None = None
     usage: _Usage | None = None
     error: dict | str | None = None
-    object: str | None = None
-    message: str | None = None
+    message: str | None = None  # vLLM-style {"object": "error", "message": ...}
 
 
 _bulk_decoder = msgspec.json.Decoder(list[_Chunk])
 _one_decoder = msgspec.json.Decoder(_Chunk)
+_line_decoder = _one_decoder
 
 
 @dataclass(slots=True)
@@ -98,14 +98,10 @@ def _data_of(event: bytes) -> bytes | None:
     return b"\n".join(data) if data else None
 
 
-def parse_stream(chunks: list[bytes], times: list[int]) -> StreamResult:
-    """Parse the reads of one SSE response body; ``times[i]`` is when ``chunks[i]`` arrived."""
-    res = StreamResult()
-    if not chunks:
-        return res
-    if any(b"\r" in c for c in chunks):
-        chunks = _normalize_newlines(chunks)
-    buf = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+def _general_split(
+    res: StreamResult, chunks: list[bytes], times: list[int], buf: bytes
+) -> tuple[list[_Chunk | None], list[int]]:
+    """Any valid SSE: comments, multi-line data, other fields, an unterminated last event, bad JSON."""
     parts = buf.split(b"\n\n")
     tail = parts.pop()  # bytes after the last blank line: an event that never ended
     if tail.strip():
@@ -116,10 +112,9 @@ def parse_stream(chunks: list[bytes], times: list[int]) -> StreamResult:
         ev_times = [times[0]] * len(parts)
     else:
         ends = np.cumsum(np.fromiter((len(p) + 2 for p in parts), dtype=np.int64, count=len(parts))) - 1
-        chunk_ends = np.cumsum(np.fromiter((len(c) for c in chunks), dtype=np.int64, count=len(chunks)))
+        chunk_ends = np.cumsum(np.fromiter(map(len, chunks), dtype=np.int64, count=len(chunks)))
         idx = np.minimum(np.searchsorted(chunk_ends, ends, side="right"), len(chunks) - 1)
         ev_times = np.asarray(times, dtype=np.int64)[idx].tolist()
-
     payloads: list[bytes] = []
     payload_times: list[int] = []
     for part, t in zip(parts, ev_times, strict=True):
@@ -131,9 +126,8 @@ def parse_stream(chunks: list[bytes], times: list[int]) -> StreamResult:
             continue
         payloads.append(data)
         payload_times.append(t)
-    res.events = len(payloads)
     if not payloads:
-        return res
+        return [], []
     try:
         decoded: list[_Chunk | None] = list(_bulk_decoder.decode(b"[" + b",".join(payloads) + b"]"))
     except (msgspec.DecodeError, msgspec.ValidationError):
@@ -144,58 +138,126 @@ def parse_stream(chunks: list[bytes], times: list[int]) -> StreamResult:
             except (msgspec.DecodeError, msgspec.ValidationError):
                 decoded.append(None)
                 res.malformed += 1
-    if res.incomplete_tail and decoded[-1] is None:
-        # A JSON event cut by the end of the stream is truncation, not a malformed server.
-        res.malformed -= 1
+        if res.incomplete_tail and decoded[-1] is None:
+            # A JSON event cut by the end of the stream is truncation, not a malformed server.
+            res.malformed -= 1
+    return decoded, payload_times
 
+
+_DONE_EVENT = b"data: [DONE]\n\n"
+_PREFIX = b"data: "
+_BLANK_PREFIX = b"      "  # same length as the prefix, so byte offsets do not move
+
+
+def _fast_split(buf: bytes) -> tuple[list[_Chunk], np.ndarray, bool] | None:
+    """The common shape, in a few C-speed passes: every event one ``data: `` line, LF endings.
+
+    The ``data: `` prefixes are blanked (same length, so offsets hold) and the payloads decoded as
+    JSON lines in one call. Returns the decoded events, the byte offset where each event ends and
+    whether [DONE] ended the stream; None for any other shape (the general path handles it).
+    """
+    saw_done = buf.endswith(_DONE_EVENT)
+    size = len(buf) - len(_DONE_EVENT) if saw_done else len(buf)
+    if size <= 0 or not buf.startswith(_PREFIX):
+        return None
+    newlines = np.flatnonzero(np.frombuffer(buf, dtype=np.uint8, count=size) == 10)
+    n_events = len(newlines) // 2
+    # Every newline is half of an event terminator: one line per event, nothing unterminated.
+    if n_events == 0 or len(newlines) != 2 * n_events or newlines[-1] != size - 1:
+        return None
+    ends = newlines[1::2]
+    if not np.array_equal(newlines[0::2] + 1, ends):
+        return None
+    # One "data: " per event and none inside a payload (blanking one there would alter the text).
+    if buf.count(_PREFIX, 0, size) != n_events:
+        return None
+    try:
+        decoded = _line_decoder.decode_lines(memoryview(buf.replace(_PREFIX, _BLANK_PREFIX))[:size])
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None  # a comment, another field or bad JSON: let the general path say which
+    return decoded, ends, saw_done
+
+
+def parse_stream(chunks: list[bytes], times: list[int]) -> StreamResult:
+    """Parse the reads of one SSE response body; ``times[i]`` is when ``chunks[i]`` arrived."""
+    res = StreamResult()
+    if not chunks:
+        return res
+    if any(b"\r" in c for c in chunks):
+        chunks = _normalize_newlines(chunks)
+    buf = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    fast = _fast_split(buf)
+    if fast is not None:
+        decoded, ends, res.saw_done = fast
+        if len(chunks) == 1:
+            payload_times = [times[0]] * len(decoded)
+        else:
+            chunk_ends = np.cumsum(np.fromiter(map(len, chunks), dtype=np.int64, count=len(chunks)))
+            idx = np.searchsorted(chunk_ends, ends, side="right")
+            payload_times = np.asarray(times, dtype=np.int64)[idx].tolist()
+    else:
+        decoded, payload_times = _general_split(res, chunks, times, buf)
+    res.events = len(decoded)
+    if not decoded:
+        return res
     answer: list[str] = []
     reasoning: list[str] = []
     tools: list[str] = []
-    chunk_ns = res.chunk_ns
+    add_answer = answer.append
+    add_time = res.chunk_ns.append
+    first_answer = 0
     for ch, t in zip(decoded, payload_times, strict=True):
         if ch is None:
             continue
-        if ch.error is not None or ch.object == "error":
+        choices = ch.choices
+        if choices:
+            token = False
+            for c in choices:
+                d = c.delta
+                if d is not None:
+                    content = d.content
+                    if content:
+                        add_answer(content)
+                        token = True
+                        if not first_answer:
+                            first_answer = t
+                    if d.reasoning_content or d.reasoning or d.tool_calls:
+                        token = _reasoning_and_tools(d, reasoning, tools) or token
+                elif c.text:
+                    add_answer(c.text)
+                    token = True
+                    if not first_answer:
+                        first_answer = t
+                if c.finish_reason is not None:
+                    res.finish_reason = c.finish_reason
+            if token:
+                add_time(t)
+        if ch.usage is not None:
+            res.usage = ch.usage
+        if ch.error is not None or (ch.message is not None and choices is None):
             err = ch.error
             msg = err.get("message", str(err)) if isinstance(err, dict) else str(err or ch.message or "")
             res.error = res.error or (msg or "error frame")
-            continue
-        if ch.usage is not None:
-            res.usage = ch.usage
-        if not ch.choices:
-            continue
-        token = False
-        for c in ch.choices:
-            d = c.delta
-            if d is not None:
-                if d.content:
-                    answer.append(d.content)
-                    token = True
-                    if not res.first_answer_ns:
-                        res.first_answer_ns = t
-                r = d.reasoning_content or d.reasoning
-                if r:
-                    reasoning.append(r)
-                    token = True
-                if d.tool_calls:
-                    for tc in d.tool_calls:
-                        fn = tc.get("function") or {}
-                        frag = (fn.get("name") or "") + (fn.get("arguments") or "")
-                        if frag:
-                            tools.append(frag)
-                            token = True
-            elif c.text:
-                answer.append(c.text)
-                token = True
-                if not res.first_answer_ns:
-                    res.first_answer_ns = t
-            if c.finish_reason is not None:
-                res.finish_reason = c.finish_reason
-        if token:
-            chunk_ns.append(t)
-    if chunk_ns:
-        res.first_token_ns = chunk_ns[0]
+    if res.chunk_ns:
+        res.first_token_ns = res.chunk_ns[0]
+    res.first_answer_ns = first_answer
     res.answer_text = "".join(answer)
     res.reasoning_text = "".join(reasoning)
     res.tool_text = "".join(tools)
     return res
+
+
+def _reasoning_and_tools(d: _Delta, reasoning: list[str], tools: list[str]) -> bool:
+    """Collect reasoning text and tool-call fragments of one delta; True if any was non-empty."""
+    token = False
+    r = d.reasoning_content or d.reasoning
+    if r:
+        reasoning.append(r)
+        token = True
+    for tc in d.tool_calls or ():
+        fn = tc.get("function") or {}
+        frag = (fn.get("name") or "") + (fn.get("arguments") or "")
+        if frag:
+            tools.append(frag)
+            token = True
+    return token

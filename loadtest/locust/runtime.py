@@ -21,6 +21,7 @@ from gevent.event import Event
 from locust.env import Environment
 from locust.runners import MasterRunner, WorkerRunner
 
+from loadtest.client.gc_tuning import tune_gc
 from loadtest.locust.context import RunContext
 from loadtest.locust.settings import RunSettings
 from loadtest.locust.users import ClosedLoopUser, OpenLoopUser
@@ -89,6 +90,7 @@ def run_local(settings: RunSettings) -> RunOutcome:
     stopper.install()
     runner = env.create_local_runner()
     n = user_count(settings)
+    tune_gc()
     started = time.time()
     runner.start(n, spawn_rate=max(100.0, n * 10.0))
     stopper.event.wait(timeout=settings.duration_s)
@@ -243,5 +245,6 @@ def worker_main(settings: RunSettings, master_port: int) -> int:
     env.events.report_to_master.add_listener(on_report)
     runner.register_message(MSG_FINISH, on_finish)
     gevent.spawn(watch_master_process, os.getppid())
+    tune_gc()
     runner.greenlet.join()
     return 0

@@ -29,7 +29,7 @@ HIST_HIGHEST = {**{n: hdr.HIGHEST_US for n in LATENCY_METRICS}, "output_tps": 10
 # output tokens by the second their chunks arrived in.
 SERIES_COLUMNS = ("completed", "ok", "errors", "output_tokens", "input_tokens")
 MAX_ERROR_SAMPLES = 5
-_ITL_FLUSH = 65536
+_FLUSH_AT = 65536
 
 
 class Aggregate:
@@ -91,11 +91,19 @@ class Recorder:
     """Turns finished records into metrics, kept twice: the running total and the delta since the last report."""
 
     def __init__(self) -> None:
-        self.total = Aggregate()
+        self._total = Aggregate()
         self.delta = Aggregate()
-        self._both = (self.total, self.delta)
+        self._both = (self._total, self.delta)
+        # Values wait here and are recorded in bulk (HdrHistogram's record_value is pure Python).
+        self._pending: dict[str, list[int]] = {name: [] for name in HIST_HIGHEST}
         self._itl_pending: list[np.ndarray] = []
-        self._itl_pending_n = 0
+        self._pending_n = 0
+
+    @property
+    def total(self) -> Aggregate:
+        """Everything recorded so far (pending values flushed first)."""
+        self.flush()
+        return self._total
 
     def add(self, rec: RequestRecord) -> None:
         """Account one finished request (called once per request, off the per-read path)."""
@@ -124,7 +132,7 @@ class Recorder:
                 if len(rec.chunk_ns) > 1:
                     gaps = np.diff(np.asarray(rec.chunk_ns, dtype=np.int64)) // 1000
                     self._itl_pending.append(gaps)
-                    self._itl_pending_n += gaps.size
+                    self._pending_n += gaps.size
             inc = {
                 "output_tokens": n_out,
                 "input_tokens": rec.prompt_tokens_client,
@@ -153,9 +161,11 @@ class Recorder:
             else:
                 row[2] += 1
                 agg.add_error_sample(rec.outcome, rec.error)
-            for name, v in values:
-                hdr.record(agg.hists[name], v)
-        if self._itl_pending_n >= _ITL_FLUSH:
+        pending = self._pending
+        for name, v in values:
+            pending[name].append(v)
+        self._pending_n += len(values)
+        if self._pending_n >= _FLUSH_AT:
             self.flush()
 
     @staticmethod
@@ -175,19 +185,24 @@ class Recorder:
         return list(zip(uniq.tolist(), per_sec.tolist(), strict=True))
 
     def flush(self) -> None:
-        """Record pending inter-token gaps in bulk (vectorized)."""
-        if not self._itl_pending:
+        """Record every pending value in bulk (vectorized), into the total and the delta."""
+        if not self._pending_n:
             return
-        gaps = np.concatenate(self._itl_pending)
-        self._itl_pending.clear()
-        self._itl_pending_n = 0
-        for agg in self._both:
-            hdr.record_many(agg.hists["itl"], gaps)
+        if self._itl_pending:
+            self._pending["itl"].extend(np.concatenate(self._itl_pending).tolist())
+            self._itl_pending.clear()
+        for name, values in self._pending.items():
+            if values:
+                arr = np.asarray(values, dtype=np.int64)
+                for agg in self._both:
+                    hdr.record_many(agg.hists[name], arr)
+                values.clear()
+        self._pending_n = 0
 
     def take_delta(self) -> dict[str, Any]:
         """Everything recorded since the last call, in wire form; starts a new delta."""
         self.flush()
         wire = self.delta.to_wire()
         self.delta = Aggregate()
-        self._both = (self.total, self.delta)
+        self._both = (self._total, self.delta)
         return wire

@@ -5,20 +5,25 @@ from __future__ import annotations
 import http.client
 import os
 import resource
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
+from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
 from time import perf_counter_ns
-from typing import Any
+from typing import Any, NamedTuple
 
 import gevent
 import msgspec
 
+from loadtest.client.gc_tuning import tune_gc
 from loadtest.client.openai import OpenAIClient, PreparedRequest
 from loadtest.client.record import RequestRecord
 from loadtest.metrics.recorder import Recorder
+from loadtest.results.record_log import RecordLog
 from loadtest.workload.tokenizer import get_tokenizer
 
 HERE = Path(__file__).resolve().parent
@@ -95,6 +100,31 @@ def busy_share(a: dict[int, tuple[int, int]], b: dict[int, tuple[int, int]]) -> 
     return {c: (b[c][0] - a[c][0]) / max(1, b[c][1] - a[c][1]) for c in a if c in b}
 
 
+class Finished(NamedTuple):
+    """What a benchmark keeps of a finished request: only atomic values, so the collector skips it
+    (a production run keeps nothing per request in memory; records go to the record log)."""
+
+    request_id: str
+    outcome: str
+    error: str
+    sent_ns: int
+    first_token_ns: int
+    chunk_ns: array
+    completion_tokens_client: int
+
+    @classmethod
+    def of(cls, rec: RequestRecord) -> Finished:
+        return cls(
+            rec.request_id,
+            rec.outcome,
+            rec.error,
+            rec.sent_ns,
+            rec.first_token_ns,
+            array("q", rec.chunk_ns),
+            rec.completion_tokens_client,
+        )
+
+
 @dataclass
 class LoadResult:
     """One closed-loop run; counters and CPU time cover only the measurement window."""
@@ -102,7 +132,7 @@ class LoadResult:
     concurrency: int
     wall_s: float
     cpu_s: float
-    records: list[RequestRecord] = field(default_factory=list)  # finished inside the window
+    records: list[Finished] = field(default_factory=list)  # finished inside the window
     outcomes: dict[str, int] = field(default_factory=dict)
     events: int = 0  # token-carrying content events counted by the client in ok records
     core_busy: dict[int, float] = field(default_factory=dict)  # whole-core busy share in the window
@@ -132,7 +162,9 @@ def run_closed_loop(
     """
     tokenizer = get_tokenizer("llama3")
     recorder = Recorder()
-    finished: list[RequestRecord] = []
+    # As in a real run: every finished request is also written to a record log.
+    log = RecordLog(Path(tempfile.mkdtemp(prefix="loadtest-bench-")) / "records.jsonl")
+    finished: list[Finished] = []
     stop = False
     body = {"messages": [{"role": "user", "content": "Tell me a long story."}], "max_tokens": max_tokens}
 
@@ -148,11 +180,13 @@ def run_closed_loop(
                 )
                 rec = client.send(req, perf_counter_ns(), time.time())
                 recorder.add(rec)
-                finished.append(rec)
+                log.write(rec)
+                finished.append(Finished.of(rec))
                 k += 1
         finally:
             client.close()
 
+    tune_gc()  # what the run runtime does before starting users
     users = [gevent.spawn(user, i) for i in range(concurrency)]
     gevent.sleep(ramp_s + warmup_s)
     n0, cpu0, t0, j0 = len(finished), time.process_time(), perf_counter_ns(), cpu_jiffies()
@@ -162,6 +196,8 @@ def run_closed_loop(
     gevent.joinall(users, timeout=30)
     gevent.killall([u for u in users if not u.dead])
     recorder.flush()
+    log.close()
+    shutil.rmtree(log.path.parent, ignore_errors=True)
     window = finished[n0:n1]
     outcomes: dict[str, int] = {}
     events = 0
