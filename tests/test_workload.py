@@ -87,3 +87,16 @@ def test_profile_errors_name_file_key_and_fix(tmp_path: Path) -> None:
     msg = str(e.value)
     assert str(p) in msg and "output_tokens" in msg and "bogus" in msg and "load" in msg
     assert "docs/profiles.md" in msg
+
+
+def test_chat_token_ids_equal_encoding_the_rendered_template() -> None:
+    tok = get_tokenizer("llama3")
+    rng = random.Random(4)
+    for _ in range(50):
+        msgs = [
+            {"role": "system", "content": synth_text(rng.randint(0, 30), rng)},
+            {"role": "user", "content": synth_text(rng.randint(1, 300), rng) + " end\n"},
+        ]
+        ids = tok.encode_chat(msgs)
+        assert ids == list(tok._enc.encode(tok.render_chat(msgs), allowed_special="all"))
+        assert len(ids) == tok.count_chat(msgs)

@@ -53,6 +53,25 @@ class Tokenizer:
         parts.append("<|start_header_id|>assistant<|end_header_id|>\n\n")
         return "".join(parts)
 
+    def encode_chat(self, messages: Sequence[dict[str, Any]]) -> list[int]:
+        """Token ids of the templated chat prompt (Llama-3 template; others: contents joined by newlines)."""
+        if self.name != "llama3":
+            return self.encode("\n".join(_text_of(m.get("content")) for m in messages))
+        enc = self._enc
+        special = enc.encode_single_token
+        begin, start, end, eot = (
+            special(t) for t in ("<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>")
+        )
+        ids = [begin]
+        for m in messages:
+            ids.append(start)
+            ids += enc.encode_ordinary(str(m.get("role", "user")))
+            ids.append(end)
+            ids += enc.encode_ordinary("\n\n" + _text_of(m.get("content")))
+            ids.append(eot)
+        ids += [start, *enc.encode_ordinary("assistant"), end, *enc.encode_ordinary("\n\n")]
+        return ids
+
     def count_chat(self, messages: Sequence[dict[str, Any]]) -> int:
         """Prompt tokens of a chat request: the templated prompt, special tokens included.
 
