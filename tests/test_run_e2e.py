@@ -220,3 +220,39 @@ def test_api_key_never_written(tmp_path: Path, small_profile: Path) -> None:
     for f in (tmp_path / "o").iterdir():
         assert secret not in f.read_text(errors="replace"), f
     assert json.loads((tmp_path / "o" / "run.json").read_text())["config"]["api_key_env"] == env_name
+
+
+def test_unknown_engine_preset_is_one_clear_line(tmp_path: Path, small_profile: Path) -> None:
+    res = run_cli(
+        ["run", "--profile", str(small_profile), "--engine-gpu", "X999", "--out", str(tmp_path / "o")]
+    )
+    assert res.returncode == 2
+    assert res.stderr.strip().count("\n") == 0 and "unknown GPU 'X999'" in res.stderr
+
+
+def test_serve_sim_runs_standalone_for_any_client(tmp_path: Path) -> None:
+    import urllib.request
+
+    proc = subprocess.Popen(
+        CLI + ["serve", "sim", "--port", "0", "--speedup", "20"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("LOADTEST_SIM_LISTENING 127.0.0.1:"), line
+        port = int(line.rsplit(":", 1)[1])
+        body = json.dumps({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 5}).encode()
+        req = urllib.request.Request(
+            f"http://127.0.0.1:{port}/v1/chat/completions",
+            data=body,
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            answer = json.loads(resp.read())
+        assert answer["usage"]["completion_tokens"] <= 5
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=10)
+    assert proc.returncode == 0

@@ -1,13 +1,12 @@
 """The ``loadtest`` command line: subcommands and their arguments."""
 
-from gevent import monkey
+import argparse
+import sys
 
-monkey.patch_all()  # before anything imports ssl, socket or threading: the run engine is gevent-based
+from loadtest import __version__
 
-import argparse  # noqa: E402
-import sys  # noqa: E402
-
-from loadtest import __version__  # noqa: E402
+# Commands that run Locust: gevent must patch the process before ssl, socket or threading are used.
+GEVENT_COMMANDS = {"run"}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -53,19 +52,38 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--insecure", action="store_true", help="do not verify TLS certificates")
     eng = run.add_argument_group("embedded engine (only without --host)")
-    eng.add_argument("--engine-gpu", default="H100", help="GPU preset (default: %(default)s)")
-    eng.add_argument("--engine-model", default="llama-3.1-8b", help="model preset (default: %(default)s)")
+    eng.add_argument("--engine-gpu", help="GPU preset (default: the profile's engine.gpu, else H100)")
+    eng.add_argument(
+        "--engine-model", help="model preset (default: the profile's engine.model, else llama-3.1-8b)"
+    )
+    eng.add_argument(
+        "--engine-tp", type=int, help="tensor-parallel GPUs (default: the profile's engine.tp, else 1)"
+    )
     eng.add_argument(
         "--engine-speedup", type=float, default=1.0, help="run the engine clock this many times faster"
     )
 
     rep = sub.add_parser("report", help="rebuild report.html of a run folder from its run.json")
     rep.add_argument("run_dir")
+
+    serve = sub.add_parser("serve", help="run a server standalone (the embedded engine: `serve sim`)")
+    serve.add_argument("engine", choices=["sim"], help="which server")
+    serve.add_argument(
+        "sim_args", nargs=argparse.REMAINDER, help="options of `python -m loadtest.sim` (--help)"
+    )
     return ap
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command in GEVENT_COMMANDS:
+        from gevent import monkey
+
+        monkey.patch_all()
+    if args.command == "serve":
+        from loadtest.sim.__main__ import main as sim_main
+
+        return sim_main(args.sim_args)
     if args.command == "run":
         from loadtest.cli.run_cmd import run_command
 

@@ -101,11 +101,25 @@ def run_command(args: argparse.Namespace) -> int:
         if not host:
             from loadtest.sim import SimProcess
 
+            gpu = args.engine_gpu or profile.engine.gpu
+            engine_model = args.engine_model or profile.engine.model
+            tp = args.engine_tp or profile.engine.tp
+            from loadtest.sim.presets import get_gpu, get_model
+
+            try:
+                get_gpu(gpu)
+                get_model(engine_model)
+            except ValueError as e:
+                return _fail(
+                    f"embedded engine preset: {e} (--engine-gpu, --engine-model, or the profile's engine)",
+                    EXIT_USAGE,
+                )
             try:
                 sim = stack.enter_context(
                     SimProcess(
-                        gpu=args.engine_gpu,
-                        model=args.engine_model,
+                        gpu=gpu,
+                        model=engine_model,
+                        tp=tp,
                         speedup=args.engine_speedup,
                         seed=seed,
                         stderr_path=out / "engine.log",
@@ -115,9 +129,8 @@ def run_command(args: argparse.Namespace) -> int:
                 return _fail(f"embedded engine did not start: {e}", EXIT_COULD_NOT_RUN)
             host = sim.base_url
             engine_info = sim.stats().get("config")
-            print(
-                f"embedded engine: {args.engine_model} on {args.engine_gpu} (speed-up {args.engine_speedup:g}x) at {host}"
-            )
+            gpus = f"{tp}×{gpu}" if tp > 1 else gpu
+            print(f"embedded engine: {engine_model} on {gpus} (speed-up {args.engine_speedup:g}x) at {host}")
         try:
             models = list_models(
                 host, os.environ.get(key_env) if key_env else None, timeout=args.connect_timeout

@@ -61,6 +61,14 @@ class Load(_Strict):
         return self
 
 
+class EngineSpec(_Strict):
+    """The embedded engine's preset when the run has no --host (names as in `loadtest serve sim --help`)."""
+
+    gpu: str = "H100"
+    model: str = "llama-3.1-8b"
+    tp: int = Field(default=1, ge=1)
+
+
 class Profile(_Strict):
     """One traffic profile (docs/profiles.md documents every field)."""
 
@@ -77,3 +85,4 @@ class Profile(_Strict):
     load: Load = Field(default_factory=lambda: Load(concurrency=8))
     duration_s: float = Field(default=30.0, gt=0)
     seed: int = 0
+    engine: EngineSpec = Field(default_factory=EngineSpec)
