@@ -11,11 +11,15 @@ import socket
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from loadtest.client.preflight import EndpointError, list_models
+
+if TYPE_CHECKING:
+    from loadtest.locust.runtime import RunOutcome
 from loadtest.locust.settings import RunSettings
 from loadtest.profile.loader import ProfileError, load_profile
+from loadtest.profile.schema import Profile
 from loadtest.workload.builder import Workload
 
 EXIT_OK = 0
@@ -178,7 +182,15 @@ def run_command(args: argparse.Namespace) -> int:
     return EXIT_COULD_NOT_RUN  # pragma: no cover
 
 
-def _write_results(settings, profile, profile_path, outcome, models, engine_info, out: Path) -> int:  # noqa: ANN001
+def _write_results(
+    settings: RunSettings,
+    profile: Profile,
+    profile_path: Path,
+    outcome: RunOutcome,
+    models: list[str],
+    engine_info: dict[str, Any] | None,
+    out: Path,
+) -> int:
     from loadtest.report import format_summary, render_run_report
     from loadtest.results.run_json import build_run_document, write_run_json
 

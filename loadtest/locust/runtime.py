@@ -15,10 +15,12 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import gevent
 from gevent.event import Event
 from locust.env import Environment
+from locust.rpc import Message
 from locust.runners import MasterRunner, WorkerRunner
 
 from loadtest.client.gc_tuning import tune_gc
@@ -121,7 +123,7 @@ def run_master(settings: RunSettings, master_port: int) -> RunOutcome:
         if delta:
             total.merge_wire(delta)
 
-    def on_final(environment: Environment, msg, **_kw) -> None:  # noqa: ANN001
+    def on_final(environment: Environment, msg: Message, **_kw: Any) -> None:
         data = msg.data
         total.merge_wire(data["delta"])
         finals[int(data["index"])] = data
@@ -231,7 +233,7 @@ def worker_main(settings: RunSettings, master_port: int) -> int:
             {"index": ctx.worker_index, "delta": ctx.recorder.take_delta(), "records": ctx.log.count},
         )
 
-    def on_finish(environment: Environment, msg, **_kw) -> None:  # noqa: ANN001
+    def on_finish(environment: Environment, msg: Message, **_kw: Any) -> None:
         gevent.spawn(finish, bool(msg.data["drain"]), float(msg.data["timeout"]))
 
     def watch_master_process(parent: int) -> None:
