@@ -7,10 +7,14 @@ import contextlib
 import math
 import random
 import time
+from collections import deque
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from loadtest.sim.clock import step_time_s
+from loadtest.sim.kv import KvManager
+from loadtest.sim.memory import block_size, kv_capacity_blocks
 from loadtest.sim.presets import EngineConfig
 from loadtest.sim.request import SHUTDOWN, SimRequest
 from loadtest.sim.scheduler import Scheduler
@@ -26,13 +30,27 @@ def _sleep_until_blocking(deadline: float) -> None:
 
 @dataclass
 class EngineCounters:
-    """Engine-side totals (for stats and, later, a /metrics endpoint)."""
+    """Engine-side totals (for stats and the /metrics endpoint)."""
 
     steps: int = 0
     scheduled_tokens: int = 0
     generated_tokens: int = 0
     busy_engine_s: float = 0.0  # modelled engine seconds, before speedup
     late_steps: int = 0  # steps that started behind their deadline and were re-anchored
+    preemptions: int = 0  # vllm:num_preemptions
+    prefix_queries: int = 0  # vllm:prefix_cache_queries (prompt tokens looked up at first scheduling)
+    prefix_hits: int = 0  # vllm:prefix_cache_hits (of those, tokens found in the cache)
+    rejected: int = 0  # requests refused with ERROR (can never fit the KV cache)
+
+
+def default_scheduler(config: EngineConfig) -> Scheduler:
+    """Scheduler with a paged KV cache sized from the GPU and model (``kv_capacity_blocks``)."""
+    kv = KvManager(
+        kv_capacity_blocks(config),
+        block_size(config),
+        enable_prefix_caching=bool(getattr(config, "enable_prefix_caching", True)),
+    )
+    return Scheduler(config.max_num_seqs, config.max_num_batched_tokens, kv)
 
 
 class Engine:
@@ -40,12 +58,14 @@ class Engine:
 
     def __init__(self, config: EngineConfig, scheduler: Scheduler | None = None) -> None:
         self.config = config
-        self.scheduler = scheduler or Scheduler(config.max_num_seqs, config.max_num_batched_tokens)
-        self.counters = EngineCounters()
+        self.scheduler = scheduler or default_scheduler(config)
+        self._counters = EngineCounters()
         self._rng = random.Random(config.seed)
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._next_id = 0
+        # How late each step ended against its schedule (seconds), since the last summary.
+        self._lateness_s: deque[float] = deque(maxlen=200_000)
         self._timer: ThreadPoolExecutor | None = None
 
     # ---- lifecycle -------------------------------------------------------------------------
@@ -65,7 +85,7 @@ class Engine:
             self._timer = None
         for req in [*self.scheduler.running, *self.scheduler.waiting]:
             self.scheduler.abort(req)
-            req.queue.put_nowait(SHUTDOWN)
+            req.deliver(SHUTDOWN)
 
     # ---- requests --------------------------------------------------------------------------
     def target_length(self, max_tokens: int | None, min_tokens: int = 0, ignore_eos: bool = False) -> int:
@@ -78,23 +98,51 @@ class Engine:
         n = round(math.exp(math.log(dist.median) + dist.sigma * self._rng.gauss(0.0, 1.0)))
         return max(1, min_tokens, min(n, limit))
 
-    def submit(self, prompt_tokens: int, target_tokens: int, request_id: str | None = None) -> SimRequest:
-        """Queue a request; its ``queue`` then receives token indices as steps complete."""
+    def submit(
+        self, prompt: Sequence[int] | int, target_tokens: int, request_id: str | None = None
+    ) -> SimRequest:
+        """Queue a request; its ``queue`` then receives token indices as steps complete.
+
+        ``prompt`` is the prompt's token ids (keys the prefix cache) or just its length (no
+        cross-request prefix hits). A request that can never fit the KV cache comes back already
+        ABORTED, with ``error`` set and ``ERROR`` on its queue.
+        """
         if request_id is None:
             self._next_id += 1
             request_id = f"sim-{self._next_id}"
+        if isinstance(prompt, int):
+            ids, n_prompt = None, max(1, prompt)
+        else:
+            ids = tuple(prompt) or None
+            n_prompt = len(ids) if ids else 1
         req = SimRequest(
             request_id=request_id,
-            prompt_tokens=max(1, prompt_tokens),
+            prompt_tokens=n_prompt,
             target_tokens=max(1, target_tokens),
             arrival_s=time.perf_counter(),
+            prompt_ids=ids,
         )
-        self.scheduler.add(req)
-        self._wake.set()
+        if self.scheduler.add(req):
+            self._wake.set()
         return req
 
     def abort(self, req: SimRequest) -> None:
         self.scheduler.abort(req)
+
+    def take_step_lateness(self) -> dict[str, float | int]:
+        """Steps since the last call and how far behind schedule they ended (µs: p50, p99, max)."""
+        samples = sorted(self._lateness_s)
+        self._lateness_s.clear()
+        n = len(samples)
+        if not n:
+            return {"steps": 0, "p50_us": 0.0, "p99_us": 0.0, "max_us": 0.0, "over_1ms": 0}
+        return {
+            "steps": n,
+            "p50_us": round(samples[n // 2] * 1e6, 1),
+            "p99_us": round(samples[min(n - 1, int(n * 0.99))] * 1e6, 1),
+            "max_us": round(samples[-1] * 1e6, 1),
+            "over_1ms": sum(1 for x in samples if x > 0.001),
+        }
 
     @property
     def num_running(self) -> int:
@@ -103,6 +151,23 @@ class Engine:
     @property
     def num_waiting(self) -> int:
         return len(self.scheduler.waiting)
+
+    @property
+    def kv_usage(self) -> float:
+        """Fraction of KV blocks in use (0..1; cached-but-unreferenced blocks count as free)."""
+        return self.scheduler.kv.usage()
+
+    @property
+    def counters(self) -> EngineCounters:
+        """Engine totals, with the scheduler's preemption and prefix-cache counts folded in."""
+        c, s = self._counters, self.scheduler.stats
+        c.preemptions, c.prefix_queries, c.prefix_hits, c.rejected = (
+            s.preemptions,
+            s.prefix_queries,
+            s.prefix_hits,
+            s.rejected,
+        )
+        return c
 
     # ---- the loop --------------------------------------------------------------------------
     async def _sleep_until(self, deadline: float) -> None:
@@ -143,11 +208,12 @@ class Engine:
                 deadline = now  # idle or fell behind by more than a step: re-anchor
             deadline += t_engine / cfg.speedup
             await self._sleep_until(deadline)
+            self._lateness_s.append(time.perf_counter() - deadline)
             emitted = sched.complete_step(batch)
-            c = self.counters
+            c = self._counters
             c.steps += 1
             c.scheduled_tokens += sum(s.n_new for s in batch)
             c.generated_tokens += len(emitted)
             c.busy_engine_s += t_engine
             for req in emitted:
-                req.queue.put_nowait(req.num_output - 1)
+                req.deliver(req.num_output - 1)

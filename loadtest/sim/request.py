@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 
-SHUTDOWN = -1  # put on a request's queue instead of a token index when the engine stops
+# Sentinels put on a request's queue instead of a token index:
+SHUTDOWN = -1  # the engine stopped before the request finished
+ERROR = -2  # the engine refused the request (state ABORTED, reason in ``SimRequest.error``)
+
+_uids = itertools.count()
 
 
 class RequestState(Enum):
@@ -23,17 +29,39 @@ class SimRequest:
     ``num_computed`` counts tokens whose KV is computed; the next token is sampled once all
     ``num_tokens`` (the prompt plus every token generated so far) are computed.
     The queue receives the index of each generated token (0, 1, ...) at the end of its step,
-    or ``SHUTDOWN`` if the engine stops first.
+    then nothing more once ``target_tokens`` are out; or ``SHUTDOWN`` if the engine stops first;
+    or ``ERROR`` (with ``error`` set, before any token) if the request can never fit the KV cache.
+
+    ``prompt_ids`` (None for a count-only prompt) keys the prefix cache; ``num_cached_tokens``
+    is the prefix-cache hit at first scheduling (``usage.prompt_tokens_details.cached_tokens``).
+    A preempted request goes back to waiting with ``num_computed = 0`` and later recomputes
+    its prompt and the tokens it already generated (already-streamed tokens are not resent).
     """
 
     request_id: str
     prompt_tokens: int
     target_tokens: int
     arrival_s: float
+    prompt_ids: tuple[int, ...] | None = None
     num_computed: int = 0
     num_output: int = 0
+    num_cached_tokens: int = 0
+    num_preemptions: int = 0
+    error: str | None = None
     state: RequestState = RequestState.WAITING
     queue: asyncio.Queue[int] = field(default_factory=asyncio.Queue)
+    # Optional synchronous receiver of the same values, called by the engine at the end of the step
+    # instead of queueing them (lets the server write every stream's chunk in the step itself).
+    sink: Callable[[int], None] | None = None
+
+    def deliver(self, value: int) -> None:
+        """Hand a token index or a sentinel to the server side."""
+        if self.sink is not None:
+            self.sink(value)
+        else:
+            self.queue.put_nowait(value)
+    uid: int = field(default_factory=lambda: next(_uids), repr=False)
+    block_hashes: list[int] = field(default_factory=list, repr=False)
 
     @property
     def num_tokens(self) -> int:

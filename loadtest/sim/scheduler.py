@@ -1,4 +1,4 @@
-"""vLLM-V1-style per-step scheduling: running first, then waiting FCFS, with chunked prefill."""
+"""vLLM-V1-style per-step scheduling: running first, then waiting FCFS, chunked prefill, LIFO preemption."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import contextlib
 from collections import deque
 from dataclasses import dataclass
 
-from loadtest.sim.kv import KvManager, UnlimitedKv
-from loadtest.sim.request import RequestState, SimRequest
+from loadtest.sim.kv import KvBackend, UnlimitedKv
+from loadtest.sim.request import ERROR, RequestState, SimRequest
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,19 +19,58 @@ class Scheduled:
     n_cached: int
 
 
-class Scheduler:
-    """Holds the waiting deque and running list and builds each step's batch."""
+@dataclass
+class SchedulerStats:
+    """Totals like vLLM's counters: preemptions, prefix-cache queries/hits (tokens), refusals."""
 
-    def __init__(self, max_num_seqs: int, max_num_batched_tokens: int, kv: KvManager | None = None) -> None:
+    preemptions: int = 0
+    prefix_queries: int = 0
+    prefix_hits: int = 0
+    rejected: int = 0
+
+
+class Scheduler:
+    """Holds the waiting deque and running list (in admission order) and builds each step's batch."""
+
+    def __init__(self, max_num_seqs: int, max_num_batched_tokens: int, kv: KvBackend | None = None) -> None:
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
-        self.kv: KvManager = kv if kv is not None else UnlimitedKv()
+        self.kv: KvBackend = kv if kv is not None else UnlimitedKv()
         self.waiting: deque[SimRequest] = deque()
         self.running: list[SimRequest] = []
+        self.stats = SchedulerStats()
 
-    def add(self, req: SimRequest) -> None:
+    def add(self, req: SimRequest) -> bool:
+        """Queue ``req``; one that can never fit the KV cache is refused at once (see ``fail``)."""
+        problem = self._never_fits(req)
+        if problem is not None:
+            self.fail(req, problem)
+            return False
         req.state = RequestState.WAITING
         self.waiting.append(req)
+        return True
+
+    def fail(self, req: SimRequest, reason: str) -> None:
+        """Abort ``req`` with ``reason`` in ``req.error`` and ``ERROR`` on its queue."""
+        self.abort(req)
+        req.state = RequestState.ABORTED
+        req.error = reason
+        self.stats.rejected += 1
+        req.deliver(ERROR)
+
+    def _never_fits(self, req: SimRequest) -> str | None:
+        cap = self.kv.capacity_tokens
+        if cap is None:
+            return None
+        if req.prompt_tokens > cap:
+            return f"prompt of {req.prompt_tokens} tokens exceeds the KV cache ({cap} tokens)"
+        # The last output token is sampled, never stored: prompt + target − 1 tokens of KV at most.
+        if req.prompt_tokens + req.target_tokens - 1 > cap:
+            return (
+                f"prompt of {req.prompt_tokens} tokens plus {req.target_tokens} output tokens "
+                f"exceeds the KV cache ({cap} tokens)"
+            )
+        return None
 
     def abort(self, req: SimRequest) -> None:
         """Drop a request wherever it is; it never appears in a later batch."""
@@ -49,29 +88,56 @@ class Scheduler:
     def has_work(self) -> bool:
         return bool(self.running or self.waiting)
 
+    def _preempt_last(self) -> SimRequest:
+        """Preempt the most recently admitted running request: free its KV, requeue it at the front."""
+        victim = self.running.pop()
+        self.kv.free(victim)
+        victim.num_computed = 0
+        victim.state = RequestState.WAITING
+        victim.num_preemptions += 1
+        self.stats.preemptions += 1
+        self.waiting.appendleft(victim)
+        return victim
+
     def schedule(self) -> list[Scheduled]:
-        """The batch for the next step. Running requests first, then admissions while budget allows."""
+        """The batch for the next step. Running requests first, then admissions while budget allows.
+
+        A running request that cannot get its blocks preempts the newest running request (LIFO,
+        possibly itself); a step that preempted admits nothing new (unless it is otherwise empty).
+        """
         budget = self.max_num_batched_tokens
         batch: list[Scheduled] = []
-        for req in self.running:
-            if budget <= 0:
-                break
+        preempted = False
+        i = 0
+        while i < len(self.running) and budget > 0:
+            req = self.running[i]
             n = min(req.num_tokens - req.num_computed, budget)
             if n <= 0:
+                i += 1
                 continue
-            # Seam for preemption: when the KV manager refuses, a later version evicts the most
-            # recently admitted request (LIFO) and requeues it at the front of `waiting`.
-            if not self.kv.allocate(req, n):
-                continue
-            batch.append(Scheduled(req, n, req.num_computed))
-            budget -= n
+            while not self.kv.allocate(req, n):
+                preempted = True
+                if self._preempt_last() is req:
+                    break
+            else:
+                batch.append(Scheduled(req, n, req.num_computed))
+                budget -= n
+                i += 1
+        if preempted and batch:
+            return batch
         while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
             req = self.waiting[0]
-            if req.num_computed == 0:
-                req.num_computed = self.kv.cached_prefix_tokens(req)
+            hit = self.kv.cached_prefix_tokens(req) if req.num_computed == 0 else 0
+            req.num_computed += hit
             n = min(req.num_tokens - req.num_computed, budget)
             if not self.kv.allocate(req, n):
+                req.num_computed -= hit
                 break
+            if req.num_preemptions == 0:
+                req.num_cached_tokens = hit
+                if self.kv.prefix_caching:
+                    self.stats.prefix_queries += req.num_tokens
+                    self.stats.prefix_hits += hit
             self.waiting.popleft()
             req.state = RequestState.RUNNING
             self.running.append(req)
@@ -82,7 +148,7 @@ class Scheduler:
     def complete_step(self, batch: list[Scheduled]) -> list[SimRequest]:
         """Apply a step's progress; return the requests that produced a token (in batch order).
 
-        A request whose prefill completes samples its first token; a decoding one samples one token.
+        A request whose prefill completes samples its next token; a decoding one samples one token.
         Requests that reach their target length are finished and leave the running list.
         """
         emitted: list[SimRequest] = []
