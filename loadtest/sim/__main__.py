@@ -5,16 +5,19 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import os
 import signal
 import socket
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from aiohttp import web
 
+from loadtest.sim.faults import FaultSpecError, parse_spec
 from loadtest.sim.presets import EngineConfig, get_gpu, get_model
-from loadtest.sim.server import create_app
+from loadtest.sim.server import ServerOptions, create_app
 
 LISTENING_PREFIX = "LOADTEST_SIM_LISTENING"
 
@@ -32,6 +35,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-num-seqs", type=int, default=None)
     p.add_argument("--max-num-batched-tokens", type=int, default=None)
     p.add_argument("--served-model-name", default=None)
+    p.add_argument("--gpu-memory-utilization", type=float, default=None, help="HBM share for weights and KV")
+    p.add_argument("--kv-blocks", type=int, default=None, help="override the computed KV-cache block count")
+    p.add_argument("--block-size", type=int, default=None, help="tokens per KV block")
+    p.add_argument("--no-prefix-caching", action="store_true", help="disable automatic prefix caching")
+    p.add_argument(
+        "--faults",
+        default=None,
+        help="inject faults: comma-separated kind=VALUE[@param]; VALUE 0.05 or 5%% (seeded probability) "
+        "or #N (the next N requests); e.g. http_503=2%%,stall_mid_stream=#1@3",
+    )
+    p.add_argument(
+        "--reasoning",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="stream part of the output as reasoning (auto: reasoning models and requests with reasoning_effort)",
+    )
+    p.add_argument("--reasoning-fraction", type=float, default=0.6, help="share of output tokens that reason")
     p.add_argument(
         "--parent-pid",
         type=int,
@@ -47,11 +67,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def config_from_args(args: argparse.Namespace) -> EngineConfig:
-    extra: dict[str, int] = {}
-    if args.max_num_seqs is not None:
-        extra["max_num_seqs"] = args.max_num_seqs
-    if args.max_num_batched_tokens is not None:
-        extra["max_num_batched_tokens"] = args.max_num_batched_tokens
+    known = {f.name for f in dataclasses.fields(EngineConfig)}
+    extra: dict[str, Any] = {}
+    for name in (
+        "max_num_seqs",
+        "max_num_batched_tokens",
+        "gpu_memory_utilization",
+        "kv_blocks",
+        "block_size",
+    ):
+        value = getattr(args, name)
+        if value is not None:
+            if name not in known:
+                raise ValueError(f"--{name.replace('_', '-')} is not supported by this engine")
+            extra[name] = value
+    if args.no_prefix_caching and "enable_prefix_caching" in known:
+        extra["enable_prefix_caching"] = False
     return EngineConfig(
         gpu=get_gpu(args.gpu),
         model=get_model(args.model),
@@ -73,10 +104,23 @@ async def _watch_parent(parent_pid: int, stop: asyncio.Event) -> None:
         await asyncio.sleep(1.0)
 
 
+def options_from_args(args: argparse.Namespace) -> ServerOptions:
+    parse_spec(args.faults)  # fail fast on a malformed spec
+    if not 0.0 <= args.reasoning_fraction <= 1.0:
+        raise ValueError("--reasoning-fraction must be within [0, 1]")
+    reasoning = {"auto": None, "on": True, "off": False}[args.reasoning]
+    return ServerOptions(faults=args.faults, reasoning=reasoning, reasoning_fraction=args.reasoning_fraction)
+
+
 async def serve(
-    config: EngineConfig, host: str, port: int, truth_log: str | None, parent_pid: int | None = None
+    config: EngineConfig,
+    host: str,
+    port: int,
+    truth_log: str | None,
+    parent_pid: int | None = None,
+    options: ServerOptions | None = None,
 ) -> None:
-    app = create_app(config, truth_log=truth_log)
+    app = create_app(config, truth_log=truth_log, options=options)
     runner = web.AppRunner(app, access_log=None, handler_cancellation=True, shutdown_timeout=5.0)
     await runner.setup()
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
@@ -105,7 +149,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         config = config_from_args(args)
-    except ValueError as e:
+        options = options_from_args(args)
+    except (ValueError, FaultSpecError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     try:
@@ -113,10 +158,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ImportError:
         uvloop = None
     if uvloop is not None:
-        uvloop.run(serve(config, args.host, args.port, args.truth_log, args.parent_pid))
+        uvloop.run(serve(config, args.host, args.port, args.truth_log, args.parent_pid, options))
     else:
         with contextlib.suppress(KeyboardInterrupt):
-            asyncio.run(serve(config, args.host, args.port, args.truth_log, args.parent_pid))
+            asyncio.run(serve(config, args.host, args.port, args.truth_log, args.parent_pid, options))
     return 0
 
 

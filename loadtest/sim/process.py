@@ -38,6 +38,8 @@ class SimProcess:
         stderr_path: str | Path | None = None,
         startup_timeout_s: float = 30.0,
         env: dict[str, str] | None = None,
+        faults: str | None = None,
+        reasoning: bool | None = None,
     ) -> None:
         self.args = [
             sys.executable,
@@ -66,6 +68,10 @@ class SimProcess:
             self.args += ["--max-num-seqs", str(max_num_seqs)]
         if max_num_batched_tokens is not None:
             self.args += ["--max-num-batched-tokens", str(max_num_batched_tokens)]
+        if faults:
+            self.args += ["--faults", faults]
+        if reasoning is not None:
+            self.args += ["--reasoning", "on" if reasoning else "off"]
         self.args += list(extra_args or [])
         self.startup_timeout_s = startup_timeout_s
         self.env = env
@@ -207,6 +213,10 @@ class SimProcess:
     def stats(self) -> dict[str, Any]:
         """GET /sim/stats."""
         return json.loads(self._get("/sim/stats"))
+
+    def metrics(self) -> str:
+        """GET /metrics (Prometheus text)."""
+        return self._get("/metrics").decode()
 
     def truth(self) -> list[dict[str, Any]]:
         """GET /sim/truth: one dict per finished request."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from loadtest.workload.text import token_piece
@@ -51,6 +51,9 @@ class GenRequest:
     min_tokens: int
     ignore_eos: bool
     model: str | None
+    prompt_ids: list[int] = field(default_factory=list, repr=False)
+    reasoning_effort: str | None = None
+    tool_name: str | None = None  # the function to call: tools given and tool_choice not "none"
 
 
 def _opt_int(body: dict[str, Any], *names: str, minimum: int) -> int | None:
@@ -64,16 +67,33 @@ def _opt_int(body: dict[str, Any], *names: str, minimum: int) -> int | None:
     return None
 
 
-def _count_prompt(prompt: Any, tok: Tokenizer) -> int:
+def _prompt_ids(prompt: Any, tok: Tokenizer) -> list[int]:
     if isinstance(prompt, str):
-        return tok.count(prompt)
+        return tok.encode(prompt)
     if isinstance(prompt, list) and prompt and all(isinstance(p, int) for p in prompt):
-        return len(prompt)  # token ids
+        return list(prompt)  # token ids
     if isinstance(prompt, list) and all(isinstance(p, str) for p in prompt):
-        return sum(tok.count(p) for p in prompt)  # several prompts are simulated as one
+        return [i for p in prompt for i in tok.encode(p)]  # several prompts are simulated as one
     raise RequestError(
         400, "'prompt' must be a string, a list of strings or a list of token ids", "invalid_value", "prompt"
     )
+
+
+def _tool_name(body: dict[str, Any]) -> str | None:
+    """The function a tool-calling request will call: tool_choice's, else the first tool's."""
+    tools = body.get("tools")
+    choice = body.get("tool_choice")
+    if not tools or choice == "none":
+        return None
+    if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
+        raise RequestError(400, "'tools' must be a list of objects", "invalid_value", "tools")
+    if isinstance(choice, dict) and isinstance(choice.get("function"), dict):
+        name = choice["function"].get("name")
+        if isinstance(name, str) and name:
+            return name
+    fn = tools[0].get("function")
+    name = fn.get("name") if isinstance(fn, dict) else None
+    return name if isinstance(name, str) and name else "function"
 
 
 def parse_request(raw: bytes, chat: bool, tok: Tokenizer) -> GenRequest:
@@ -93,42 +113,98 @@ def parse_request(raw: bytes, chat: bool, tok: Tokenizer) -> GenRequest:
                 "missing_required_parameter",
                 "messages",
             )
-        prompt_tokens = tok.count_chat(messages)
+        ids = tok.encode_chat(messages)
     else:
         if "prompt" not in body:
             raise RequestError(400, "'prompt' is required", "missing_required_parameter", "prompt")
-        prompt_tokens = _count_prompt(body["prompt"], tok)
+        ids = _prompt_ids(body["prompt"], tok)
     names = ("max_completion_tokens", "max_tokens") if chat else ("max_tokens",)
     max_tokens = _opt_int(body, *names, minimum=1)
     min_tokens = _opt_int(body, "min_tokens", minimum=0) or 0
     opts = body.get("stream_options") or {}
     model = body.get("model")
+    effort = body.get("reasoning_effort")
     return GenRequest(
         chat=chat,
-        prompt_tokens=prompt_tokens,
+        prompt_tokens=len(ids),
         stream=bool(body.get("stream", False)),
         include_usage=bool(isinstance(opts, dict) and opts.get("include_usage")),
         max_tokens=max_tokens,
         min_tokens=min_tokens,
         ignore_eos=bool(body.get("ignore_eos", False)),
         model=model if isinstance(model, str) else None,
+        prompt_ids=ids,
+        reasoning_effort=str(effort) if chat and effort is not None else None,
+        tool_name=_tool_name(body) if chat else None,
     )
 
 
-def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> dict[str, Any]:
-    return {
+def usage(
+    prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0, reasoning_tokens: int | None = None
+) -> dict[str, Any]:
+    """The usage object; completion_tokens_details only for reasoning outputs."""
+    out: dict[str, Any] = {
         "prompt_tokens": prompt_tokens,
         "completion_tokens": completion_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
         "prompt_tokens_details": {"cached_tokens": cached_tokens},
     }
+    if reasoning_tokens is not None:
+        out["completion_tokens_details"] = {"reasoning_tokens": reasoning_tokens}
+    return out
+
+
+@dataclass(frozen=True)
+class OutputPlan:
+    """How one response's output tokens split: reasoning first, then the answer or a tool call."""
+
+    target: int
+    n_reasoning: int = 0
+    reasoning: bool = False
+    tool_name: str | None = None
+    tool_id: str = ""
+
+    @classmethod
+    def make(
+        cls, target: int, reasoning_fraction: float | None, tool_name: str | None, tool_id: str
+    ) -> OutputPlan:
+        """``reasoning_fraction`` None: no reasoning; else that share (at least 1, answer keeps 1)."""
+        n = 0
+        if reasoning_fraction is not None:
+            n = max(1, round(reasoning_fraction * target))
+            n = min(n, target - 1) if target > 1 else int(tool_name is None)
+        return cls(target, n, reasoning_fraction is not None, tool_name, tool_id)
+
+    @property
+    def n_answer(self) -> int:
+        return self.target - self.n_reasoning
+
+    def tool_fragment(self, j: int) -> str:
+        """The j-th argument fragment: a JSON object with one fragment per output token."""
+        n = self.n_answer
+        if n <= 2:
+            return ("{}", " ")[j]
+        if j < 3:
+            return ('{"', "text", '":"')[j] if n > 3 else ('{"', "text", '":""}')[j]
+        return '"}' if j == n - 1 else token_piece(j)
+
+    def reasoning_text(self) -> str:
+        return "".join(token_piece(i) for i in range(self.n_reasoning))
+
+    def answer_text(self) -> str:
+        if self.tool_name is not None:
+            return "".join(self.tool_fragment(j) for j in range(self.n_answer))
+        return "".join(token_piece(i) for i in range(self.n_reasoning, self.target))
 
 
 class ChunkWriter:
     """Pre-rendered SSE event bytes for one streamed response (chat or text completion)."""
 
-    def __init__(self, chat: bool, response_id: str, created: int, model: str) -> None:
+    def __init__(
+        self, chat: bool, response_id: str, created: int, model: str, plan: OutputPlan | None = None
+    ) -> None:
         self.chat = chat
+        self.plan = plan
         obj = "chat.completion.chunk" if chat else "text_completion"
         self._head = f'data: {{"id":{_dumps(response_id)},"object":"{obj}","created":{created},"model":{_dumps(model)},'
         if chat:
@@ -137,6 +213,7 @@ class ChunkWriter:
         else:
             self._tok_pre = self._head + '"choices":[{"index":0,"text":'
             self._tok_post = ',"logprobs":null,"finish_reason":null}]}\n\n'
+        self._delta_pre = self._head + '"choices":[{"index":0,"delta":'
 
     def role(self) -> bytes:
         """The chat stream's first event: the assistant role with an empty content fragment."""
@@ -145,8 +222,31 @@ class ChunkWriter:
             '"logprobs":null,"finish_reason":null}]}\n\n'
         ).encode()
 
+    def _delta(self, delta: dict[str, Any]) -> str:
+        return self._delta_pre + _dumps(delta) + self._tok_post[1:]
+
     def token(self, index: int) -> str:
-        return self._tok_pre + _dumps(token_piece(index)) + self._tok_post
+        """The event carrying output token ``index`` (reasoning, content or a tool-call fragment)."""
+        p = self.plan
+        if p is None or (index >= p.n_reasoning and p.tool_name is None):
+            return self._tok_pre + _dumps(token_piece(index)) + self._tok_post
+        if index < p.n_reasoning:
+            piece = token_piece(index)
+            # Both names: reasoning_content (DeepSeek, SGLang, older vLLM) and reasoning (newer vLLM).
+            return self._delta({"reasoning_content": piece, "reasoning": piece})
+        j = index - p.n_reasoning
+        fn: dict[str, Any] = {"arguments": p.tool_fragment(j)}
+        call: dict[str, Any] = {"index": 0, "function": fn}
+        if j == 0:
+            call = {
+                "index": 0,
+                "id": p.tool_id,
+                "type": "function",
+                "function": {"name": p.tool_name, "arguments": ""},
+            }
+            first = self._delta({"tool_calls": [call]})
+            return first + self._delta({"tool_calls": [{"index": 0, "function": fn}]})
+        return self._delta({"tool_calls": [call]})
 
     def finish(self, reason: str) -> str:
         if self.chat:
@@ -159,8 +259,23 @@ class ChunkWriter:
             + f'"choices":[{{"index":0,"text":"","logprobs":null,"finish_reason":"{reason}"}}]}}\n\n'
         )
 
-    def usage(self, prompt_tokens: int, completion_tokens: int) -> str:
-        return self._head + f'"choices":[],"usage":{_dumps(usage(prompt_tokens, completion_tokens))}}}\n\n'
+    def usage(self, prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> str:
+        reasoning = self.plan.n_reasoning if self.plan is not None and self.plan.reasoning else None
+        u = usage(prompt_tokens, completion_tokens, cached_tokens, reasoning)
+        return self._head + f'"choices":[],"usage":{_dumps(u)}}}\n\n'
+
+    def malformed(self) -> str:
+        """An event whose data is not valid JSON (cut off mid-object)."""
+        return self._tok_pre + '"' + token_piece(0).strip() + "\n\n"
+
+    @staticmethod
+    def error(message: str, code: int = 500) -> str:
+        """A mid-stream error frame."""
+        return (
+            "data: "
+            + _dumps({"error": {"message": message, "type": "server_error", "param": None, "code": code}})
+            + "\n\n"
+        )
 
 
 def full_response(
@@ -168,26 +283,42 @@ def full_response(
     response_id: str,
     created: int,
     model: str,
-    text: str,
-    finish_reason: str,
+    plan: OutputPlan,
+    finish_reason: str | None,
     prompt_tokens: int,
-    completion_tokens: int,
+    cached_tokens: int = 0,
+    with_usage: bool = True,
 ) -> dict[str, Any]:
     """A non-streaming chat.completion or text_completion object."""
     if chat:
+        message: dict[str, Any] = {"role": "assistant", "content": plan.answer_text()}
+        if plan.reasoning:
+            message["reasoning_content"] = message["reasoning"] = plan.reasoning_text()
+        if plan.tool_name is not None:
+            message["content"] = None
+            message["tool_calls"] = [
+                {
+                    "id": plan.tool_id,
+                    "type": "function",
+                    "function": {"name": plan.tool_name, "arguments": plan.answer_text()},
+                }
+            ]
         choice: dict[str, Any] = {
             "index": 0,
-            "message": {"role": "assistant", "content": text},
+            "message": message,
             "logprobs": None,
             "finish_reason": finish_reason,
         }
     else:
-        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}
-    return {
+        choice = {"index": 0, "text": plan.answer_text(), "logprobs": None, "finish_reason": finish_reason}
+    out: dict[str, Any] = {
         "id": response_id,
         "object": "chat.completion" if chat else "text_completion",
         "created": created,
         "model": model,
         "choices": [choice],
-        "usage": usage(prompt_tokens, completion_tokens),
     }
+    if with_usage:
+        reasoning = plan.n_reasoning if plan.reasoning else None
+        out["usage"] = usage(prompt_tokens, plan.target, cached_tokens, reasoning)
+    return out

@@ -3,22 +3,30 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
+import socket
+import struct
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from aiohttp import web
 
+from loadtest.sim import faults as F
 from loadtest.sim.engine import Engine
+from loadtest.sim.faults import FAULT_HEADER, Fault, FaultPlan, FaultSpecError
 from loadtest.sim.presets import EngineConfig
+from loadtest.sim.prom import CONTENT_TYPE, SimMetrics, engine_value
 from loadtest.sim.protocol import (
     CHAT_PATH,
     COMPLETIONS_PATH,
     DONE_EVENT,
     ChunkWriter,
     GenRequest,
+    OutputPlan,
     RequestError,
     full_response,
     parse_request,
@@ -33,10 +41,18 @@ from loadtest.sim.truth import (
     TruthLog,
     TruthRecord,
 )
-from loadtest.workload.text import token_piece
 from loadtest.workload.tokenizer import get_tokenizer
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ServerOptions:
+    """Server behaviour beyond the engine: faults and reasoning output."""
+
+    faults: str | None = None  # run-wide fault spec (see loadtest.sim.faults)
+    reasoning: bool | None = None  # None: the model preset decides (or the request's reasoning_effort)
+    reasoning_fraction: float = 0.6  # share of output tokens streamed as reasoning
 
 
 @dataclass
@@ -47,6 +63,10 @@ class SimState:
     engine: Engine
     truth: TruthLog
     stats: SimStats
+    options: ServerOptions = field(default_factory=ServerOptions)
+    faults: FaultPlan = field(default_factory=FaultPlan)
+    metrics: SimMetrics | None = None
+    submit_ids: bool | None = None  # whether Engine.submit takes token ids (None: not yet known)
 
 
 STATE_KEY = web.AppKey("sim_state", SimState)
@@ -72,6 +92,10 @@ class _Shutdown(Exception):
     pass
 
 
+class _EngineError(Exception):
+    pass
+
+
 def _check_connected(request: web.Request) -> None:
     tr = request.transport
     if tr is None or tr.is_closing():
@@ -83,9 +107,78 @@ async def _next_tokens(req: SimRequest) -> list[int]:
     out = [await req.queue.get()]
     while not req.queue.empty():
         out.append(req.queue.get_nowait())
-    if out[-1] == SHUTDOWN:
-        raise _Shutdown
+    if out[-1] < 0:
+        err = getattr(req, "error", None)
+        if err:
+            raise _EngineError(str(err))
+        if out[-1] == SHUTDOWN:
+            raise _Shutdown
+        raise _EngineError("the engine could not serve this request")
     return out
+
+
+def _submit(st: SimState, g: GenRequest, target: int, request_id: str) -> SimRequest:
+    """Submit token ids where the engine takes them (prefix cache), else the prompt length."""
+    engine = st.engine
+    if st.submit_ids is None:
+        params = list(inspect.signature(engine.submit).parameters)
+        st.submit_ids = bool(params) and params[0] == "prompt"
+    if st.submit_ids:
+        try:
+            return engine.submit(g.prompt_ids or [0], target, request_id)  # type: ignore[arg-type]
+        except TypeError:
+            st.submit_ids = False
+    return engine.submit(g.prompt_tokens, target, request_id)
+
+
+def _reasoning(st: SimState, g: GenRequest) -> bool:
+    if not g.chat:
+        return False
+    forced = st.options.reasoning
+    if forced is not None:
+        return forced
+    return bool(getattr(st.config.model, "reasoning", False)) or g.reasoning_effort is not None
+
+
+def _abort_connection(request: web.Request, rst: bool) -> None:
+    """Close the client connection now: RST (SO_LINGER 0) or a plain close after flushing."""
+    tr = request.transport
+    if tr is None:
+        return
+    if rst:
+        sock = tr.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        tr.abort()
+    else:
+        tr.close()
+
+
+def _error_body(message: str, kind: str, code: int) -> dict[str, Any]:
+    return {"error": {"message": message, "type": kind, "param": None, "code": code}}
+
+
+def _pre_engine_fault(request: web.Request, fault: Fault) -> web.Response:
+    """The response (or the reset) for a fault answered without the engine."""
+    if fault.kind == F.RESET_BEFORE_HEADERS:
+        _abort_connection(request, rst=True)
+        return web.Response(status=500)  # never reaches the client
+    if fault.kind == F.HTTP_429:
+        body = _error_body("Too many requests (injected fault)", "rate_limit_exceeded", 429)
+        retry = fault.value() or 1.0
+        value = str(int(retry)) if float(retry).is_integer() else str(retry)
+        return web.json_response(body, status=429, headers={"Retry-After": value})
+    status = 503 if fault.kind == F.HTTP_503 else 500
+    kind = "service_unavailable" if status == 503 else "server_error"
+    return web.json_response(_error_body(f"Injected fault {fault.kind}", kind, status), status=status)
+
+
+def _record(rec: TruthRecord, n: int) -> None:
+    ns = time.perf_counter_ns()
+    if rec.first_token_ns is None:
+        rec.first_token_ns = ns
+    rec.token_ns.extend([ns] * n)
+    rec.completion_tokens += n
 
 
 async def _stream(
@@ -94,38 +187,67 @@ async def _stream(
     g: GenRequest,
     req: SimRequest,
     rec: TruthRecord,
+    plan: OutputPlan,
     finish_reason: str,
     headers: dict[str, str],
+    fault: Fault | None,
 ) -> web.StreamResponse:
-    created = int(time.time())
-    cw = ChunkWriter(g.chat, rec.response_id, created, st.config.model_name)
+    kind = fault.kind if fault is not None else None
+    cw = ChunkWriter(g.chat, rec.response_id, int(time.time()), st.config.model_name, plan)
     resp = web.StreamResponse(
         headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache", **headers}
     )
+    if kind == F.SLOW_HEADERS:
+        await asyncio.sleep(fault.value() or 0.0)  # type: ignore[union-attr]
     await resp.prepare(request)
+    request["sim_response"] = resp
     if g.chat:
         await resp.write(cw.role())
     target = req.target_tokens
-    while rec.completion_tokens < target:
-        idx = await _next_tokens(req)
-        parts = [cw.token(i) for i in idx]
-        last = idx[-1] == target - 1
-        if last:
-            parts.append(cw.finish(finish_reason))
-            if g.include_usage:
-                parts.append(cw.usage(rec.prompt_tokens, target))
-        data = "".join(parts).encode()
-        if last:
-            data += DONE_EVENT
-        await resp.write(data)
-        ns = time.perf_counter_ns()
-        if rec.first_token_ns is None:
-            rec.first_token_ns = ns
-        rec.token_ns.extend([ns] * len(idx))
-        rec.completion_tokens += len(idx)
-        if last:
-            rec.done_ns = ns
-    rec.finish_reason = finish_reason
+    fire_at = fault.at_token(target) if fault is not None and kind in F.MID_STREAM else None
+    backlog: list[int] = []
+    tail_sent = False
+
+    def tail() -> str:
+        if kind == F.NO_DONE:  # neither finish_reason nor [DONE]: a truncated stream
+            return ""
+        rec.finish_reason = finish_reason
+        parts = [cw.finish(finish_reason)]
+        if g.include_usage and kind != F.NO_USAGE:
+            parts.append(cw.usage(rec.prompt_tokens, target, getattr(req, "num_cached_tokens", 0)))
+        return "".join(parts) + DONE_EVENT.decode()
+
+    while True:
+        if fire_at is not None and rec.completion_tokens >= fire_at:
+            fire_at = None
+            if kind == F.DISCONNECT_MID_STREAM:
+                rec.done_ns = time.perf_counter_ns()
+                _abort_connection(request, rst=False)  # no terminating chunk of the chunked body
+                return resp
+            if kind == F.ERROR_FRAME:
+                await resp.write(ChunkWriter.error("Injected fault error_frame").encode())
+                await resp.write_eof()
+                rec.done_ns = time.perf_counter_ns()
+                return resp
+            if kind == F.STALL_MID_STREAM:
+                await asyncio.sleep(fault.value() or 0.0)  # type: ignore[union-attr]
+            elif kind == F.MALFORMED_CHUNK:
+                await resp.write(cw.malformed().encode())
+        if rec.completion_tokens >= target:
+            break
+        if not backlog:
+            backlog = await _next_tokens(req)
+        n = len(backlog) if fire_at is None else min(len(backlog), fire_at - rec.completion_tokens)
+        idx, backlog = backlog[:n], backlog[n:]
+        data = "".join([cw.token(i) for i in idx])
+        if rec.completion_tokens + n >= target and fire_at is None:
+            data += tail()
+            tail_sent = True
+        await resp.write(data.encode())
+        _record(rec, n)
+    if not tail_sent:
+        await resp.write(tail().encode())
+    rec.done_ns = time.perf_counter_ns()
     await resp.write_eof()
     return resp
 
@@ -136,35 +258,60 @@ async def _full(
     g: GenRequest,
     req: SimRequest,
     rec: TruthRecord,
+    plan: OutputPlan,
     finish_reason: str,
     headers: dict[str, str],
-) -> web.Response:
+    fault: Fault | None,
+) -> web.StreamResponse:
+    kind = fault.kind if fault is not None else None
     target = req.target_tokens
-    while rec.completion_tokens < target:
+    fire_at = fault.at_token(target) if kind in (F.DISCONNECT_MID_STREAM, F.ERROR_FRAME) else None
+    while True:
+        if fire_at is not None and rec.completion_tokens >= fire_at:
+            rec.done_ns = time.perf_counter_ns()
+            if kind == F.DISCONNECT_MID_STREAM:
+                _abort_connection(request, rst=False)
+                return web.Response(status=500)  # never reaches the client
+            body = _error_body("Injected fault error_frame", "server_error", 500)
+            return web.json_response(body, status=500, headers=headers)
+        if rec.completion_tokens >= target:
+            break
         idx = await _next_tokens(req)
         _check_connected(request)
-        ns = time.perf_counter_ns()
-        if rec.first_token_ns is None:
-            rec.first_token_ns = ns
-        rec.token_ns.extend([ns] * len(idx))
-        rec.completion_tokens += len(idx)
-    text = "".join(token_piece(i) for i in range(target))
+        _record(rec, len(idx))
+    if kind in (F.STALL_MID_STREAM, F.SLOW_HEADERS):
+        await asyncio.sleep(fault.value() or 0.0)  # type: ignore[union-attr]
+    reason = None if kind == F.NO_DONE else finish_reason
     body = full_response(
         g.chat,
         rec.response_id,
         int(time.time()),
         st.config.model_name,
-        text,
-        finish_reason,
+        plan,
+        reason,
         rec.prompt_tokens,
-        target,
+        getattr(req, "num_cached_tokens", 0),
+        with_usage=kind != F.NO_USAGE,
     )
-    resp = web.json_response(body, headers=headers)
+    if kind == F.MALFORMED_CHUNK:
+        text = web.json_response(body).text or ""
+        resp: web.StreamResponse = web.Response(
+            text=text[: len(text) // 2], content_type="application/json", headers=headers
+        )
+    else:
+        resp = web.json_response(body, headers=headers)
     await resp.prepare(request)
     await resp.write_eof()
     rec.done_ns = time.perf_counter_ns()
-    rec.finish_reason = finish_reason
+    rec.finish_reason = reason
     return resp
+
+
+def _finish(st: SimState, rec: TruthRecord, submitted: bool) -> None:
+    st.truth.add(rec)
+    st.stats.finished(rec)
+    if st.metrics is not None:
+        st.metrics.finished(rec, submitted)
 
 
 async def _generate(request: web.Request, chat: bool) -> web.StreamResponse:
@@ -174,15 +321,16 @@ async def _generate(request: web.Request, chat: bool) -> web.StreamResponse:
         g = parse_request(await request.read(), chat, get_tokenizer(st.config.model.tokenizer))
         if not _model_ok(st.config, g.model):
             raise RequestError(404, f"The model `{g.model}` does not exist.", "model_not_found", "model")
+        try:
+            fault = st.faults.pick(request.headers.get(FAULT_HEADER))
+        except FaultSpecError as e:
+            raise RequestError(400, str(e), "invalid_value", FAULT_HEADER) from None
     except RequestError as err:
         st.stats.rejected(err.status)
         return _error(err)
     path = request.path
     st.stats.received(path)
     engine = st.engine
-    target = engine.target_length(g.max_tokens, g.min_tokens, g.ignore_eos)
-    limit = g.max_tokens if g.max_tokens is not None else st.config.output_len.cap
-    finish_reason = "length" if target >= limit else "stop"
     response_id = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
     client_id = request.headers.get("X-Request-Id")
     headers = {"X-Request-Id": client_id} if client_id else {}
@@ -194,11 +342,36 @@ async def _generate(request: web.Request, chat: bool) -> web.StreamResponse:
         arrival_ns=arrival_ns,
         prompt_tokens=g.prompt_tokens,
     )
-    req = engine.submit(g.prompt_tokens, target, rec.request_id)
+    if fault is not None:
+        rec.fault = rec.outcome = fault.kind
+        if fault.kind in F.PRE_ENGINE:
+            try:
+                return _pre_engine_fault(request, fault)
+            finally:
+                rec.done_ns = time.perf_counter_ns()
+                _finish(st, rec, submitted=False)
+    target = engine.target_length(g.max_tokens, g.min_tokens, g.ignore_eos)
+    reasoning = _reasoning(st, g)
+    plan = OutputPlan.make(
+        target,
+        st.options.reasoning_fraction if reasoning else None,
+        g.tool_name,
+        "chatcmpl-tool-" + uuid.uuid4().hex[:24] if g.tool_name else "",
+    )
+    rec.reasoning_tokens = plan.n_reasoning
+    if g.tool_name is not None:
+        finish_reason = "tool_calls"
+    else:
+        limit = g.max_tokens if g.max_tokens is not None else st.config.output_len.cap
+        finish_reason = "length" if target >= limit else "stop"
+    req = _submit(st, g, target, rec.request_id)
     try:
+        err = getattr(req, "error", None)
+        if err:
+            raise _EngineError(str(err))
         if g.stream:
-            return await _stream(request, st, g, req, rec, finish_reason, headers)
-        return await _full(request, st, g, req, rec, finish_reason, headers)
+            return await _stream(request, st, g, req, rec, plan, finish_reason, headers, fault)
+        return await _full(request, st, g, req, rec, plan, finish_reason, headers, fault)
     except (ConnectionError, _Disconnected, asyncio.CancelledError) as e:
         rec.outcome = OUTCOME_CLIENT_DISCONNECTED
         if isinstance(e, asyncio.CancelledError):
@@ -207,6 +380,9 @@ async def _generate(request: web.Request, chat: bool) -> web.StreamResponse:
     except _Shutdown:
         rec.outcome = OUTCOME_SERVER_SHUTDOWN
         raise web.HTTPServiceUnavailable() from None  # a started stream just ends, truncated
+    except _EngineError as e:
+        rec.outcome = OUTCOME_ERROR
+        return await _engine_error(request, str(e), rec)
     except Exception:
         rec.outcome = OUTCOME_ERROR
         log.exception("request %s failed", rec.request_id)
@@ -216,8 +392,20 @@ async def _generate(request: web.Request, chat: bool) -> web.StreamResponse:
             engine.abort(req)
         if rec.outcome == OUTCOME_OK and rec.done_ns is None:
             rec.outcome = OUTCOME_ERROR
-        st.truth.add(rec)
-        st.stats.finished(rec)
+        rec.cached_tokens = int(getattr(req, "num_cached_tokens", 0) or 0)
+        rec.num_preemptions = int(getattr(req, "num_preemptions", 0) or 0)
+        _finish(st, rec, submitted=not getattr(req, "error", None))  # refused: never prefilled
+
+
+async def _engine_error(request: web.Request, message: str, rec: TruthRecord) -> web.StreamResponse:
+    """HTTP 400 before the response started, else an error frame that ends the stream."""
+    rec.done_ns = time.perf_counter_ns()
+    resp = request.get("sim_response")
+    if resp is None or not resp.prepared:
+        return _error(RequestError(400, message, "engine_error"))
+    await resp.write(ChunkWriter.error(message, 400).encode())
+    await resp.write_eof()
+    return resp
 
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
@@ -262,10 +450,21 @@ async def sim_stats(request: web.Request) -> web.Response:
                 "generated_tokens": c.generated_tokens,
                 "busy_engine_s": c.busy_engine_s,
                 "late_steps": c.late_steps,
+                "kv_cache_usage_perc": engine_value(st.engine, "kv_usage"),
+                "preemptions": engine_value(st.engine, "preemptions"),
+                "prefix_cache_queries": engine_value(st.engine, "prefix_queries"),
+                "prefix_cache_hits": engine_value(st.engine, "prefix_hits"),
             },
+            "faults": st.options.faults,
         }
     )
     return web.json_response(out)
+
+
+async def metrics(request: web.Request) -> web.Response:
+    st = request.app[STATE_KEY]
+    assert st.metrics is not None
+    return web.Response(body=st.metrics.render(), headers={"Content-Type": CONTENT_TYPE})
 
 
 async def sim_truth(request: web.Request) -> web.Response:
@@ -273,11 +472,25 @@ async def sim_truth(request: web.Request) -> web.Response:
     return web.Response(text=st.truth.jsonl(), content_type="application/x-ndjson")
 
 
-def create_app(config: EngineConfig | None = None, truth_log: str | Path | None = None) -> web.Application:
+def create_app(
+    config: EngineConfig | None = None,
+    truth_log: str | Path | None = None,
+    options: ServerOptions | None = None,
+) -> web.Application:
     """The simulated OpenAI-compatible server; the engine starts and stops with the app."""
     config = config or EngineConfig()
+    options = options or ServerOptions()
     app = web.Application()
-    state = SimState(config=config, engine=Engine(config), truth=TruthLog(truth_log), stats=SimStats())
+    engine = Engine(config)
+    state = SimState(
+        config=config,
+        engine=engine,
+        truth=TruthLog(truth_log),
+        stats=SimStats(),
+        options=options,
+        faults=FaultPlan(options.faults, config.seed),
+        metrics=SimMetrics(engine, config.model_name),
+    )
     app[STATE_KEY] = state
 
     async def _start(app: web.Application) -> None:
@@ -295,6 +508,7 @@ def create_app(config: EngineConfig | None = None, truth_log: str | Path | None 
     app.router.add_post(COMPLETIONS_PATH, completions)
     app.router.add_get("/v1/models", models)
     app.router.add_get("/health", health)
+    app.router.add_get("/metrics", metrics)
     app.router.add_get("/sim/stats", sim_stats)
     app.router.add_get("/sim/truth", sim_truth)
     return app

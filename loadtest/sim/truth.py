@@ -28,8 +28,12 @@ class TruthRecord:
     first_token_ns: int | None = None
     token_ns: list[int] = field(default_factory=list)
     done_ns: int | None = None
-    outcome: str = OUTCOME_OK
+    outcome: str = OUTCOME_OK  # ok, a fault kind, client_disconnected, server_shutdown or error
     finish_reason: str | None = None
+    fault: str | None = None  # the injected fault's kind
+    cached_tokens: int = 0  # prompt tokens served from the prefix cache
+    reasoning_tokens: int = 0
+    num_preemptions: int = 0
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))
@@ -72,6 +76,7 @@ class SimStats:
     requests_by_outcome: Counter[str] = field(default_factory=Counter)
     requests_by_path: Counter[str] = field(default_factory=Counter)
     rejected_by_status: Counter[str] = field(default_factory=Counter)
+    faults_injected: Counter[str] = field(default_factory=Counter)
 
     def received(self, path: str) -> None:
         self.requests_received += 1
@@ -84,6 +89,8 @@ class SimStats:
     def finished(self, rec: TruthRecord) -> None:
         self.requests_completed += 1
         self.requests_by_outcome[rec.outcome] += 1
+        if rec.fault is not None:
+            self.faults_injected[rec.fault] += 1
         self.completion_tokens_total += rec.completion_tokens
         self.prompt_tokens_total += rec.prompt_tokens
 
@@ -95,6 +102,7 @@ class SimStats:
             "requests_by_outcome": dict(self.requests_by_outcome),
             "requests_by_path": dict(self.requests_by_path),
             "rejected_by_status": dict(self.rejected_by_status),
+            "faults_injected": dict(self.faults_injected),
             "completion_tokens_total": self.completion_tokens_total,
             "prompt_tokens_total": self.prompt_tokens_total,
         }

@@ -1,0 +1,128 @@
+"""vLLM-named Prometheus metrics for the simulated server (rendered by prometheus_client)."""
+
+from __future__ import annotations
+
+import bisect
+from collections import Counter
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.registry import Collector
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+# vLLM's bucket boundaries (vllm/v1/metrics/loggers.py).
+TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+                20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)  # fmt: skip
+ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+               20.0, 40.0, 80.0)  # fmt: skip
+E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0,
+               240.0, 480.0, 960.0, 1920.0, 7680.0)  # fmt: skip
+
+
+class Hist:
+    """A cheap cumulative histogram (bisect per observation, no locks: one event loop writes)."""
+
+    def __init__(self, bounds: Sequence[float]) -> None:
+        self.bounds = tuple(bounds)
+        self.counts = [0] * (len(self.bounds) + 1)
+        self.total = 0.0
+
+    def observe(self, v: float) -> None:
+        self.counts[bisect.bisect_left(self.bounds, v)] += 1
+        self.total += v
+
+    def observe_many(self, values: Iterable[float]) -> None:
+        for v in values:
+            self.observe(v)
+
+    def buckets(self) -> list[tuple[str, int]]:
+        out, acc = [], 0
+        for bound, n in zip((*map(str, self.bounds), "+Inf"), self.counts, strict=True):
+            acc += n
+            out.append((bound, acc))
+        return out
+
+
+def engine_value(engine: Any, name: str) -> float:
+    """An engine counter or gauge by name (on the engine or its counters), 0 where absent."""
+    for obj in (engine, getattr(engine, "counters", None)):
+        v = getattr(obj, name, None)
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            return float(v)
+    return 0.0
+
+
+class SimMetrics(Collector):
+    """Server-observed counters and histograms plus engine gauges read at scrape time."""
+
+    def __init__(self, engine: Any, model_name: str) -> None:
+        self.engine = engine
+        self.model_name = model_name
+        self.prompt_tokens = 0
+        self.generation_tokens = 0
+        self.success: Counter[str] = Counter()
+        self.ttft = Hist(TTFT_BUCKETS)
+        self.itl = Hist(ITL_BUCKETS)
+        self.e2e = Hist(E2E_BUCKETS)
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(self)
+
+    def finished(self, rec: Any, submitted: bool) -> None:
+        """Account one finished request from its truth record (times in perf_counter_ns)."""
+        if submitted:
+            self.prompt_tokens += rec.prompt_tokens
+        self.generation_tokens += rec.completion_tokens
+        if rec.first_token_ns is not None:
+            self.ttft.observe((rec.first_token_ns - rec.arrival_ns) / 1e9)
+        ns = rec.token_ns
+        self.itl.observe_many((b - a) / 1e9 for a, b in zip(ns, ns[1:], strict=False))
+        if rec.finish_reason is not None and rec.done_ns is not None:
+            self.success[rec.finish_reason] += 1
+            self.e2e.observe((rec.done_ns - rec.arrival_ns) / 1e9)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+    def _gauge(self, name: str, doc: str, value: float) -> GaugeMetricFamily:
+        g = GaugeMetricFamily(name, doc, labels=["model_name"])
+        g.add_metric([self.model_name], value)
+        return g
+
+    def _counter(self, name: str, doc: str, value: float) -> CounterMetricFamily:
+        c = CounterMetricFamily(name, doc, labels=["model_name"])
+        c.add_metric([self.model_name], value)
+        return c
+
+    def _hist(self, name: str, doc: str, h: Hist) -> HistogramMetricFamily:
+        m = HistogramMetricFamily(name, doc, labels=["model_name"])
+        m.add_metric([self.model_name], h.buckets(), h.total)
+        return m
+
+    def collect(self) -> Iterator[Any]:
+        e = self.engine
+        yield self._gauge("vllm:num_requests_running", "Requests in the running batch.", e.num_running)
+        yield self._gauge("vllm:num_requests_waiting", "Requests waiting to be scheduled.", e.num_waiting)
+        yield self._gauge(
+            "vllm:kv_cache_usage_perc", "KV-cache usage (1 = full).", engine_value(e, "kv_usage")
+        )
+        yield self._counter("vllm:num_preemptions", "Cumulative preemptions.", engine_value(e, "preemptions"))
+        yield self._counter(
+            "vllm:prefix_cache_queries", "Prefix-cache queried tokens.", engine_value(e, "prefix_queries")
+        )
+        yield self._counter(
+            "vllm:prefix_cache_hits", "Prefix-cache hit tokens.", engine_value(e, "prefix_hits")
+        )
+        yield self._counter("vllm:prompt_tokens", "Prefill tokens processed.", self.prompt_tokens)
+        yield self._counter("vllm:generation_tokens", "Generation tokens served.", self.generation_tokens)
+        ok = CounterMetricFamily(
+            "vllm:request_success", "Finished requests.", labels=["model_name", "finished_reason"]
+        )
+        for reason in sorted({"stop", "length", *self.success}):
+            ok.add_metric([self.model_name, reason], self.success[reason])
+        yield ok
+        yield self._hist("vllm:time_to_first_token_seconds", "Time to first token.", self.ttft)
+        yield self._hist("vllm:inter_token_latency_seconds", "Inter-token latency.", self.itl)
+        yield self._hist("vllm:e2e_request_latency_seconds", "End-to-end request latency.", self.e2e)
