@@ -23,7 +23,7 @@ from locust.env import Environment
 from locust.rpc import Message
 from locust.runners import MasterRunner, WorkerRunner
 
-from loadtest.client.gc_tuning import tune_gc
+from loadtest.gc_tuning import tune_gc
 from loadtest.locust.context import RunContext
 from loadtest.locust.settings import RunSettings
 from loadtest.locust.users import ClosedLoopUser, OpenLoopUser

@@ -15,6 +15,7 @@ from typing import Any
 
 from aiohttp import web
 
+from loadtest.gc_tuning import tune_gc
 from loadtest.sim.faults import FaultSpecError, parse_spec
 from loadtest.sim.presets import EngineConfig, get_gpu, get_model
 from loadtest.sim.server import ServerOptions, create_app
@@ -128,6 +129,7 @@ async def serve(
     sock.bind((host, port))
     site = web.SockSite(runner, sock)
     await site.start()
+    tune_gc()  # start-up objects (presets, tokenizer, app) are never scanned again
     bound = sock.getsockname()
     shown = f"[{bound[0]}]" if ":" in bound[0] else bound[0]
     sys.stdout.write(f"{LISTENING_PREFIX} {shown}:{bound[1]}\n")

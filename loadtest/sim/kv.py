@@ -109,14 +109,21 @@ class KvManager:
     def allocate(self, req: SimRequest, n_new: int) -> bool:
         bs = self.block_size
         table = self._tables.get(req)
-        hit_blocks: list[int] = []
-        if table is None:
-            table = []
-            if req.num_computed:
-                n_hit = req.num_computed // bs
-                hit_blocks = [self._cache[h] for h in req.block_hashes[:n_hit]]
-        n_total = -(-(req.num_computed + n_new) // bs)
-        need = max(0, n_total - len(table) - len(hit_blocks))
+        if table is not None:  # the common case: a running request extending its own blocks
+            end = req.num_computed + n_new
+            need = -(-end // bs) - len(table)
+            if need > len(self._free):
+                return False
+            for _ in range(need):
+                table.append(self._take_free())
+            if self.prefix_caching and end // bs > req.num_computed // bs:  # a block just filled up
+                self._cache_full_blocks(req, table, end)
+            return True
+        # First allocation: take the prefix-cache hits, then fresh blocks.
+        table = []
+        n_hit = req.num_computed // bs
+        hit_blocks = [self._cache[h] for h in req.block_hashes[:n_hit]] if n_hit else []
+        need = max(0, -(-(req.num_computed + n_new) // bs) - len(hit_blocks))
         reclaimed = sum(1 for b in hit_blocks if self._ref[b] == 0)
         if need + reclaimed > len(self._free):
             return False

@@ -6,7 +6,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from loadtest.workload.text import token_piece
+from loadtest.workload.text import TOKEN_PIECES, token_piece
 from loadtest.workload.tokenizer import Tokenizer
 
 CHAT_PATH = "/v1/chat/completions"
@@ -16,6 +16,11 @@ DONE_EVENT = b"data: [DONE]\n\n"
 
 def _dumps(obj: Any) -> str:
     return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
+
+
+def _chunk(body: bytes) -> bytes:
+    """One chunk of an HTTP/1.1 chunked body."""
+    return b"%x\r\n%b\r\n" % (len(body), body)
 
 
 class RequestError(Exception):
@@ -214,6 +219,16 @@ class ChunkWriter:
             self._tok_pre = self._head + '"choices":[{"index":0,"text":'
             self._tok_post = ',"logprobs":null,"finish_reason":null}]}\n\n'
         self._delta_pre = self._head + '"choices":[{"index":0,"delta":'
+        self._framed: list[bytes] | None = None
+
+    def framed_token(self, index: int) -> bytes:
+        """``token(index)`` as one HTTP/1.1 chunk; plain answer tokens come from a per-response cache."""
+        p = self.plan
+        if p is None or (index >= p.n_reasoning and p.tool_name is None):
+            if self._framed is None:
+                self._framed = [_chunk(self.token(i).encode()) for i in range(len(TOKEN_PIECES))]
+            return self._framed[index % len(TOKEN_PIECES)]
+        return _chunk(self.token(index).encode())
 
     def role(self) -> bytes:
         """The chat stream's first event: the assistant role with an empty content fragment."""

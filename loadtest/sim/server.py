@@ -9,8 +9,10 @@ import socket
 import struct
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from time import perf_counter_ns
 from typing import Any
 
 from aiohttp import web
@@ -28,6 +30,7 @@ from loadtest.sim.protocol import (
     GenRequest,
     OutputPlan,
     RequestError,
+    _chunk,
     full_response,
     parse_request,
 )
@@ -181,6 +184,68 @@ def _record(rec: TruthRecord, n: int) -> None:
     rec.completion_tokens += n
 
 
+# Faults that only change how a stream ends: the fast path serves them.
+_TAIL_ONLY = frozenset({None, F.NO_USAGE, F.NO_DONE})
+_DISCONNECTED = -100  # sink result: the client went away
+
+
+async def _stream_in_step(
+    request: web.Request,
+    resp: web.StreamResponse,
+    req: SimRequest,
+    rec: TruthRecord,
+    cw: ChunkWriter,
+    tail: Callable[[], str],
+) -> None:
+    """Serve a stream from inside the engine's step: the engine calls a sink that writes the token's
+    chunk to the socket at once, so one step writes every stream's token without waking a task each."""
+    transport = request.transport
+    target = req.target_tokens
+    token_ns = rec.token_ns
+    done: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+
+    def on_token(index: int) -> None:
+        if done.done():
+            return
+        if index < 0:
+            done.set_result(index)
+            return
+        if transport is None or transport.is_closing():
+            done.set_result(_DISCONNECTED)
+            return
+        try:
+            if rec.completion_tokens + 1 < target:
+                transport.write(cw.framed_token(index))  # one HTTP/1.1 chunk, pre-rendered
+            else:  # the last token carries the stream's tail
+                transport.write(_chunk((cw.token(index) + tail()).encode()))
+            ns = perf_counter_ns()  # ground truth: when this token was handed to the socket
+            if rec.first_token_ns is None:
+                rec.first_token_ns = ns
+            token_ns.append(ns)
+            rec.completion_tokens += 1
+            if rec.completion_tokens >= target:
+                done.set_result(0)
+        except Exception as e:  # never let a stream's failure break the engine's step
+            done.set_exception(e)
+
+    # Tokens that arrived before the sink existed go first, in order; no step can run in between.
+    while not req.queue.empty():
+        on_token(req.queue.get_nowait())
+    req.sink = on_token
+    if rec.completion_tokens >= target and not done.done():
+        done.set_result(0)
+    result = await done
+    if result == _DISCONNECTED:
+        raise _Disconnected
+    if result < 0:
+        err = getattr(req, "error", None)
+        if err:
+            raise _EngineError(str(err))
+        if result == SHUTDOWN:
+            raise _Shutdown
+        raise _EngineError("the engine could not serve this request")
+
+
 async def _stream(
     request: web.Request,
     st: SimState,
@@ -197,6 +262,8 @@ async def _stream(
     resp = web.StreamResponse(
         headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache", **headers}
     )
+    if request.version >= (1, 1):
+        resp.enable_chunked_encoding()
     if kind == F.SLOW_HEADERS:
         await asyncio.sleep(fault.value() or 0.0)  # type: ignore[union-attr]
     await resp.prepare(request)
@@ -216,6 +283,12 @@ async def _stream(
         if g.include_usage and kind != F.NO_USAGE:
             parts.append(cw.usage(rec.prompt_tokens, target, getattr(req, "num_cached_tokens", 0)))
         return "".join(parts) + DONE_EVENT.decode()
+
+    if kind in _TAIL_ONLY and resp.chunked:
+        await _stream_in_step(request, resp, req, rec, cw, tail)
+        rec.done_ns = time.perf_counter_ns()
+        await resp.write_eof()
+        return resp
 
     while True:
         if fire_at is not None and rec.completion_tokens >= fire_at:
@@ -454,6 +527,8 @@ async def sim_stats(request: web.Request) -> web.Response:
                 "preemptions": engine_value(st.engine, "preemptions"),
                 "prefix_cache_queries": engine_value(st.engine, "prefix_queries"),
                 "prefix_cache_hits": engine_value(st.engine, "prefix_hits"),
+                # Steps since the previous /sim/stats read and how late they ended against schedule.
+                "step_lateness": st.engine.take_step_lateness(),
             },
             "faults": st.options.faults,
         }

@@ -19,9 +19,9 @@ from typing import Any, NamedTuple
 import gevent
 import msgspec
 
-from loadtest.client.gc_tuning import tune_gc
 from loadtest.client.openai import OpenAIClient, PreparedRequest
 from loadtest.client.record import RequestRecord
+from loadtest.gc_tuning import tune_gc
 from loadtest.metrics.recorder import Recorder
 from loadtest.results.record_log import RecordLog
 from loadtest.workload.tokenizer import get_tokenizer

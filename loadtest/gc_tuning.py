@@ -1,4 +1,4 @@
-"""Garbage-collector set-up for a load-generator process, so collections scan only what the run allocates."""
+"""Garbage-collector set-up for long-running processes (generator, engine): collections scan only what the run allocates."""
 
 from __future__ import annotations
 
