@@ -256,3 +256,26 @@ def test_serve_sim_runs_standalone_for_any_client(tmp_path: Path) -> None:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=10)
     assert proc.returncode == 0
+
+
+def test_engine_faults_are_each_classified_once(tmp_path: Path, small_profile: Path) -> None:
+    spec = "http_503=#3,error_frame=#2,no_done=#1,http_429=#2,malformed_chunk=#1"
+    with SimProcess(speedup=4, faults=spec) as sim:
+        res = run_cli(
+            ["run", "--profile", str(small_profile), "--host", sim.base_url, "--out", str(tmp_path / "o")]
+        )
+        stats = sim.stats()
+        truth = sim.truth()
+    assert res.returncode == 0, res.stderr
+    run = json.loads((tmp_path / "o" / "run.json").read_text())
+    by = run["metrics"]["requests"]["by_outcome"]
+    assert stats["faults_injected"] == {
+        "http_503": 3,
+        "error_frame": 2,
+        "no_done": 1,
+        "http_429": 2,
+        "malformed_chunk": 1,
+    }
+    assert (by["http_5xx"], by["http_429"], by["stream_error"], by["truncated"]) == (3, 2, 3, 1)
+    assert by["ok"] == sum(1 for t in truth if t["outcome"] == "ok") > 0
+    assert sum(by.values()) == len(truth) == len(read_lines([tmp_path / "o" / "records.jsonl"]))

@@ -94,7 +94,9 @@ def test_ttft_flat_below_capacity_and_unbounded_above(tmp_path: Path) -> None:
             duration_s=3,
         )
         with SimProcess(speedup=4) as sim:
-            res = run_cli(["run", "--profile", str(prof), "--host", sim.base_url, "--out", str(tmp_path / name)])
+            res = run_cli(
+                ["run", "--profile", str(prof), "--host", sim.base_url, "--out", str(tmp_path / name)]
+            )
         assert res.returncode == 0, res.stderr
         recs = sorted(read_lines([tmp_path / name / "records.jsonl"]), key=lambda r: r["t"])
         return [r for r in recs if r["outcome"] == "ok"]
@@ -149,7 +151,11 @@ def test_repeated_prefix_is_cached_and_faster() -> None:
 
 
 def test_presets_for_every_mlperf_model_start(tmp_path: Path) -> None:
-    for gpu, model, tp in (("H200", "deepseek-r1", 8), ("B200", "gpt-oss-120b", 1), ("GB300", "llama-3.1-405b", 4)):
+    for gpu, model, tp in (
+        ("H200", "deepseek-r1", 8),
+        ("B200", "gpt-oss-120b", 1),
+        ("GB300", "llama-3.1-405b", 4),
+    ):
         get_gpu(gpu), get_model(model)
         with SimProcess(gpu=gpu, model=model, tp=tp, speedup=10) as sim:
             usage = chat(sim.base_url, "hello there", 8, f"{model}-1")

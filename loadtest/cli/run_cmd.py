@@ -124,6 +124,7 @@ def run_command(args: argparse.Namespace) -> int:
                         gpu=gpu,
                         model=engine_model,
                         tp=tp,
+                        faults=args.engine_faults or profile.engine.faults,
                         speedup=args.engine_speedup,
                         seed=seed,
                         stderr_path=out / "engine.log",

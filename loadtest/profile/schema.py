@@ -67,6 +67,7 @@ class EngineSpec(_Strict):
     gpu: str = "H100"
     model: str = "llama-3.1-8b"
     tp: int = Field(default=1, ge=1)
+    faults: str | None = None  # fault-injection spec, e.g. "http_503=2%,stall_mid_stream=#3@2" (docs/engine.md)
 
 
 class Profile(_Strict):

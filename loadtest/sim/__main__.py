@@ -27,8 +27,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m loadtest.sim", description=__doc__)
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=0, help="0 picks a free port")
-    p.add_argument("--gpu", default="H100", help="GPU preset (H100, H200)")
-    p.add_argument("--model", default="llama-3.1-8b", help="model preset (llama-3.1-8b, llama-3.1-70b)")
+    p.add_argument("--gpu", default="H100", help="GPU preset (--list-presets shows them)")
+    p.add_argument("--model", default="llama-3.1-8b", help="model preset (--list-presets shows them)")
+    p.add_argument("--list-presets", action="store_true", help="print the GPU and model presets and exit")
     p.add_argument("--tp", type=int, default=1, help="tensor-parallel size")
     p.add_argument("--speedup", type=float, default=1.0, help="run the engine clock this many times faster")
     p.add_argument("--seed", type=int, default=0)
@@ -149,6 +150,16 @@ async def serve(
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.list_presets:
+        from loadtest.sim.presets import list_gpus, list_models
+
+        print("GPUs:")
+        for g in list_gpus():
+            print("  " + g.summary())
+        print("Models:")
+        for m in list_models():
+            print("  " + m.summary())
+        return 0
     try:
         config = config_from_args(args)
         options = options_from_args(args)
