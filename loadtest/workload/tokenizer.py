@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 import quicktok
+from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 # Tokenizer families bundled by quicktok (no download, works offline).
 TOKENIZER_ALIASES: dict[str, str] = {
@@ -23,23 +26,71 @@ DEFAULT_TOKENIZER = "llama3"
 
 
 class Tokenizer:
-    """A named offline BPE tokenizer with a chat-template token counter."""
+    """An offline tokenizer with a chat-template token counter.
+
+    ``name`` is a bundled encoding (``llama3``, ``cl100k``, ``o200k``, ``o200k_harmony``, ``qwen3``)
+    or the path of a Hugging Face ``tokenizer.json`` or of a folder holding one (its
+    ``tokenizer_config.json`` chat template, when present, is used for chat prompts).
+    """
 
     def __init__(self, name: str = DEFAULT_TOKENIZER) -> None:
         key = TOKENIZER_ALIASES.get(name.lower())
-        if key is None:
-            raise ValueError(f"unknown tokenizer {name!r}; choose one of {sorted(set(TOKENIZER_ALIASES))}")
-        self.name = key
-        self._enc = quicktok.get_encoding(key)
+        self._hf: Any = None
+        self._template: Any = None
+        self._special: dict[str, str] = {}
+        if key is not None:
+            self.name = key
+            self._enc = quicktok.get_encoding(key)
+            return
+        path = Path(name).expanduser()
+        if not path.exists():
+            raise ValueError(
+                f"unknown tokenizer {name!r}: use one of {sorted(set(TOKENIZER_ALIASES))} "
+                "or the path of a tokenizer.json (or a folder holding one)"
+            )
+        self.name = str(path)
+        self._load_hf(path)
+
+    def _load_hf(self, path: Path) -> None:
+        from tokenizers import Tokenizer as HfTokenizer
+
+        folder = path if path.is_dir() else path.parent
+        file = path / "tokenizer.json" if path.is_dir() else path
+        if not file.is_file():
+            raise ValueError(f"{path}: no tokenizer.json there")
+        try:
+            self._hf = HfTokenizer.from_file(str(file))
+        except Exception as e:  # the library raises its own exception types
+            raise ValueError(f"{file}: not a Hugging Face tokenizer.json ({e})") from e
+        config = folder / "tokenizer_config.json"
+        if config.is_file():
+            cfg = json.loads(config.read_text())
+            template = cfg.get("chat_template")
+            if isinstance(template, list):  # named templates: take the default one
+                template = next((t.get("template") for t in template if t.get("name") == "default"), None)
+            if isinstance(template, str):
+                env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+                self._template = env.from_string(template)
+            for key in ("bos_token", "eos_token"):
+                tok = cfg.get(key)
+                self._special[key] = tok.get("content", "") if isinstance(tok, dict) else (tok or "")
 
     def count(self, text: str) -> int:
         """Tokens in plain text (no special tokens)."""
-        return self._enc.count(text) if text else 0
+        if not text:
+            return 0
+        if self._hf is not None:
+            return len(self._hf.encode(text, add_special_tokens=False).ids)
+        return self._enc.count(text)
 
     def encode(self, text: str) -> list[int]:
+        if self._hf is not None:
+            return list(self._hf.encode(text, add_special_tokens=False).ids)
         return list(self._enc.encode_ordinary(text))
 
     def decode(self, ids: Sequence[int]) -> str:
+        if self._hf is not None:
+            return self._hf.decode(list(ids), skip_special_tokens=False)
         return self._enc.decode(list(ids))
 
     def render_chat(self, messages: Sequence[dict[str, Any]]) -> str:
@@ -55,6 +106,8 @@ class Tokenizer:
 
     def encode_chat(self, messages: Sequence[dict[str, Any]]) -> list[int]:
         """Token ids of the templated chat prompt (Llama-3 template; others: contents joined by newlines)."""
+        if self._template is not None:
+            return list(self._hf.encode(self._render_hf(messages), add_special_tokens=False).ids)
         if self.name != "llama3":
             return self.encode("\n".join(_text_of(m.get("content")) for m in messages))
         enc = self._enc
@@ -78,6 +131,8 @@ class Tokenizer:
         Special tokens split the prompt into ordinary segments that tokenize independently, so the
         count is the specials plus each segment's count (equal to encoding ``render_chat``; tested).
         """
+        if self._template is not None:
+            return len(self._hf.encode(self._render_hf(messages), add_special_tokens=False).ids)
         if self.name == "llama3":
             n = 1 + 2 + self.count("assistant") + self.count("\n\n")  # begin, final header
             for m in messages:
@@ -89,6 +144,10 @@ class Tokenizer:
             return n
         # Other families: content tokens plus a fixed per-message overhead (OpenAI's cookbook rule).
         return 3 + sum(4 + self.count(_text_of(m.get("content"))) for m in messages)
+
+
+    def _render_hf(self, messages: Sequence[dict[str, Any]]) -> str:
+        return self._template.render(messages=list(messages), add_generation_prompt=True, **self._special)
 
 
 def _text_of(content: Any) -> str:
