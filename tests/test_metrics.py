@@ -8,7 +8,7 @@ import numpy as np
 
 from loadtest.client.record import RequestRecord
 from loadtest.metrics import hdr
-from loadtest.metrics.recorder import Aggregate, Recorder
+from loadtest.metrics.recorder import Recorder, RunAggregates, Track
 from loadtest.metrics.summary import build_metrics
 
 
@@ -54,18 +54,21 @@ def test_record_many_matches_record_value_exactly() -> None:
 def test_worker_deltas_merge_exactly_into_the_single_process_result() -> None:
     rng = random.Random(7)
     records = [make_record(i, rng, "ok" if i % 9 else "http_5xx") for i in range(400)]
-    single = Recorder()
-    workers = [Recorder(), Recorder(), Recorder()]
-    master = Aggregate()
+    for i, r in enumerate(records):
+        r.scenario = "chat" if i % 3 else "agent"
+    single = Recorder(per_scenario=True)
+    workers = [Recorder(per_scenario=True) for _ in range(3)]
+    merged = RunAggregates()
     for i, r in enumerate(records):
         single.add(r)
         workers[i % 3].add(r)
         if i % 50 == 0:  # periodic report_to_master
             for w in workers:
-                master.merge_wire(w.take_delta())
+                merged.merge_wire(w.take_delta())
     for w in workers:  # the final report
-        master.merge_wire(w.take_delta())
+        merged.merge_wire(w.take_delta())
     single.flush()
+    master = merged.all
     for name, h in single.total.hists.items():
         assert list(h.counts) == list(master.hists[name].counts), name
         assert h.get_total_count() == master.hists[name].get_total_count()
@@ -73,6 +76,11 @@ def test_worker_deltas_merge_exactly_into_the_single_process_result() -> None:
     assert single.total.totals == master.totals
     assert dict(single.total.series) == dict(master.series)
     assert build_metrics(single.total) == build_metrics(master)
+    local = single.result()
+    assert set(merged.scenarios) == set(local.scenarios) == {"chat", "agent"}
+    for name, agg in merged.scenarios.items():
+        assert build_metrics(agg) == build_metrics(local.scenarios[name])
+    assert sum(a.completed for a in merged.scenarios.values()) == master.completed == 400
 
 
 def test_tpot_follows_the_mlperf_definition() -> None:
@@ -126,4 +134,4 @@ def test_output_tokens_per_second_follow_chunk_arrivals_and_add_up() -> None:
     r = RequestRecord(request_id="s", scheduled_epoch=100.0, scheduled_ns=0, sent_ns=0, outcome="ok")
     r.chunk_ns = [int(0.5e9), int(1.5e9), int(1.6e9), int(2.5e9)]
     r.first_token_ns, r.done_ns, r.completion_tokens_client = r.chunk_ns[0], r.chunk_ns[-1], 8
-    assert Recorder._output_tokens_by_second(r, 8, 100.0) == [(100, 2), (101, 4), (102, 2)]
+    assert Track._output_tokens_by_second(r, 8, 100.0) == [(100, 2), (101, 4), (102, 2)]

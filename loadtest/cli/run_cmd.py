@@ -225,7 +225,7 @@ def _write_results(
         config=config,
         endpoint=endpoint,
         fingerprint=Workload(profile, settings.seed).fingerprint(),
-        aggregate=outcome.aggregate,
+        aggregates=outcome.aggregates,
         record_files=outcome.record_files,
         notes=notes,
     )

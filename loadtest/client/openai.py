@@ -133,6 +133,8 @@ class OpenAIClient:
             rec.first_token_ns = s.first_token_ns
             rec.first_answer_ns = s.first_answer_ns
             rec.finish_reason = s.finish_reason
+            rec.answer_text = s.answer_text
+            rec.tool_calls_text = s.tool_text
             rec.done_ns = resp.times[-1] if resp.times else resp.headers_ns
             rec.completion_tokens_client = self.tokenizer.count(s.answer_text + s.tool_text) + (
                 rec_reason := self.tokenizer.count(s.reasoning_text)
@@ -184,6 +186,7 @@ class OpenAIClient:
             rec.finish_reason = c.get("finish_reason") or rec.finish_reason
         rec.first_token_ns = rec.done_ns
         rec.first_answer_ns = rec.done_ns
+        rec.answer_text = text
         rec.completion_tokens_client = self.tokenizer.count(text)
         usage = obj.get("usage") or {}
         rec.prompt_tokens_server = usage.get("prompt_tokens")

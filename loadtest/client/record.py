@@ -51,6 +51,9 @@ class RequestRecord:
     completion_tokens_server: int | None = None
     cached_tokens_server: int | None = None
     reasoning_tokens_server: int | None = None
+    # What the server answered (kept in memory for multi-turn sessions; not written to the log).
+    answer_text: str = ""
+    tool_calls_text: str = ""
 
     # ---- derived metrics (MLPerf definitions; see docs/metrics.md) ----
     @property

@@ -27,7 +27,7 @@ from loadtest.gc_tuning import tune_gc
 from loadtest.locust.context import RunContext
 from loadtest.locust.settings import RunSettings
 from loadtest.locust.users import ClosedLoopUser, OpenLoopUser
-from loadtest.metrics.recorder import Aggregate
+from loadtest.metrics.recorder import RunAggregates
 
 log = logging.getLogger("loadtest")
 
@@ -40,7 +40,7 @@ DRAIN_TIMEOUT_S = 60.0
 class RunOutcome:
     """What the runtime hands back for run.json."""
 
-    aggregate: Aggregate
+    aggregates: RunAggregates
     interrupted_reason: str | None = None
     record_files: list[str] = field(default_factory=list)
     records_written: int = 0
@@ -102,7 +102,7 @@ def run_local(settings: RunSettings) -> RunOutcome:
     runner.quit()
     ctx.close()
     return RunOutcome(
-        aggregate=ctx.recorder.total,
+        aggregates=ctx.recorder.result(),
         interrupted_reason=stopper.reason,
         record_files=[ctx.log.path.name],
         records_written=ctx.log.count,
@@ -115,7 +115,7 @@ def run_master(settings: RunSettings, master_port: int) -> RunOutcome:
     """A Locust master in this process and ``settings.processes`` worker processes on this host."""
     env = Environment(user_classes=[user_class(settings)], host=settings.host)
     runner: MasterRunner = env.create_master_runner("127.0.0.1", master_port)
-    total = Aggregate()
+    total = RunAggregates()
     finals: dict[int, dict] = {}
 
     def on_worker_report(client_id: str, data: dict) -> None:
@@ -170,7 +170,7 @@ def run_master(settings: RunSettings, master_port: int) -> RunOutcome:
         reason = f"worker(s) {lost} did not report their final results"
     files = sorted(p.name for p in out.glob("records*.jsonl"))
     return RunOutcome(
-        aggregate=total,
+        aggregates=total,
         interrupted_reason=reason,
         record_files=files,
         records_written=sum(int(f["records"]) for f in finals.values()),

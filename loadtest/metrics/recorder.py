@@ -87,7 +87,7 @@ class Aggregate:
         return sum(self.outcomes.values())
 
 
-class Recorder:
+class Track:
     """Turns finished records into metrics, kept twice: the running total and the delta since the last report."""
 
     def __init__(self) -> None:
@@ -206,3 +206,53 @@ class Recorder:
         self.delta = Aggregate()
         self._both = (self._total, self.delta)
         return wire
+
+
+class RunAggregates:
+    """The merged state of a run: all requests, and each scenario apart when the profile mixes several."""
+
+    def __init__(self) -> None:
+        self.all = Aggregate()
+        self.scenarios: dict[str, Aggregate] = {}
+
+    def merge_wire(self, wire: dict[str, Any]) -> None:
+        self.all.merge_wire(wire["all"])
+        for name, w in wire.get("scenarios", {}).items():
+            self.scenarios.setdefault(name, Aggregate()).merge_wire(w)
+
+
+class Recorder:
+    """Per-process recorder: one track for all requests, plus one per scenario when asked."""
+
+    def __init__(self, per_scenario: bool = False) -> None:
+        self.all = Track()
+        self.per_scenario = per_scenario
+        self.scenarios: dict[str, Track] = {}
+
+    def add(self, rec: RequestRecord) -> None:
+        self.all.add(rec)
+        if self.per_scenario:
+            track = self.scenarios.get(rec.scenario)
+            if track is None:
+                track = self.scenarios[rec.scenario] = Track()
+            track.add(rec)
+
+    @property
+    def total(self) -> Aggregate:
+        return self.all.total
+
+    def flush(self) -> None:
+        self.all.flush()
+        for t in self.scenarios.values():
+            t.flush()
+
+    def take_delta(self) -> dict[str, Any]:
+        """Wire form of everything since the last call (all requests and per scenario)."""
+        return {"all": self.all.take_delta(), "scenarios": {n: t.take_delta() for n, t in self.scenarios.items()}}
+
+    def result(self) -> RunAggregates:
+        """This process's totals in the shape a master's merge produces."""
+        out = RunAggregates()
+        out.all = self.all.total
+        out.scenarios = {n: t.total for n, t in self.scenarios.items()}
+        return out

@@ -10,7 +10,7 @@ from typing import Any
 
 from loadtest import __version__
 from loadtest.metrics import hdr
-from loadtest.metrics.recorder import Aggregate
+from loadtest.metrics.recorder import RunAggregates
 from loadtest.metrics.summary import build_metrics
 
 SCHEMA_VERSION = 1
@@ -24,7 +24,7 @@ def build_run_document(
     config: dict[str, Any],
     endpoint: dict[str, Any],
     fingerprint: str,
-    aggregate: Aggregate,
+    aggregates: RunAggregates,
     record_files: list[str],
     notes: list[str] | None = None,
 ) -> dict[str, Any]:
@@ -38,8 +38,9 @@ def build_run_document(
         "config": config,
         "endpoint": endpoint,
         "workload": {"fingerprint": fingerprint},
-        "metrics": build_metrics(aggregate),
-        "histograms": {n: hdr.encode(h) for n, h in aggregate.hists.items() if h.get_total_count()},
+        "metrics": build_metrics(aggregates.all),
+        "scenarios": {name: build_metrics(agg) for name, agg in sorted(aggregates.scenarios.items())},
+        "histograms": {n: hdr.encode(h) for n, h in aggregates.all.hists.items() if h.get_total_count()},
         "files": {"records": record_files, "report": "report.html"},
         "notes": notes or [],
     }
