@@ -1,0 +1,156 @@
+#!/usr/bin/env python3
+"""Derive statistics and empirical length tables from the shared traces into traffic_profiles/derived/."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from loadtest.traces import TraceFormatError, empirical_spec, read_trace, sniff_format, trace_stats
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_TRACES = REPO.parent / "shared" / "traces"
+DEFAULT_OUT = REPO / "traffic_profiles" / "derived"
+SUFFIXES = (".csv", ".jsonl", ".csv.gz", ".jsonl.gz")
+
+CITATIONS = {
+    "azure": (
+        "Patel, Choukse, Zhang, Shah, Goiri, Maleki, Bianchini. Splitwise: Efficient generative LLM "
+        "inference using phase splitting. ISCA 2024."
+    ),
+    "mooncake": (
+        "Qin, Li, He, Zhang, Wu, Zheng, Xu. Mooncake: Trading More Storage for Less Computation - "
+        "A KVCache-centric Architecture for Serving LLM Chatbot. USENIX FAST 2025."
+    ),
+    "burstgpt": "Wang et al. BurstGPT: A Real-world Workload Dataset to Optimize LLM Serving Systems. 2024.",
+    "bailian": (
+        "Wang et al. KVCache Cache in the Wild: Characterizing and Optimizing KVCache Cache at a Large "
+        "Cloud Provider. USENIX ATC 2025."
+    ),
+}
+LICENSE_MARKERS = (("Attribution 4.0 International", "CC-BY-4.0"), ("Apache License", "Apache-2.0"))
+UNITS = {
+    "count": "requests",
+    "duration_s": "s",
+    "mean_rate_rps": "req/s",
+    "interarrival_mean_s": "s",
+    "interarrival_cv": "ratio",
+    "peak_1s_rate_rps": "req/s",
+    "peak_to_mean": "x mean",
+    "input_tokens": "tokens",
+    "output_tokens": "tokens",
+    "prefix_reuse_share": "of blocks",
+    "prefix_reuse_token_share": "of prompt tokens",
+    "mean_blocks_per_request": "blocks",
+    "unique_blocks": "blocks",
+}
+
+
+def trace_name(path: Path, fmt: str) -> str:
+    """Short name: azure-conv, mooncake-conversation, else <format>-<stem>."""
+    stem = path.name.split(".")[0]
+    if fmt == "azure":
+        return "azure-" + stem.rsplit("_", 1)[-1].lower()
+    if fmt == "mooncake":
+        return "mooncake-" + stem.removesuffix("_trace").lower()
+    return f"{fmt}-{stem.lower().replace('_', '-')}"
+
+
+def license_of(folder: Path) -> dict[str, str]:
+    """The LICENSE file next to a trace and the license it names."""
+    for lic in sorted(folder.glob("LICENSE*")):
+        head = lic.read_text(encoding="utf-8", errors="replace")[:2000]
+        spdx = next((name for marker, name in LICENSE_MARKERS if marker in head), "see file")
+        return {"file": lic.name, "spdx": spdx}
+    return {"file": "", "spdx": "unknown"}
+
+
+def _round(value: Any) -> Any:
+    """Round floats (recursively) to 4 decimals for a readable YAML."""
+    if isinstance(value, dict):
+        return {k: _round(v) for k, v in value.items()}
+    if isinstance(value, float):
+        return round(value, 4)
+    return value
+
+
+def derive_one(path: Path) -> tuple[str, dict[str, Any]]:
+    """Read one trace and build its derived document."""
+    fmt = sniff_format(path)
+    records = read_trace(path, fmt)
+    stats = _round(trace_stats(records))
+    doc = {
+        "name": trace_name(path, fmt),
+        "source": {
+            "file": path.name,
+            "format": fmt,
+            "license": license_of(path.parent),
+            "citation": CITATIONS.get(fmt, ""),
+        },
+        "stats": stats,
+        "arrival": {"rate": stats["mean_rate_rps"], "cv": stats["interarrival_cv"]},
+        "input_tokens": empirical_spec([r.input_tokens for r in records]),
+        "output_tokens": empirical_spec([r.output_tokens for r in records]),
+    }
+    return doc["name"], doc
+
+
+def find_traces(folder: Path) -> list[Path]:
+    """Trace files (CSV/JSONL, optionally gzipped) under folder, sorted."""
+    return sorted(p for p in folder.rglob("*") if p.is_file() and p.name.endswith(SUFFIXES))
+
+
+def stat_lines(name: str, stats: dict[str, Any]) -> list[str]:
+    """`name.stat: value unit` lines for every statistic (nested length quantiles flattened)."""
+    lines = []
+    for key, value in stats.items():
+        unit = UNITS.get(key, "")
+        items = value.items() if isinstance(value, dict) else [(None, value)]
+        for sub, v in items:
+            label = f"{name}.{key}" + (f".{sub}" if sub else "")
+            lines.append(f"{label}: {v:g} {unit}".rstrip())
+    return lines
+
+
+def derive(traces: Path, out: Path | None) -> dict[str, dict[str, Any]]:
+    """Derive every trace under `traces`; write `<out>/<name>.yaml` unless out is None."""
+    docs: dict[str, dict[str, Any]] = {}
+    for path in find_traces(traces):
+        try:
+            name, doc = derive_one(path)
+        except TraceFormatError as exc:
+            print(f"skipped {path}: {exc}", file=sys.stderr)
+            continue
+        docs[name] = doc
+        if out is not None:
+            out.mkdir(parents=True, exist_ok=True)
+            header = f"# Derived by tools/derive_trace_stats.py from {path.name}; do not edit by hand.\n"
+            text = yaml.safe_dump(doc, sort_keys=False, default_flow_style=None, width=100)
+            (out / f"{name}.yaml").write_text(header + text, encoding="utf-8")
+    return docs
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line: derive, print the figures, write the YAML files."""
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--traces", type=Path, default=DEFAULT_TRACES, help="folder holding the traces")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="where to write <trace>.yaml")
+    parser.add_argument("--no-write", action="store_true", help="print the figures only")
+    args = parser.parse_args(argv)
+    if not args.traces.is_dir():
+        print(f"no trace folder at {args.traces}", file=sys.stderr)
+        return 2
+    docs = derive(args.traces, None if args.no_write else args.out)
+    for name, doc in docs.items():
+        print("\n".join(stat_lines(name, doc["stats"])))
+    if not args.no_write:
+        print(f"wrote {len(docs)} file(s) to {args.out}", file=sys.stderr)
+    return 0 if docs else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
