@@ -44,7 +44,9 @@ def test_run_single_process_counts_match_engine(tmp_path: Path, small_profile: P
         stats = sim.stats()
     assert res.returncode == 0, res.stderr
     run = _check_run_matches_engine(tmp_path / "out", stats, "records.jsonl")
-    assert run["config"]["load"] == {"mode": "closed", "concurrency": 4, "rate": None, "arrival": None}
+    load = run["config"]["load"]
+    assert (load["mode"], load["concurrency"], load["rate"]) == ("closed", 4, None)
+    assert run["config"]["tokenizer"] == "llama3"
     assert "report:" in res.stdout and "TTFT" in res.stdout
 
 

@@ -41,6 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
     load = run.add_mutually_exclusive_group()
     load.add_argument("--concurrency", type=int, metavar="N", help="closed loop: N concurrent streams")
     load.add_argument("--rate", type=float, metavar="R", help="open loop: R requests/s, Poisson arrivals")
+    run.add_argument(
+        "--tokenizer", help="llama3, cl100k, o200k, o200k_harmony, qwen3, or a tokenizer.json / folder path"
+    )
     run.add_argument("--seed", type=int, help="workload and arrival seed (default: the profile's)")
     run.add_argument("--out", help="output folder (default: reports/<timestamp>-<profile>/)")
     run.add_argument(
@@ -69,6 +72,16 @@ def build_parser() -> argparse.ArgumentParser:
     rep = sub.add_parser("report", help="rebuild report.html of a run folder from its run.json")
     rep.add_argument("run_dir")
 
+    prof = sub.add_parser("profiles", help="list, show or validate traffic profiles (docs/profiles.md)")
+    psub = prof.add_subparsers(dest="profiles_command", required=True)
+    psub.add_parser("list", help="every shipped profile: name, load mode, scenarios, description")
+    psub.add_parser("show", help="a profile as YAML, every default filled in").add_argument(
+        "profile", metavar="NAME|FILE"
+    )
+    psub.add_parser("validate", help="check profile files; exit 0 only if all are valid").add_argument(
+        "files", nargs="+", metavar="FILE"
+    )
+
     serve = sub.add_parser("serve", help="run a server standalone (the embedded engine: `serve sim`)")
     serve.add_argument("engine", choices=["sim"], help="which server")
     serve.add_argument(
@@ -91,6 +104,10 @@ def main(argv: list[str] | None = None) -> int:
         from loadtest.cli.run_cmd import run_command
 
         return run_command(args)
+    if args.command == "profiles":
+        from loadtest.cli.profiles_cmd import profiles_command
+
+        return profiles_command(args)
     if args.command == "report":
         from loadtest.cli.report_cmd import report_command
 

@@ -17,9 +17,10 @@ from loadtest.client.preflight import EndpointError, list_models
 
 if TYPE_CHECKING:
     from loadtest.locust.runtime import RunOutcome
-from loadtest.locust.settings import RunSettings
+from loadtest.locust.settings import RunSettings, load_mode
 from loadtest.profile.loader import ProfileError, load_profile
 from loadtest.profile.schema import Profile
+from loadtest.traces import TraceFormatError
 from loadtest.workload.builder import Workload
 
 EXIT_OK = 0
@@ -76,11 +77,26 @@ def _api_key_env(args: argparse.Namespace) -> str | None:
     return "OPENAI_API_KEY" if os.environ.get("OPENAI_API_KEY") else None
 
 
+def describe_load(profile: Profile) -> str:
+    """One line for people: what load the profile puts on the endpoint."""
+    load = profile.load
+    if load.concurrency is not None:
+        return f"{load.concurrency} concurrent streams (closed loop)"
+    if load.rate is not None:
+        shape = f"gamma CV {load.cv:g}" if load.arrival == "gamma" and load.cv else load.arrival
+        return f"{load.rate:g} req/s {shape} (open loop)"
+    if load.trace is not None:
+        return f"trace replay of {Path(load.trace.path).name} (open loop)"
+    stages = load.stages or []
+    unit = "streams" if stages and stages[0].concurrency is not None else "req/s"
+    levels = " → ".join(f"{(st.concurrency if st.concurrency is not None else st.rate):g}" for st in stages)
+    return f"stages {levels} {unit}"
+
+
 def run_command(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
-        profile, profile_path = load_profile(args.profile)
-        duration = parse_duration(args.duration) if args.duration else profile.duration_s
+        _, profile_path = load_profile(args.profile)
         if args.processes < 1:
             raise UsageError("--processes must be ≥ 1")
         if args.concurrency is not None and args.concurrency < 1:
@@ -88,16 +104,43 @@ def run_command(args: argparse.Namespace) -> int:
         if args.rate is not None and args.rate <= 0:
             raise UsageError("--rate must be > 0")
         key_env = _api_key_env(args)
+        settings = RunSettings(
+            run_id="",
+            profile_ref=str(profile_path),
+            host="",
+            out_dir="",
+            duration_s=0.0,
+            seed=0,
+            concurrency=args.concurrency,
+            rate=args.rate,
+            api_key_env=key_env,
+            processes=args.processes,
+            connect_timeout=args.connect_timeout,
+            read_timeout=args.read_timeout,
+            verify_tls=not args.insecure,
+            tokenizer=args.tokenizer,
+        )
+        profile, _ = settings.profile()
+        settings.seed = profile.seed if args.seed is None else args.seed
+        try:
+            workload = Workload(profile, settings.seed)  # checks the tokenizer and reads any trace now
+        except (ValueError, OSError, TraceFormatError) as e:
+            raise UsageError(f"{profile_path}: {e}") from e
+        span = workload.schedule_span_s
+        if args.duration:
+            settings.duration_s = parse_duration(args.duration)
+        elif span is not None and (args.rate is None and args.concurrency is None):
+            settings.duration_s = span + 0.001  # the schedule ends by itself
+        else:
+            settings.duration_s = profile.duration_s
         out = _out_dir(args, profile.name)
+        settings.out_dir, settings.run_id = str(out), out.name
     except ProfileError as e:
         return _fail(str(e), EXIT_USAGE)
     except UsageError as e:
         return _fail(str(e), EXIT_USAGE)
-
-    concurrency, rate = args.concurrency, args.rate
-    if concurrency is None and rate is None:
-        concurrency, rate = profile.load.concurrency, profile.load.rate
-    seed = profile.seed if args.seed is None else args.seed
+    seed = settings.seed
+    duration = settings.duration_s
 
     with contextlib.ExitStack() as stack:
         engine_info: dict[str, Any] | None = None
@@ -143,32 +186,10 @@ def run_command(args: argparse.Namespace) -> int:
         except EndpointError as e:
             return _fail(str(e), EXIT_COULD_NOT_RUN)
         model = args.model or profile.model or (models[0] if models else None)
-        run_id = out.name
-        settings = RunSettings(
-            run_id=run_id,
-            profile=str(profile_path),
-            host=host,
-            out_dir=str(out),
-            duration_s=duration,
-            seed=seed,
-            concurrency=concurrency if rate is None else None,
-            rate=rate,
-            arrival=profile.load.arrival,
-            model=model,
-            api_key_env=key_env,
-            processes=args.processes,
-            connect_timeout=args.connect_timeout,
-            read_timeout=args.read_timeout,
-            verify_tls=not args.insecure,
-            embedded=engine_info is not None,
-        )
-        load = (
-            f"{concurrency} concurrent streams (closed loop)"
-            if rate is None
-            else f"{rate:g} req/s {profile.load.arrival} (open loop)"
-        )
+        settings.host, settings.model, settings.embedded = host, model, engine_info is not None
         print(
-            f"running {profile.name} for {duration:g}s: {load}, {args.processes} process(es), model {model}; writing {out}/"
+            f"running {profile.name} for {duration:g}s: {describe_load(profile)}, "
+            f"{args.processes} process(es), model {model}; writing {out}/"
         )
         from loadtest.locust import runtime
 
@@ -179,14 +200,14 @@ def run_command(args: argparse.Namespace) -> int:
                 outcome = runtime.run_local(settings)
         except RuntimeError as e:
             return _fail(str(e), EXIT_COULD_NOT_RUN)
-        return _write_results(settings, profile, profile_path, outcome, models, engine_info, out)
+        return _write_results(settings, profile, workload, outcome, models, engine_info, out)
     return EXIT_COULD_NOT_RUN  # pragma: no cover
 
 
 def _write_results(
     settings: RunSettings,
     profile: Profile,
-    profile_path: Path,
+    workload: Workload,
     outcome: RunOutcome,
     models: list[str],
     engine_info: dict[str, Any] | None,
@@ -196,16 +217,24 @@ def _write_results(
     from loadtest.results.run_json import build_run_document, write_run_json
 
     status = "interrupted" if outcome.interrupted_reason else "completed"
+    mode = load_mode(profile)
+    load = profile.load
     config = {
         "profile": profile.name,
-        "profile_path": str(profile_path),
+        "profile_path": settings.profile_ref,
         "profile_resolved": profile.model_dump(mode="json"),
         "load": {
-            "mode": settings.mode,
-            "concurrency": settings.concurrency,
-            "rate": settings.rate,
-            "arrival": settings.arrival if settings.mode == "open" else None,
+            "mode": mode,
+            "concurrency": load.concurrency,
+            "rate": load.rate,
+            "arrival": load.arrival if load.rate is not None else None,
+            "cv": load.cv,
+            "stages": [st.model_dump(mode="json") for st in load.stages] if load.stages else None,
+            "trace": load.trace.model_dump(mode="json") if load.trace else None,
+            "description": describe_load(profile),
         },
+        "scenarios": [{"name": sc.name, "kind": sc.kind, "weight": sc.weight} for sc in profile.scenarios],
+        "tokenizer": workload.tokenizer.name,
         "duration_s": settings.duration_s,
         "seed": settings.seed,
         "processes": settings.processes,
@@ -224,7 +253,7 @@ def _write_results(
         interrupted_reason=outcome.interrupted_reason,
         config=config,
         endpoint=endpoint,
-        fingerprint=Workload(profile, settings.seed).fingerprint(),
+        fingerprint=workload.fingerprint(),
         aggregates=outcome.aggregates,
         record_files=outcome.record_files,
         notes=notes,

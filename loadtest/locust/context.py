@@ -13,7 +13,6 @@ from loadtest.client.openai import OpenAIClient, Timeouts
 from loadtest.client.record import RequestRecord
 from loadtest.locust.settings import RunSettings
 from loadtest.metrics.recorder import Recorder
-from loadtest.profile.loader import load_profile
 from loadtest.results.record_log import RecordLog
 from loadtest.workload.builder import Workload
 
@@ -25,7 +24,7 @@ class RunContext:
         self.settings = settings
         self.worker_index = worker_index
         self.n_workers = max(1, n_workers)
-        self.profile, self.profile_path = load_profile(settings.profile)
+        self.profile, self.profile_path = settings.profile()
         self.workload = Workload(self.profile, settings.seed)
         self.recorder = Recorder(per_scenario=len(getattr(self.profile, "scenarios", ())) > 1)
         self.log = RecordLog(Path(settings.out_dir) / log_name)
@@ -54,6 +53,10 @@ class RunContext:
     @staticmethod
     def now() -> tuple[int, float]:
         return time.perf_counter_ns(), time.time()
+
+    def skip_arrival(self) -> None:
+        """An open-loop arrival not sent because load.max_in_flight was reached (counted in run.json)."""
+        self.recorder.note("skipped_arrivals")
 
     def finish(self, rec: RequestRecord) -> None:
         """Account one finished (or cancelled) request: metrics, record log, Locust's own stats."""

@@ -21,13 +21,14 @@ import gevent
 from gevent.event import Event
 from locust.env import Environment
 from locust.rpc import Message
-from locust.runners import MasterRunner, WorkerRunner
+from locust.runners import MasterRunner, Runner, WorkerRunner
 
 from loadtest.gc_tuning import tune_gc
 from loadtest.locust.context import RunContext
-from loadtest.locust.settings import RunSettings
+from loadtest.locust.settings import RunSettings, load_mode
 from loadtest.locust.users import ClosedLoopUser, OpenLoopUser
 from loadtest.metrics.recorder import RunAggregates
+from loadtest.profile.schema import Profile
 
 log = logging.getLogger("loadtest")
 
@@ -49,12 +50,36 @@ class RunOutcome:
     ended_epoch: float = 0.0
 
 
-def user_class(settings: RunSettings) -> type:
-    return OpenLoopUser if settings.mode == "open" else ClosedLoopUser
+def user_class(profile: Profile) -> type:
+    return OpenLoopUser if load_mode(profile) == "open" else ClosedLoopUser
 
 
-def user_count(settings: RunSettings) -> int:
-    return settings.processes if settings.mode == "open" else int(settings.concurrency or 1)
+def drive_load(runner: Runner, profile: Profile, settings: RunSettings, stopper: _Stopper) -> None:
+    """Start the users and keep the load the profile asks for until the duration ends or a signal comes.
+
+    Open loop: one dispatcher per worker process follows the schedule. Closed loop: ``concurrency``
+    users, or a stage sequence that changes the user count (a ramp spreads the change over the stage).
+    """
+    load = profile.load
+    if load_mode(profile) == "open":
+        runner.start(settings.processes, spawn_rate=max(100.0, settings.processes * 10.0))
+        stopper.event.wait(timeout=settings.duration_s)
+        return
+    if not load.stages:
+        n = int(load.concurrency or 1)
+        runner.start(n, spawn_rate=max(100.0, n * 10.0))
+        stopper.event.wait(timeout=settings.duration_s)
+        return
+    deadline = time.monotonic() + settings.duration_s
+    previous = 0
+    for stage in load.stages:
+        n = int(stage.concurrency or 0)
+        rate = max(0.1, abs(n - previous) / stage.duration_s) if stage.ramp else max(100.0, n * 10.0)
+        runner.start(n, spawn_rate=rate)
+        previous = n
+        wait = min(stage.duration_s, deadline - time.monotonic())
+        if wait <= 0 or stopper.event.wait(timeout=wait):
+            return
 
 
 class _Stopper:
@@ -84,18 +109,16 @@ def _drain(ctx: RunContext, timeout: float) -> None:
 
 def run_local(settings: RunSettings) -> RunOutcome:
     """Everything in this process."""
-    env = Environment(user_classes=[user_class(settings)], host=settings.host)
     ctx = RunContext(settings, 0, 1, "records.jsonl")
+    env = Environment(user_classes=[user_class(ctx.profile)], host=settings.host)
     ctx.env = env
     env.loadtest = ctx  # type: ignore[attr-defined]
     stopper = _Stopper()
     stopper.install()
     runner = env.create_local_runner()
-    n = user_count(settings)
     tune_gc()
     started = time.time()
-    runner.start(n, spawn_rate=max(100.0, n * 10.0))
-    stopper.event.wait(timeout=settings.duration_s)
+    drive_load(runner, ctx.profile, settings, stopper)
     if stopper.reason is None:
         _drain(ctx, DRAIN_TIMEOUT_S)
     runner.stop()
@@ -113,7 +136,8 @@ def run_local(settings: RunSettings) -> RunOutcome:
 
 def run_master(settings: RunSettings, master_port: int) -> RunOutcome:
     """A Locust master in this process and ``settings.processes`` worker processes on this host."""
-    env = Environment(user_classes=[user_class(settings)], host=settings.host)
+    profile, _ = settings.profile()
+    env = Environment(user_classes=[user_class(profile)], host=settings.host)
     runner: MasterRunner = env.create_master_runner("127.0.0.1", master_port)
     total = RunAggregates()
     finals: dict[int, dict] = {}
@@ -149,10 +173,8 @@ def run_master(settings: RunSettings, master_port: int) -> RunOutcome:
                     f" (see {out}/worker-*.log)"
                 )
             gevent.sleep(0.1)
-        n = user_count(settings)
         started = time.time()
-        runner.start(n, spawn_rate=max(100.0, n * 10.0))
-        stopper.event.wait(timeout=settings.duration_s)
+        drive_load(runner, profile, settings, stopper)
         drain = stopper.reason is None
         runner.send_message(MSG_FINISH, {"drain": drain, "timeout": DRAIN_TIMEOUT_S})
         deadline = time.monotonic() + (DRAIN_TIMEOUT_S if drain else 0) + 30
@@ -212,7 +234,8 @@ def _stop_processes(procs: list[subprocess.Popen]) -> None:
 
 def worker_main(settings: RunSettings, master_port: int) -> int:
     """Entry of a worker process: connect, run users on command, answer the final-results request."""
-    env = Environment(user_classes=[user_class(settings)], host=settings.host)
+    profile, _ = settings.profile()
+    env = Environment(user_classes=[user_class(profile)], host=settings.host)
     runner: WorkerRunner = env.create_worker_runner("127.0.0.1", master_port)
     ctx = RunContext(
         settings, runner.worker_index, settings.processes, f"records-w{runner.worker_index}.jsonl"

@@ -6,11 +6,24 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from loadtest.profile.loader import load_profile
+from loadtest.profile.schema import Load, Profile
+
+
+def load_mode(profile: Profile) -> str:
+    """'open' when arrivals follow a schedule (rate, trace, rate stages), 'closed' for concurrency."""
+    load = profile.load
+    if load.concurrency is not None:
+        return "closed"
+    if load.stages and load.stages[0].concurrency is not None:
+        return "closed"
+    return "open"
+
 
 @dataclass(slots=True)
 class RunSettings:
     run_id: str
-    profile: str  # shipped name or path
+    profile_ref: str  # shipped name or path
     host: str
     out_dir: str
     duration_s: float
@@ -25,10 +38,26 @@ class RunSettings:
     read_timeout: float = 300.0
     verify_tls: bool = True
     embedded: bool = False
+    tokenizer: str | None = None  # overrides the profile's
 
-    @property
-    def mode(self) -> str:
-        return "open" if self.rate is not None else "closed"
+    def profile(self) -> tuple[Profile, Path]:
+        """The profile as this run uses it: the file, with the command line's overrides applied."""
+        profile, path = load_profile(self.profile_ref)
+        load = profile.load
+        if self.concurrency is not None:
+            load = Load(concurrency=self.concurrency, max_in_flight=load.max_in_flight)
+        elif self.rate is not None:
+            keep_cv = load.arrival == "gamma" and load.cv is not None
+            load = Load(
+                rate=self.rate,
+                arrival=load.arrival if keep_cv or load.arrival != "gamma" else "poisson",
+                cv=load.cv if keep_cv else None,
+                max_in_flight=load.max_in_flight,
+            )
+        update: dict = {"load": load}
+        if self.tokenizer:
+            update["tokenizer"] = self.tokenizer
+        return profile.model_copy(update=update), path
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))

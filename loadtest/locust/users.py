@@ -12,7 +12,8 @@ from locust.exception import StopUser
 from loadtest.client.openai import OpenAIClient, PreparedRequest
 from loadtest.client.record import RequestRecord
 from loadtest.locust.context import RunContext
-from loadtest.schedule.arrivals import worker_share
+from loadtest.schedule.arrivals import split
+from loadtest.workload.builder import Unit
 
 
 def _context(user: User) -> RunContext:
@@ -24,7 +25,7 @@ def _context(user: User) -> RunContext:
 
 def send_and_account(
     ctx: RunContext, client: OpenAIClient, req: PreparedRequest, sched_ns: int, sched_epoch: float
-) -> None:
+) -> RequestRecord:
     """Send one request; whatever happens (even a kill mid-stream) exactly one record is accounted."""
     rec = RequestRecord(request_id=req.request_id)
     ctx.in_flight += 1
@@ -40,10 +41,25 @@ def send_and_account(
             rec.scheduled_ns, rec.scheduled_epoch = sched_ns, sched_epoch
             rec.scenario, rec.api = req.scenario, req.api
         ctx.finish(rec)
+    return rec
+
+
+def run_unit(ctx: RunContext, client: OpenAIClient, unit: Unit, first_ns: int, first_epoch: float) -> None:
+    """Every call of a unit: the first at its scheduled time, later ones after the user's think time."""
+    last: RequestRecord | None = None
+    sched_ns, sched_epoch = first_ns, first_epoch
+    while (step := unit.next(last)) is not None:
+        if last is not None:
+            if ctx.stopping:
+                return  # the run is over: a session does not start another call
+            if step.think_before_s > 0:
+                gevent.sleep(step.think_before_s)
+            sched_ns, sched_epoch = RunContext.now()
+        last = send_and_account(ctx, client, step.request, sched_ns, sched_epoch)
 
 
 class ClosedLoopUser(User):
-    """One concurrent stream: sends the next request as soon as the previous one finished."""
+    """One concurrent stream: runs the next unit (a request or a whole session) as soon as the last ended."""
 
     wait_time = constant(0)
 
@@ -55,16 +71,16 @@ class ClosedLoopUser(User):
         self.client.close()
 
     @task
-    def one_request(self) -> None:
+    def one_unit(self) -> None:
         if self.ctx.stopping:
             raise StopUser()
-        req = self.ctx.workload.request(self.ctx.next_closed_loop_index())
+        unit = self.ctx.workload.unit(self.ctx.next_closed_loop_index())
         sched_ns, sched_epoch = RunContext.now()
-        send_and_account(self.ctx, self.client, req, sched_ns, sched_epoch)
+        run_unit(self.ctx, self.client, unit, sched_ns, sched_epoch)
 
 
 class OpenLoopUser(User):
-    """This worker's share of the global arrival schedule; each arrival is sent on time, never waiting for replies."""
+    """This worker's share of the global arrival schedule; each arrival runs on time, never waiting for replies."""
 
     wait_time = constant(0)
     fixed_count = 0
@@ -74,31 +90,32 @@ class OpenLoopUser(User):
         self.requests = Group()
         self.idle: list[OpenAIClient] = []
 
-    def _send(self, req: PreparedRequest, sched_ns: int, sched_epoch: float) -> None:
+    def _run(self, unit: Unit, sched_ns: int, sched_epoch: float) -> None:
         client = self.idle.pop() if self.idle else self.ctx.new_client()
         try:
-            send_and_account(self.ctx, client, req, sched_ns, sched_epoch)
+            run_unit(self.ctx, client, unit, sched_ns, sched_epoch)
         finally:
             self.idle.append(client)
 
     @task
     def dispatch(self) -> None:
         ctx = self.ctx
-        s = ctx.settings
+        cap = ctx.profile.load.max_in_flight
         t0_ns, t0_epoch = RunContext.now()
         try:
-            for index, offset in worker_share(
-                s.rate or 1.0, s.seed, ctx.worker_index, ctx.n_workers, s.arrival
-            ):
-                req = ctx.workload.request(index)  # built before its time comes, off the send path
+            for index, offset in split(ctx.workload.arrival_offsets(), ctx.worker_index, ctx.n_workers):
+                unit = ctx.workload.unit(index)  # built before its time comes, off the send path
                 sched_ns = t0_ns + int(offset * 1e9)
                 delay = (sched_ns - time.perf_counter_ns()) / 1e9
                 if delay > 0:
                     gevent.sleep(delay)
                 if ctx.stopping:
                     break
-                self.requests.spawn(self._send, req, sched_ns, t0_epoch + offset)
-            self.requests.join()  # drain: requests already issued finish normally
+                if cap is not None and ctx.in_flight >= cap:
+                    ctx.skip_arrival()  # over the profile's in-flight cap: counted, not sent
+                    continue
+                self.requests.spawn(self._run, unit, sched_ns, t0_epoch + offset)
+            self.requests.join()  # drain: units already started finish normally
         except gevent.GreenletExit:
             self.requests.kill(block=True)  # interrupted: in-flight requests are recorded as cancelled
             raise

@@ -168,6 +168,10 @@ class Track:
         if self._pending_n >= _FLUSH_AT:
             self.flush()
 
+    def note(self, counter: str, n: int = 1) -> None:
+        for agg in self._both:
+            agg.totals[counter] += n
+
     @staticmethod
     def _output_tokens_by_second(rec: RequestRecord, n_out: int, start: float) -> list[tuple[int, int]]:
         """Output tokens attributed to the seconds in which their chunks arrived (not the completion second)."""
@@ -240,6 +244,10 @@ class Recorder:
     @property
     def total(self) -> Aggregate:
         return self.all.total
+
+    def note(self, counter: str, n: int = 1) -> None:
+        """Count an event that is not a request (e.g. a skipped arrival) in the run totals."""
+        self.all.note(counter, n)
 
     def flush(self) -> None:
         self.all.flush()

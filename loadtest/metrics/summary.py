@@ -48,6 +48,7 @@ def build_metrics(agg: Aggregate) -> dict[str, Any]:
             "failed": counted - ok,
             "cancelled": by_outcome["cancelled"],
             "error_rate": round((counted - ok) / counted, 6) if counted else 0.0,
+            "skipped_arrivals": int(t.get("skipped_arrivals", 0)),
             "by_outcome": by_outcome,
         },
         "window": {"first_scheduled": first, "last_done": last, "duration_s": round(duration, 3)},

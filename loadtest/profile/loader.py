@@ -3,13 +3,25 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import yaml
 from pydantic import ValidationError
 
-from loadtest.profile.schema import Profile
+from loadtest.profile.errors import DOCS_HINT, format_validation_error
+from loadtest.profile.schema import FLAT_KEYS, Profile
 
 SHIPPED_DIR = Path(__file__).resolve().parents[2] / "traffic_profiles"
+
+__all__ = [
+    "SHIPPED_DIR",
+    "ProfileError",
+    "format_validation_error",
+    "load_profile",
+    "parse_profile",
+    "resolve_profile_path",
+    "shipped_profiles",
+]
 
 
 class ProfileError(Exception):
@@ -26,9 +38,13 @@ def shipped_profiles() -> dict[str, Path]:
 def resolve_profile_path(name_or_path: str) -> Path:
     """A shipped profile name, or a path to a YAML file."""
     p = Path(name_or_path)
-    if p.suffix in (".yaml", ".yml") or p.exists() or "/" in name_or_path:
-        if not p.is_file():
+    try:
+        looks_like_path = p.suffix in (".yaml", ".yml") or p.exists() or "/" in name_or_path
+        if looks_like_path and not p.is_file():
             raise ProfileError(f"{name_or_path}: no such profile file")
+    except (OSError, ValueError) as e:
+        raise ProfileError(f"{name_or_path}: cannot use this path ({e})") from e
+    if looks_like_path:
         return p
     shipped = shipped_profiles()
     if name_or_path in shipped:
@@ -38,28 +54,47 @@ def resolve_profile_path(name_or_path: str) -> Path:
     )
 
 
+def _read_yaml(path: Path) -> Any:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ProfileError(f"{path}: cannot read the file ({e})") from e
+    try:
+        return yaml.safe_load(text)
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        what = " ".join(str(x) for x in (e.context, e.problem) if x) or "syntax error"
+        raise ProfileError(f"{path}: not valid YAML{where}: {what}\n{DOCS_HINT}") from e
+    except (yaml.YAMLError, RecursionError, ValueError, TypeError) as e:
+        raise ProfileError(f"{path}: not valid YAML: {e}\n{DOCS_HINT}") from e
+
+
+def parse_profile(data: Any, path: Path) -> Profile:
+    """Validate already-parsed YAML ``data`` read from ``path``; relative trace paths resolve against its folder."""
+    if data is None:
+        raise ProfileError(
+            f"{path}: the file is empty: a profile is a YAML mapping (name, load, scenarios, ...)\n{DOCS_HINT}"
+        )
+    if not isinstance(data, dict):
+        raise ProfileError(
+            f"{path}: the top level is a {type(data).__name__}: a profile is a YAML mapping "
+            f"(name, load, scenarios, ...)\n{DOCS_HINT}"
+        )
+    try:
+        profile = Profile.model_validate(data)
+    except ValidationError as e:
+        flat = FLAT_KEYS if "scenarios" not in data and any(k in data for k in FLAT_KEYS) else ()
+        raise ProfileError(format_validation_error(path, e, Profile, flat)) from e
+    except RecursionError as e:
+        raise ProfileError(f"{path}: invalid profile: nested too deeply\n{DOCS_HINT}") from e
+    trace = profile.load.trace
+    if trace is not None:
+        trace.path = str((path.parent / Path(trace.path).expanduser()).resolve())
+    return profile
+
+
 def load_profile(name_or_path: str) -> tuple[Profile, Path]:
     """Load and validate a profile; raises ProfileError with file, key path and what is allowed."""
     path = resolve_profile_path(name_or_path)
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as e:
-        raise ProfileError(f"{path}: not valid YAML: {e}") from e
-    if not isinstance(data, dict):
-        raise ProfileError(f"{path}: a profile is a YAML mapping of fields (see docs/profiles.md)")
-    try:
-        return Profile.model_validate(data), path
-    except ValidationError as e:
-        raise ProfileError(format_validation_error(path, e)) from e
-
-
-def format_validation_error(path: Path, err: ValidationError) -> str:
-    lines = [f"{path}: invalid profile ({err.error_count()} problem(s)):"]
-    for item in err.errors():
-        loc = ".".join(str(x) for x in item["loc"] if not (isinstance(x, str) and x in _UNION_TAGS))
-        lines.append(f"  {loc or '(top level)'}: {item['msg']}")
-    lines.append("  see docs/profiles.md for every field and its allowed values")
-    return "\n".join(lines)
-
-
-_UNION_TAGS = {"fixed", "uniform", "normal", "lognormal"}
+    return parse_profile(_read_yaml(path), path), path

@@ -1,89 +1,182 @@
-"""Traffic profile schema (pydantic v2): who sends what, how often, validated with clear errors."""
+"""Traffic profile schema (pydantic v2): who sends what, how often, and the SLOs expected."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+import math
+import re
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BeforeValidator, Field, StringConstraints, model_validator
 
+from loadtest.profile.base import NAME_PATTERN, Strict, rule_error
+from loadtest.profile.dists import (
+    DIST_TAGS,
+    Dist,
+    Empirical,
+    Fixed,
+    FixedDist,
+    Length,
+    LogNormal,
+    LogNormalDist,
+    Normal,
+    NormalDist,
+    Uniform,
+    UniformDist,
+)
+from loadtest.profile.load import Load, Stage, TraceLoad
+from loadtest.profile.scenario import AgentSpec, ImageSpec, PrefixSpec, Scenario, SessionSpec
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+__all__ = [
+    "DIST_TAGS",
+    "FLAT_KEYS",
+    "AgentSpec",
+    "Dist",
+    "Empirical",
+    "EngineSpec",
+    "Fixed",
+    "FixedDist",
+    "ImageSpec",
+    "Length",
+    "Load",
+    "LogNormal",
+    "LogNormalDist",
+    "Normal",
+    "NormalDist",
+    "PrefixSpec",
+    "Profile",
+    "Scenario",
+    "SessionSpec",
+    "Stage",
+    "TraceLoad",
+    "Uniform",
+    "UniformDist",
+]
 
+SLO_KEY_PATTERN = r"^[a-z][a-z0-9_]*(_p\d+(\.\d+)?)?$|^error_rate$"
+_SLO_VALUE = re.compile(r"^\d+(\.\d+)?\s*(us|µs|ms|s|%)?$")
 
-class Fixed(_Strict):
-    dist: Literal["fixed"]
-    value: int = Field(ge=0)
-
-
-class Uniform(_Strict):
-    dist: Literal["uniform"]
-    min: int = Field(ge=0)
-    max: int = Field(ge=0)
-
-    @model_validator(mode="after")
-    def _order(self) -> Uniform:
-        if self.max < self.min:
-            raise ValueError("max must be ≥ min")
-        return self
-
-
-class Normal(_Strict):
-    dist: Literal["normal"]
-    mean: float = Field(gt=0)
-    std: float = Field(ge=0)
-    min: int = Field(default=1, ge=0)
-    max: int | None = Field(default=None, ge=1)
-
-
-class LogNormal(_Strict):
-    dist: Literal["lognormal"]
-    median: float = Field(gt=0)
-    sigma: float = Field(ge=0, le=5)
-    min: int = Field(default=1, ge=0)
-    max: int | None = Field(default=None, ge=1)
-
-
-Length = Annotated[Fixed | Uniform | Normal | LogNormal, Field(discriminator="dist")]
-
-
-class Load(_Strict):
-    """Closed loop (``concurrency``) or open loop (``rate`` requests/s, Poisson arrivals)."""
-
-    concurrency: int | None = Field(default=None, ge=1)
-    rate: float | None = Field(default=None, gt=0)
-    arrival: Literal["poisson", "constant"] = "poisson"
-
-    @model_validator(mode="after")
-    def _one_mode(self) -> Load:
-        if (self.concurrency is None) == (self.rate is None):
-            raise ValueError("give exactly one of concurrency (closed loop) or rate (open loop)")
-        return self
+# Scenario fields a profile may give at its top level instead of a scenarios list (the flat form).
+FLAT_KEYS = tuple(k for k in Scenario.model_fields if k not in ("name", "weight", "api"))
 
 
-class EngineSpec(_Strict):
+def _slo_value(v: Any) -> Any:
+    if isinstance(v, bool) or not isinstance(v, int | float | str):
+        raise ValueError("an SLO value is a number or a string like 2s, 80ms, 0.5%")
+    if isinstance(v, str) and not _SLO_VALUE.match(v.strip()):
+        raise ValueError(f"{v!r} is not a number with an optional unit us, ms, s or % (e.g. 2s, 80ms, 0.5%)")
+    if not isinstance(v, str) and (math.isnan(v) or math.isinf(v) or v < 0):
+        raise ValueError("an SLO number must be finite and ≥ 0")
+    return v
+
+
+SloKey = Annotated[str, StringConstraints(pattern=SLO_KEY_PATTERN)]
+SloValue = Annotated[float | str, BeforeValidator(_slo_value)]
+
+
+class EngineSpec(Strict):
     """The embedded engine's preset when the run has no --host (names as in `loadtest serve sim --help`)."""
 
     gpu: str = "H100"
     model: str = "llama-3.1-8b"
     tp: int = Field(default=1, ge=1)
-    faults: str | None = None  # fault-injection spec, e.g. "http_503=2%,stall_mid_stream=#3@2" (docs/engine.md)
+    # Fault-injection spec, e.g. "http_503=2%,stall_mid_stream=#3@2" (docs/engine.md).
+    faults: str | None = None
 
 
-class Profile(_Strict):
+class Profile(Strict):
     """One traffic profile (docs/profiles.md documents every field)."""
 
-    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    name: str = Field(pattern=NAME_PATTERN)
     description: str = ""
+    source: str = ""
     api: Literal["chat", "completions"] = "chat"
     stream: bool = True
-    tokenizer: str = "llama3"
+    tokenizer: str = Field(default="llama3", min_length=1)
     model: str | None = None
-    system_prompt_tokens: int = Field(default=0, ge=0)
-    input_tokens: Length
-    output_tokens: Length
-    ignore_eos: bool = True
-    load: Load = Field(default_factory=lambda: Load(concurrency=8))
-    duration_s: float = Field(default=30.0, gt=0)
     seed: int = 0
+    duration_s: float = Field(default=30.0, gt=0)
+    load: Load = Field(default_factory=lambda: Load(concurrency=8))
+    scenarios: list[Scenario] = Field(min_length=1)
+    slos: dict[SloKey, SloValue] = Field(default_factory=dict)
     engine: EngineSpec = Field(default_factory=EngineSpec)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _flat_form(cls, data: Any) -> Any:
+        """One scenario's fields at the top level become ``scenarios: [{name: <profile name>, ...}]``."""
+        if not isinstance(data, dict):
+            return data
+        flat = [k for k in FLAT_KEYS if k in data]
+        if not flat:
+            return data
+        if "scenarios" in data:
+            raise rule_error(
+                f"give scenario fields either in scenarios or at the top level, not both (top level has {', '.join(flat)})",
+                flat[0],
+            )
+        name = data.get("name")
+        scenario = {"name": name if isinstance(name, str) and re.match(NAME_PATTERN, name) else "default"}
+        scenario.update((k, data[k]) for k in flat)
+        rest = {k: v for k, v in data.items() if k not in flat}
+        return {**rest, "scenarios": [scenario]}
+
+    @model_validator(mode="after")
+    def _across(self) -> Profile:
+        seen: set[str] = set()
+        for i, s in enumerate(self.scenarios):
+            if s.name in seen:
+                raise rule_error(
+                    f"scenario name {s.name!r} is used twice: names must be unique", "scenarios", i, "name"
+                )
+            seen.add(s.name)
+            if s.kind == "trace" and self.load.trace is None:
+                raise rule_error(
+                    "kind trace needs load.trace (the trace file to replay)", "scenarios", i, "kind"
+                )
+            if (s.api or self.api) == "completions":
+                if s.images is not None:
+                    raise rule_error(
+                        "the completions api cannot send images (use api: chat)", "scenarios", i, "images"
+                    )
+                if s.kind in ("multi_turn", "agent"):
+                    raise rule_error(
+                        f"the completions api cannot carry {s.kind} sessions (use api: chat)",
+                        "scenarios",
+                        i,
+                        "kind",
+                    )
+        return self
+
+    def scenario_weights(self) -> dict[str, float]:
+        """Scenario name -> share of the traffic (weights normalized to sum to 1)."""
+        total = sum(s.weight for s in self.scenarios)
+        return {s.name: s.weight / total for s in self.scenarios}
+
+    def scenario(self, name: str) -> Scenario:
+        """The scenario called ``name`` (KeyError if none)."""
+        for s in self.scenarios:
+            if s.name == name:
+                return s
+        raise KeyError(name)
+
+    # Compatibility shims for code written against the flat schema: the first scenario's values.
+    # Read profile.scenarios[i] instead; these go away once builder.py and run_cmd.py are switched.
+    @property
+    def input_tokens(self) -> Length | None:
+        """Compatibility shim: ``scenarios[0].input_tokens``."""
+        return self.scenarios[0].input_tokens
+
+    @property
+    def output_tokens(self) -> Length | None:
+        """Compatibility shim: ``scenarios[0].output_tokens``."""
+        return self.scenarios[0].output_tokens
+
+    @property
+    def system_prompt_tokens(self) -> int:
+        """Compatibility shim: ``scenarios[0].system_prompt_tokens``."""
+        return self.scenarios[0].system_prompt_tokens
+
+    @property
+    def ignore_eos(self) -> bool:
+        """Compatibility shim: ``scenarios[0].ignore_eos``."""
+        return self.scenarios[0].ignore_eos

@@ -1,75 +1,292 @@
-"""Turns a profile into concrete, deterministic requests: request i is the same for any worker layout."""
+"""Turns a profile into concrete, deterministic work: unit i (one request, or a session) is the same for any worker layout."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import random
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 from loadtest.client.openai import PreparedRequest
-from loadtest.profile.schema import Profile
-from loadtest.workload.lengths import sample_length
+from loadtest.client.record import RequestRecord
+from loadtest.profile.schema import Profile, Scenario
+from loadtest.schedule.arrivals import arrival_offsets, stage_offsets, trace_offsets
+from loadtest.traces import TraceRecord, read_trace, rescale, window
+from loadtest.workload.images import image_part, user_content
+from loadtest.workload.lengths import sample_length, sample_seconds
+from loadtest.workload.prefix import PrefixBank
+from loadtest.workload.salt import salt_text
+from loadtest.workload.sessions import AgentSession, ChatSession, SessionCall
 from loadtest.workload.text import synth_text
-from loadtest.workload.tokenizer import get_tokenizer
+from loadtest.workload.tokenizer import Tokenizer, get_tokenizer
 
 _SYSTEM_LEAD = "You are a helpful assistant. Answer the user's question clearly."
+REASONING_EFFORT = "medium"
+
+
+@dataclass(slots=True)
+class Step:
+    """One call of a unit: the request, and how long the user thinks before sending it."""
+
+    request: PreparedRequest
+    think_before_s: float = 0.0
+
+
+class Unit:
+    """One arrival's work: ``next(last)`` gives the next call after ``last`` finished, or None."""
+
+    scenario: str
+
+    def next(self, last: RequestRecord | None) -> Step | None:
+        raise NotImplementedError
+
+
+class SingleUnit(Unit):
+    """A single request."""
+
+    def __init__(self, request: PreparedRequest) -> None:
+        self.scenario = request.scenario
+        self._request: PreparedRequest | None = request
+
+    def next(self, last: RequestRecord | None) -> Step | None:
+        req, self._request = self._request, None
+        return None if req is None else Step(req)
+
+
+class SessionUnit(Unit):
+    """A multi-turn chat or an agent: each call carries the server's actual previous answers."""
+
+    def __init__(self, session: ChatSession | AgentSession, scenario: Scenario, profile: Profile, index: int) -> None:
+        self.session = session
+        self.scenario = scenario.name
+        self._profile = profile
+        self._scenario = scenario
+        self._index = index
+        self._calls = 0
+
+    def next(self, last: RequestRecord | None) -> Step | None:
+        if last is not None:
+            # A failed call ends the session; a tool call's streamed text stands in for its answer.
+            answer = (last.answer_text or last.tool_calls_text) if last.outcome == "ok" else None
+            self.session.record_answer(answer)
+        call = self.session.next_request()
+        if call is None:
+            return None
+        self._calls += 1
+        req = _session_request(call, self._scenario, self._profile, f"{self._index}.{self._calls}")
+        return Step(req, call.think_before_s)
+
+
+def _session_request(call: SessionCall, sc: Scenario, profile: Profile, suffix: str) -> PreparedRequest:
+    body: dict[str, Any] = {"messages": call.messages, "max_tokens": call.max_tokens}
+    if call.tools:
+        body["tools"] = call.tools
+    _length_controls(body, call.max_tokens, sc)
+    return PreparedRequest(
+        request_id=f"{sc.name}-{suffix}",
+        api="chat",
+        body=body,
+        prompt_tokens=call.prompt_tokens,
+        requested_output_tokens=call.max_tokens,
+        scenario=sc.name,
+        stream=profile.stream,
+    )
+
+
+def _length_controls(body: dict[str, Any], n_out: int, sc: Scenario) -> None:
+    if sc.ignore_eos:
+        body["ignore_eos"] = True
+        body["min_tokens"] = n_out
+    if sc.reasoning:
+        body["reasoning_effort"] = REASONING_EFFORT
 
 
 class Workload:
-    """Builds request ``i`` of a run from the profile and seed alone."""
+    """Builds unit ``i`` of a run from the profile and seed alone."""
 
-    def __init__(self, profile: Profile, seed: int | None = None) -> None:
+    def __init__(self, profile: Profile, seed: int | None = None, tokenizer: str | None = None) -> None:
         self.profile = profile
         self.seed = profile.seed if seed is None else seed
-        self.tokenizer = get_tokenizer(profile.tokenizer)
-        rng = random.Random(f"{self.seed}:system")
-        self.system_prompt = (
-            _SYSTEM_LEAD
-            + synth_text(max(0, profile.system_prompt_tokens - self.tokenizer.count(_SYSTEM_LEAD)), rng)
-            if profile.system_prompt_tokens
-            else ""
-        )
-        self._system_messages = (
-            [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
-        )
-        # Template and system-prompt tokens around the user's text (the same for every request).
-        self._chat_overhead = self.tokenizer.count_chat(
-            [*self._system_messages, {"role": "user", "content": ""}]
-        )
+        self.tokenizer: Tokenizer = get_tokenizer(tokenizer or profile.tokenizer)
+        self.scenarios = list(profile.scenarios)
+        total = sum(s.weight for s in self.scenarios)
+        acc = 0.0
+        self._cumulative: list[float] = []
+        for s in self.scenarios:
+            acc += s.weight / total
+            self._cumulative.append(acc)
+        self.prefixes = PrefixBank(self.seed, self.tokenizer)
+        self._system: dict[str, str] = {s.name: self._system_prompt(s) for s in self.scenarios}
+        self._overhead: dict[str, int] = {}
+        self.trace: list[TraceRecord] | None = self._load_trace()
+
+    # ---- what to send ----
+    def scenario_for(self, index: int) -> Scenario:
+        if len(self.scenarios) == 1:
+            return self.scenarios[0]
+        u = random.Random(f"{self.seed}:mix:{index}").random()
+        for sc, edge in zip(self.scenarios, self._cumulative, strict=True):
+            if u < edge:
+                return sc
+        return self.scenarios[-1]
+
+    def unit(self, index: int) -> Unit:
+        sc = self.scenario_for(index)
+        if sc.kind == "multi_turn":
+            return SessionUnit(self._chat_session(sc, index), sc, self.profile, index)
+        if sc.kind == "agent":
+            return SessionUnit(self._agent_session(sc, index), sc, self.profile, index)
+        return SingleUnit(self._single(sc, index))
 
     def request(self, index: int) -> PreparedRequest:
-        p = self.profile
+        """The first request of unit ``index``."""
+        step = self.unit(index).next(None)
+        assert step is not None
+        return step.request
+
+    # ---- when to send it (open loop) ----
+    def arrival_offsets(self) -> Iterator[float]:
+        """Seconds after the start at which units 0, 1, 2, … arrive, for the open-loop load modes."""
+        load = self.profile.load
+        if self.trace is not None:
+            return trace_offsets([r.timestamp_s for r in self.trace])
+        if load.stages:
+            stages = [(st.duration_s, float(st.rate or 0.0), st.ramp) for st in load.stages]
+            return stage_offsets(stages, self.seed, load.arrival, load.cv or 1.0)
+        if load.rate is None:
+            raise ValueError("closed-loop profile: no arrival schedule")
+        return arrival_offsets(load.rate, self.seed, load.arrival, load.cv or 1.0)
+
+    @property
+    def schedule_span_s(self) -> float | None:
+        """How long the open-loop schedule lasts, when it ends by itself (a trace, stages)."""
+        if self.trace is not None:
+            return self.trace[-1].timestamp_s if self.trace else 0.0
+        if self.profile.load.stages:
+            return sum(st.duration_s for st in self.profile.load.stages)
+        return None
+
+    # ---- building blocks ----
+    def _load_trace(self) -> list[TraceRecord] | None:
+        spec = self.profile.load.trace
+        if spec is None:
+            return None
+        records = read_trace(Path(spec.path), spec.format)
+        if spec.window_s is not None:
+            records = window(records, spec.window_s[0], spec.window_s[1])
+        if spec.speedup is not None or spec.target_rate is not None:
+            records = rescale(records, speedup=spec.speedup, target_rate=spec.target_rate)
+        if spec.max_requests is not None:
+            records = records[: spec.max_requests]
+        return records
+
+    def _system_prompt(self, sc: Scenario) -> str:
+        if not sc.system_prompt_tokens:
+            return ""
+        rng = random.Random(f"{self.seed}:system:{sc.name}")
+        lead_tokens = self.tokenizer.count(_SYSTEM_LEAD)
+        return _SYSTEM_LEAD + synth_text(max(0, sc.system_prompt_tokens - lead_tokens), rng, self.tokenizer)
+
+    def _lengths(self, sc: Scenario, index: int, rng: random.Random) -> tuple[int, int, tuple[int, ...]]:
+        if sc.kind == "trace" and self.trace is not None:
+            r = self.trace[index % len(self.trace)]
+            return r.input_tokens, max(1, r.output_tokens), r.hash_ids
+        assert sc.input_tokens is not None and sc.output_tokens is not None
+        return sample_length(sc.input_tokens, rng), max(1, sample_length(sc.output_tokens, rng)), ()
+
+    def _single(self, sc: Scenario, index: int) -> PreparedRequest:
         rng = random.Random(f"{self.seed}:{index}")
-        n_in = sample_length(p.input_tokens, rng)
-        n_out = max(1, sample_length(p.output_tokens, rng))
-        body: dict = {"max_tokens": n_out}
-        if p.ignore_eos:
-            body["ignore_eos"] = True
-            body["min_tokens"] = n_out
-        if p.api == "chat":
-            # Hit the target for the whole templated prompt: subtract template and system overhead.
-            user_text = synth_text(max(1, n_in - self._chat_overhead), rng, self.tokenizer)
-            messages = [*self._system_messages, {"role": "user", "content": user_text}]
+        n_in, n_out, hash_ids = self._lengths(sc, index, rng)
+        api = sc.api or self.profile.api
+        lead = ""  # shared prefix and salt, before the request's own text
+        if sc.prefix is not None:
+            lead += self.prefixes.group_text(rng.randrange(sc.prefix.groups), sc.prefix.tokens)
+        if sc.salt:
+            lead += salt_text(self.seed, index)
+        body: dict[str, Any] = {"max_tokens": n_out}
+        _length_controls(body, n_out, sc)
+        if api == "chat":
+            system = self._system[sc.name]
+            messages: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
+            budget = max(1, n_in - self._chat_overhead(sc, messages) - self.tokenizer.count(lead))
+            text = lead + (
+                self.prefixes.blocks_text(hash_ids, budget) if hash_ids else synth_text(budget, rng, self.tokenizer)
+            )
+            content: Any = text
+            if sc.images is not None:
+                im = sc.images
+                parts = [image_part(self.seed, index * 16 + k, im.width, im.height, im.detail) for k in range(im.count)]
+                content = user_content(text, parts)
+            messages.append({"role": "user", "content": content})
             body["messages"] = messages
             prompt_tokens = self.tokenizer.count_chat(messages)
         else:
-            prompt = synth_text(max(1, n_in), rng, self.tokenizer)
-            body["prompt"] = prompt
-            prompt_tokens = self.tokenizer.count(prompt)
+            budget = max(1, n_in - self.tokenizer.count(lead))
+            body["prompt"] = lead + (
+                self.prefixes.blocks_text(hash_ids, budget) if hash_ids else synth_text(budget, rng, self.tokenizer)
+            )
+            prompt_tokens = self.tokenizer.count(body["prompt"])
         return PreparedRequest(
             request_id=f"{self.seed:x}-{index}",
-            api=p.api,
+            api=api,
             body=body,
             prompt_tokens=prompt_tokens,
             requested_output_tokens=n_out,
-            scenario=p.name,
-            stream=p.stream,
+            scenario=sc.name,
+            stream=self.profile.stream,
+        )
+
+    def _chat_overhead(self, sc: Scenario, system_messages: list[dict[str, Any]]) -> int:
+        """Template and system-prompt tokens around the user's text (the same for every request)."""
+        n = self._overhead.get(sc.name)
+        if n is None:
+            n = self._overhead[sc.name] = self.tokenizer.count_chat([*system_messages, {"role": "user", "content": ""}])
+        return n
+
+    def _chat_session(self, sc: Scenario, index: int) -> ChatSession:
+        assert sc.session is not None and sc.input_tokens is not None and sc.output_tokens is not None
+        s = sc.session
+        return ChatSession(
+            self.seed,
+            index,
+            self.tokenizer,
+            turns=lambda r: sample_length(s.turns, r),
+            input_tokens=lambda r: sample_length(sc.input_tokens, r),  # type: ignore[arg-type]
+            output_tokens=lambda r: max(1, sample_length(sc.output_tokens, r)),  # type: ignore[arg-type]
+            think_time_s=lambda r: sample_seconds(s.think_time_s, r),
+            system_prompt=self._system[sc.name],
+            salt=sc.salt,
+            expect_reasoning=sc.reasoning,
+        )
+
+    def _agent_session(self, sc: Scenario, index: int) -> AgentSession:
+        assert sc.agent is not None and sc.input_tokens is not None and sc.output_tokens is not None
+        a = sc.agent
+        return AgentSession(
+            self.seed,
+            index,
+            self.tokenizer,
+            prefix_tokens=a.prefix_tokens,
+            tools=a.tools,
+            turns=lambda r: sample_length(a.turns, r),
+            input_tokens=lambda r: sample_length(sc.input_tokens, r),  # type: ignore[arg-type]
+            calls_per_turn=lambda r: max(1, sample_length(a.calls_per_turn, r)),
+            output_tokens=lambda r: max(1, sample_length(sc.output_tokens, r)),  # type: ignore[arg-type]
+            tool_result_tokens=lambda r: sample_length(a.tool_result_tokens, r),
+            max_context_tokens=a.max_context_tokens,
+            think_time_s=lambda r: sample_seconds(a.think_time_s, r),
+            expect_reasoning=sc.reasoning,
         )
 
     def fingerprint(self, n: int = 64) -> str:
-        """A hash of the profile and the first ``n`` requests: equal fingerprints mean equal workloads."""
+        """A hash of the resolved profile and the first ``n`` units' first requests: equal means same traffic."""
         h = hashlib.sha256(json.dumps(self.profile.model_dump(mode="json"), sort_keys=True).encode())
-        h.update(str(self.seed).encode())
+        h.update(f"{self.seed}:{self.tokenizer.name}".encode())
+        if self.trace is not None:
+            h.update(json.dumps([(r.timestamp_s, r.input_tokens, r.output_tokens) for r in self.trace]).encode())
         for i in range(n):
             r = self.request(i)
             h.update(json.dumps(r.body, sort_keys=True).encode())

@@ -1,0 +1,85 @@
+"""`loadtest profiles list | show NAME|FILE | validate FILE...`: browse and check traffic profiles."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import yaml
+
+from loadtest.profile.loader import ProfileError, load_profile, shipped_profiles
+from loadtest.profile.schema import Load, Profile
+
+EXIT_OK, EXIT_INVALID = 0, 2
+
+
+def describe_load(load: Load) -> str:
+    """The load mode in a few words."""
+    if load.stages:
+        unit = "req/s" if load.mode == "rate" else "streams"
+        levels = "→".join(f"{s.rate if s.rate is not None else s.concurrency:g}" for s in load.stages)
+        return f"{len(load.stages)} stages ({levels} {unit})"
+    if load.trace is not None:
+        how = f", ×{load.trace.speedup:g}" if load.trace.speedup else ""
+        how += f", {load.trace.target_rate:g} req/s" if load.trace.target_rate else ""
+        return f"trace replay ({load.trace.format}{how})"
+    if load.rate is not None:
+        cv = f" cv {load.cv:g}" if load.cv is not None else ""
+        return f"open loop {load.rate:g} req/s {load.arrival}{cv}"
+    return f"closed loop {load.concurrency} streams"
+
+
+def describe_scenarios(profile: Profile) -> str:
+    """Scenario names with their kind and share of the traffic."""
+    shares = profile.scenario_weights()
+    return ", ".join(f"{s.name} ({s.kind}, {shares[s.name]:.0%})" for s in profile.scenarios)
+
+
+def _list() -> int:
+    rows, rc = [], EXIT_OK
+    for name in shipped_profiles():
+        try:
+            p, _ = load_profile(name)
+            rows.append((name, describe_load(p.load), describe_scenarios(p), p.description))
+        except ProfileError as e:
+            rows.append((name, "INVALID", "-", str(e).splitlines()[0]))
+            rc = EXIT_INVALID
+    if not rows:
+        print("no shipped profiles (traffic_profiles/ is empty)")
+        return rc
+    widths = [max(len(r[i]) for r in [("NAME", "LOAD", "SCENARIOS", ""), *rows]) for i in range(3)]
+    for row in [("NAME", "LOAD", "SCENARIOS", "DESCRIPTION"), *rows]:
+        print("  ".join(c.ljust(w) for c, w in zip(row[:3], widths, strict=True)) + "  " + row[3])
+    return rc
+
+
+def _show(name: str) -> int:
+    try:
+        profile, path = load_profile(name)
+    except ProfileError as e:
+        print(e, file=sys.stderr)
+        return EXIT_INVALID
+    print(f"# {path} (resolved: every default filled in)")
+    print(yaml.safe_dump(profile.model_dump(mode="json"), sort_keys=False, allow_unicode=True), end="")
+    return EXIT_OK
+
+
+def _validate(files: list[str]) -> int:
+    rc = EXIT_OK
+    for f in files:
+        try:
+            load_profile(f)
+            print(f"OK {f}")
+        except ProfileError as e:
+            print(e, file=sys.stderr)
+            rc = EXIT_INVALID
+    return rc
+
+
+def profiles_command(args: argparse.Namespace) -> int:
+    """Dispatch `loadtest profiles ...`."""
+    if args.profiles_command == "list":
+        return _list()
+    if args.profiles_command == "show":
+        return _show(args.profile)
+    return _validate(args.files)

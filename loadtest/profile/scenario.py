@@ -1,0 +1,101 @@
+"""One kind of traffic in a profile: what each request (or session) sends."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from loadtest.profile.base import NAME_PATTERN, Strict, rule_error
+from loadtest.profile.dists import Dist, Length
+
+
+class PrefixSpec(Strict):
+    """Each request starts with one of ``groups`` shared prefixes of ``tokens`` tokens."""
+
+    groups: int = Field(ge=1)
+    tokens: int = Field(ge=1)
+
+
+class SessionSpec(Strict):
+    """Multi-turn chat: turns per session and the user's think time between turns."""
+
+    turns: Length
+    think_time_s: Dist
+
+
+class AgentSpec(Strict):
+    """Long-context agent: a shared system+tools prefix, several tool calls per user turn."""
+
+    prefix_tokens: int = Field(ge=1)
+    tools: int = Field(default=8, ge=0)
+    turns: Length
+    calls_per_turn: Length
+    tool_result_tokens: Length
+    think_time_s: Dist
+    max_context_tokens: int = Field(default=131072, ge=1)
+
+    @model_validator(mode="after")
+    def _fits(self) -> AgentSpec:
+        if self.prefix_tokens >= self.max_context_tokens:
+            raise rule_error(
+                f"prefix_tokens ({self.prefix_tokens}) must be < max_context_tokens ({self.max_context_tokens})",
+                "prefix_tokens",
+            )
+        return self
+
+
+class ImageSpec(Strict):
+    """Synthetic image content parts added to each user message."""
+
+    count: int = Field(default=1, ge=1)
+    width: int = Field(default=512, ge=1)
+    height: int = Field(default=512, ge=1)
+    detail: Literal["low", "high", "auto"] = "auto"
+
+
+Kind = Literal["chat", "multi_turn", "agent", "trace"]
+
+
+class Scenario(Strict):
+    """A weighted part of the traffic mix."""
+
+    name: str = Field(pattern=NAME_PATTERN)
+    weight: float = Field(default=1.0, gt=0)
+    kind: Kind = "chat"
+    api: Literal["chat", "completions"] | None = None
+    system_prompt_tokens: int = Field(default=0, ge=0)
+    salt: bool = False
+    input_tokens: Length | None = None
+    output_tokens: Length | None = None
+    ignore_eos: bool = True
+    reasoning: bool = False
+    prefix: PrefixSpec | None = None
+    session: SessionSpec | None = None
+    agent: AgentSpec | None = None
+    images: ImageSpec | None = None
+
+    @model_validator(mode="after")
+    def _by_kind(self) -> Scenario:
+        for key in ("input_tokens", "output_tokens"):
+            given = getattr(self, key) is not None
+            if self.kind != "trace" and not given:
+                raise rule_error(
+                    f"required for kind {self.kind} (a length spec, e.g. {{dist: fixed, value: 128}})", key
+                )
+            if self.kind == "trace" and given:
+                raise rule_error("kind trace takes its lengths from the trace: remove it", key)
+        if self.kind == "multi_turn" and self.session is None:
+            raise rule_error(
+                "kind multi_turn needs session: {turns: <length>, think_time_s: <dist>}", "session"
+            )
+        if self.kind != "multi_turn" and self.session is not None:
+            raise rule_error(f"session applies to kind multi_turn only (kind is {self.kind})", "session")
+        if self.kind == "agent" and self.agent is None:
+            raise rule_error(
+                "kind agent needs agent: {prefix_tokens, turns, calls_per_turn, tool_result_tokens, think_time_s}",
+                "agent",
+            )
+        if self.kind != "agent" and self.agent is not None:
+            raise rule_error(f"agent applies to kind agent only (kind is {self.kind})", "agent")
+        return self
