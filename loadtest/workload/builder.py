@@ -201,20 +201,22 @@ class Workload:
         rng = random.Random(f"{self.seed}:{index}")
         n_in, n_out, hash_ids = self._lengths(sc, index, rng)
         api = sc.api or self.profile.api
-        lead = ""  # shared prefix and salt, before the request's own text
-        if sc.prefix is not None:
-            lead += self.prefixes.group_text(rng.randrange(sc.prefix.groups), sc.prefix.tokens)
-        if sc.salt:
-            lead += salt_text(self.seed, index)
         body: dict[str, Any] = {"max_tokens": n_out}
         _length_controls(body, n_out, sc)
+        system = self._system[sc.name] if api == "chat" else ""
+        messages: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
+        budget = max(1, n_in - (self._chat_overhead(sc, messages) if api == "chat" else 0))
+        # Shared prefix (at most the request's own length: a shorter text of a group is a prefix of
+        # the longer one, so short requests still share), then the salt, then the request's own text.
+        lead = ""
+        if sc.prefix is not None:
+            group = rng.randrange(sc.prefix.groups)
+            lead += self.prefixes.group_text(group, min(sc.prefix.tokens, budget - 1))
+        if sc.salt:
+            lead += salt_text(self.seed, index)
+        rest = max(1, budget - self.tokenizer.count(lead))
+        text = lead + (self.prefixes.blocks_text(hash_ids, rest) if hash_ids else synth_text(rest, rng, self.tokenizer))
         if api == "chat":
-            system = self._system[sc.name]
-            messages: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
-            budget = max(1, n_in - self._chat_overhead(sc, messages) - self.tokenizer.count(lead))
-            text = lead + (
-                self.prefixes.blocks_text(hash_ids, budget) if hash_ids else synth_text(budget, rng, self.tokenizer)
-            )
             content: Any = text
             if sc.images is not None:
                 im = sc.images
@@ -224,11 +226,8 @@ class Workload:
             body["messages"] = messages
             prompt_tokens = self.tokenizer.count_chat(messages)
         else:
-            budget = max(1, n_in - self.tokenizer.count(lead))
-            body["prompt"] = lead + (
-                self.prefixes.blocks_text(hash_ids, budget) if hash_ids else synth_text(budget, rng, self.tokenizer)
-            )
-            prompt_tokens = self.tokenizer.count(body["prompt"])
+            body["prompt"] = text
+            prompt_tokens = self.tokenizer.count(text)
         return PreparedRequest(
             request_id=f"{self.seed:x}-{index}",
             api=api,
