@@ -6,7 +6,7 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from loadtest.profile.loader import load_profile
+from loadtest.profile.loader import ProfileError, load_profile
 from loadtest.profile.schema import Load, Profile
 
 
@@ -30,7 +30,6 @@ class RunSettings:
     seed: int
     concurrency: int | None = None
     rate: float | None = None
-    arrival: str = "poisson"
     model: str | None = None
     api_key_env: str | None = None  # the NAME of the variable holding the key; the key itself is never stored
     processes: int = 1
@@ -44,8 +43,16 @@ class RunSettings:
         """The profile as this run uses it: the file, with the command line's overrides applied."""
         profile, path = load_profile(self.profile_ref)
         load = profile.load
-        if self.concurrency is not None:
-            load = Load(concurrency=self.concurrency, max_in_flight=load.max_in_flight)
+        if load.trace is not None and (self.rate is not None or self.concurrency is not None):
+            if self.concurrency is not None:
+                raise ProfileError(
+                    f"{path}: --concurrency cannot replace a trace replay's timestamps "
+                    "(use --rate for a target rate, or load.trace.speedup)"
+                )
+            trace = load.trace.model_copy(update={"target_rate": self.rate, "speedup": None})
+            load = load.model_copy(update={"trace": trace})
+        elif self.concurrency is not None:
+            load = Load(concurrency=self.concurrency)
         elif self.rate is not None:
             keep_cv = load.arrival == "gamma" and load.cv is not None
             load = Load(
