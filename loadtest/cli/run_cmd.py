@@ -129,7 +129,7 @@ def run_command(args: argparse.Namespace) -> int:
         span = workload.schedule_span_s
         if args.duration:
             settings.duration_s = parse_duration(args.duration)
-        elif span is not None and (args.rate is None and args.concurrency is None):
+        elif span is not None:
             settings.duration_s = span + 0.001  # the schedule ends by itself
         else:
             settings.duration_s = profile.duration_s
