@@ -196,3 +196,44 @@ def test_mooncake_replay_turns_hash_ids_into_real_shared_prefixes(tmp_path: Path
     expected = trace_stats(read_trace(trace, "mooncake")[:400])["prefix_reuse_token_share"]
     share = tokens["usage_cached_total"] / tokens["input_total"]
     assert 0.75 * expected <= share <= 1.05 * expected, (share, expected)
+
+
+def _stage_profile(tmp_path: Path, stages: list[dict]) -> Path:
+    path = tmp_path / "stages.yaml"
+    path.write_text(
+        json.dumps(
+            {
+                "name": "stages",
+                "load": {"stages": stages},
+                "input_tokens": {"dist": "fixed", "value": 32},
+                "output_tokens": {"dist": "fixed", "value": 16},
+            }
+        )
+    )
+    return path
+
+
+def test_rate_stages_follow_their_rates_and_end_by_themselves(tmp_path: Path) -> None:
+    prof = _stage_profile(tmp_path, [{"duration_s": 2, "rate": 5}, {"duration_s": 2, "rate": 20}])
+    with SimProcess(speedup=8) as sim:
+        res = run_cli(["run", "--profile", str(prof), "--host", sim.base_url, "--out", str(tmp_path / "o")])
+    assert res.returncode == 0, res.stderr
+    run = json.loads((tmp_path / "o" / "run.json").read_text())
+    assert abs(run["config"]["duration_s"] - 4.0) < 0.01  # the schedule's own length
+    recs = read_lines([tmp_path / "o" / "records.jsonl"])
+    t0 = min(r["t"] for r in recs)
+    first = sum(1 for r in recs if r["t"] - t0 < 2)
+    second = len(recs) - first
+    assert 4 <= first <= 18 and 25 <= second <= 60, (first, second)  # 10 and 40 expected
+
+
+def test_concurrency_stages_change_the_number_of_streams(tmp_path: Path) -> None:
+    prof = _stage_profile(tmp_path, [{"duration_s": 2, "concurrency": 1}, {"duration_s": 2, "concurrency": 6}])
+    with SimProcess(speedup=2) as sim:
+        res = run_cli(["run", "--profile", str(prof), "--host", sim.base_url, "--out", str(tmp_path / "o")])
+    assert res.returncode == 0, res.stderr
+    recs = [r for r in read_lines([tmp_path / "o" / "records.jsonl"]) if r["outcome"] == "ok"]
+    t0 = min(r["t"] for r in recs)
+    first = sum(1 for r in recs if r["t"] - t0 < 1.9)
+    second = sum(1 for r in recs if r["t"] - t0 >= 2.1)
+    assert second > 3 * first > 0, (first, second)

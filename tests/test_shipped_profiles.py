@@ -1,0 +1,192 @@
+"""The shipped traffic profiles in traffic_profiles/: they validate, build, carry the MLPerf limits, and run."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from loadtest.profile.loader import load_profile, shipped_profiles
+from loadtest.sim.presets import EngineConfig, get_gpu, get_model
+from loadtest.workload.builder import Workload
+from tests.conftest import run_cli
+
+# The profiles this file is about (others may ship more; every shipped one is validated below).
+SHIPPED = [
+    "long-context-agent",
+    "reasoning",
+    "offline-max-throughput",
+    "mlperf-llama2-70b-server",
+    "mlperf-llama2-70b-interactive",
+    "mlperf-llama3.1-8b-server",
+    "mlperf-llama3.1-8b-interactive",
+    "mlperf-deepseek-r1-server",
+    "mlperf-deepseek-r1-interactive",
+    "mlperf-gpt-oss-120b-server",
+    "mlperf-gpt-oss-120b-interactive",
+    "chat-agent-mix",
+    "multi-turn-chat",
+    "shared-prefix-chat",
+    "vision-chat",
+]
+
+# REFERENCE.md §1: p99 TTFT / p99 TPOT limits in ms (Server, Interactive) and max output tokens.
+MLPERF_LIMITS_MS = {
+    "llama2-70b": {"server": (2000, 200), "interactive": (450, 40), "max_out": 1024},
+    "llama3.1-8b": {"server": (2000, 100), "interactive": (500, 30), "max_out": 128},
+    "deepseek-r1": {"server": (2000, 80), "interactive": (1500, 15), "max_out": 20000},
+    "gpt-oss-120b": {"server": (3000, 80), "interactive": (2000, 15), "max_out": 10240},
+}
+# REFERENCE.md §1 reference mean output lengths (llama3.1-8b has none there).
+MLPERF_MEAN_OUT = {"llama2-70b": 294, "deepseek-r1": 3886, "gpt-oss-120b": 1278}
+MLPERF = [(b, s) for b in MLPERF_LIMITS_MS for s in ("server", "interactive")]
+
+_UNIT_MS = {"us": 1e-3, "µs": 1e-3, "ms": 1.0, "s": 1000.0, "": 1000.0}
+
+
+def slo_ms(value: float | str) -> float:
+    """An SLO latency as milliseconds (a bare number is seconds)."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(us|µs|ms|s)?\s*", str(value))
+    assert m, value
+    return float(m.group(1)) * _UNIT_MS[m.group(2) or ""]
+
+
+def test_every_shipped_profile_validates() -> None:
+    names = shipped_profiles()
+    assert set(SHIPPED) <= set(names)
+    proc = run_cli(["profiles", "validate", *(str(p) for p in names.values())], timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.count("OK ") == len(names)
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_profile_builds_units_and_first_requests(name: str) -> None:
+    profile, path = load_profile(name)
+    text = path.read_text(encoding="utf-8")
+    assert text.startswith("#"), "a shipped profile starts with a comment header"
+    assert profile.name == name
+    assert 20 <= profile.duration_s <= 60
+    # The engine preset exists and the model fits: weights leave room for a KV cache.
+    cfg = EngineConfig(
+        gpu=get_gpu(profile.engine.gpu), model=get_model(profile.engine.model), tp=profile.engine.tp
+    )
+    assert cfg.kv_capacity_tokens > 100_000, (name, cfg.kv_capacity_tokens)
+    w = Workload(profile)
+    names = {s.name for s in profile.scenarios}
+    for i in range(20):
+        req = w.request(i)
+        assert req.prompt_tokens > 0
+        assert req.scenario in names
+        step = w.unit(i).next(None)
+        assert step is not None
+        assert step.request.prompt_tokens > 0
+        assert step.request.body == req.body  # unit i is a function of the seed alone
+    if profile.load.rate is not None:
+        offsets = list(itertools.islice(w.arrival_offsets(), 20))
+        assert offsets == sorted(offsets) and offsets[0] >= 0
+
+
+@pytest.mark.parametrize(("bench", "scenario"), MLPERF)
+def test_mlperf_profiles_carry_the_reference_limits(bench: str, scenario: str) -> None:
+    profile, _ = load_profile(f"mlperf-{bench}-{scenario}")
+    ttft, tpot = MLPERF_LIMITS_MS[bench][scenario]
+    assert set(profile.slos) == {"ttft_p99", "tpot_p99"}
+    assert slo_ms(profile.slos["ttft_p99"]) == ttft
+    assert slo_ms(profile.slos["tpot_p99"]) == tpot
+    assert profile.load.rate is not None and profile.load.arrival == "poisson"
+    (sc,) = profile.scenarios
+    assert sc.salt is True
+    assert sc.output_tokens is not None and sc.output_tokens.max == MLPERF_LIMITS_MS[bench]["max_out"]
+    assert sc.reasoning is (bench in ("deepseek-r1", "gpt-oss-120b"))
+    if bench in MLPERF_MEAN_OUT:
+        w = Workload(profile)
+        outs = [w.request(i).requested_output_tokens or 0 for i in range(1500)]
+        assert max(outs) <= MLPERF_LIMITS_MS[bench]["max_out"]
+        mean = sum(outs) / len(outs)
+        assert abs(mean - MLPERF_MEAN_OUT[bench]) / MLPERF_MEAN_OUT[bench] < 0.08, mean
+
+
+def test_mix_shares_match_weights() -> None:
+    profile, _ = load_profile("chat-agent-mix")
+    w = Workload(profile)
+    counts = Counter(w.scenario_for(i).name for i in range(2000))
+    total = sum(s.weight for s in profile.scenarios)
+    assert {s.name: s.kind for s in profile.scenarios} == {
+        "chat": "chat",
+        "multi-turn-chat": "multi_turn",
+        "agent": "agent",
+    }
+    for s in profile.scenarios:
+        assert abs(counts[s.name] / 2000 - s.weight / total) <= 0.03, (s.name, counts)
+
+
+def test_shared_prefix_requests_in_a_group_start_alike() -> None:
+    profile, _ = load_profile("shared-prefix-chat")
+    (sc,) = profile.scenarios
+    assert sc.prefix is not None and (sc.prefix.groups, sc.prefix.tokens) == (8, 2048)
+    w = Workload(profile)
+    groups = [w.prefixes.group_text(g, sc.prefix.tokens) for g in range(sc.prefix.groups)]
+    members: dict[int, list[str]] = {}
+    for i in range(40):
+        user = w.request(i).body["messages"][-1]["content"]
+        hits = [g for g, text in enumerate(groups) if user.startswith(text)]
+        assert len(hits) == 1, i
+        members.setdefault(hits[0], []).append(user)
+    assert len(members) > 1  # several groups are in use
+    shared = [m for m in members.values() if len(m) >= 2]
+    assert shared
+    for m in shared:
+        lead = len(groups[0]) // 2
+        assert len({u[:lead] for u in m}) == 1  # same group: identical leading text
+        assert len(set(m)) == len(m)  # but the requests differ after it
+    # Different groups differ at the start.
+    assert len({g[:200] for g in groups}) == len(groups)
+
+
+def _seed_with_all_scenarios_early(w: Workload, within_s: float) -> int:
+    """A seed whose units arriving in the first ``within_s`` seconds include every scenario."""
+    names = {s.name for s in w.scenarios}
+    for seed in range(200):
+        ws = Workload(w.profile, seed=seed, tokenizer=w.profile.tokenizer)
+        seen = set()
+        for i, t in enumerate(ws.arrival_offsets()):
+            if t > within_s:
+                break
+            seen.add(ws.scenario_for(i).name)
+        if seen == names:
+            return seed
+    raise AssertionError("no seed found")
+
+
+def test_mix_runs_against_the_embedded_engine(tmp_path: Path) -> None:
+    profile, _ = load_profile("chat-agent-mix")
+    seed = _seed_with_all_scenarios_early(Workload(profile), within_s=2.0)
+    out = tmp_path / "mix"
+    proc = run_cli(
+        [
+            "run",
+            "--profile",
+            "chat-agent-mix",
+            "--duration",
+            "4",
+            "--engine-speedup",
+            "8",
+            "--seed",
+            str(seed),
+            "--out",
+            str(out),
+        ],
+        timeout=90,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    run = json.loads((out / "run.json").read_text())
+    names = {"chat", "multi-turn-chat", "agent"}
+    assert set(run["scenarios"]) == names
+    records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines() if line]
+    assert records
+    assert {r["scenario"] for r in records} <= names
+    assert {r["scenario"] for r in records} == names
