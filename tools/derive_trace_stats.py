@@ -152,10 +152,14 @@ SHIPPED = {
         "mooncake-conversation",
         "Long-context chat shaped like the Mooncake FAST'25 conversation trace: its length quantiles (contexts "
         "up to ~126k tokens) and about its prefix reuse, approximated by 32 shared prefix groups of up to 6,144 "
-        "tokens (~37 % of prompt tokens shared). For the exact reuse, replay the trace itself: "
+        "tokens (~37 % of prompt tokens shared); Poisson arrivals at its mean rate (its timestamps come in ~3 s "
+        "ticks). For the exact reuse, replay the trace itself: "
         "load: {trace: {path: <conversation_trace.jsonl>, format: mooncake}} with scenarios: [{name: replay, kind: trace}].",
         {
             "prefix": {"groups": 32, "tokens": 6144},
+            # The trace's timestamps come in ~3 s ticks, so its inter-arrival CV (3.0) measures the ticks,
+            # not burstiness: Poisson arrivals at its mean rate instead.
+            "poisson": True,
             "slos": {"ttft_p99": "10s", "tpot_p99": "100ms", "error_rate": "0.5%"},
             "engine": {"gpu": "H200", "model": "llama-3.1-8b", "tp": 1},
         },
@@ -185,7 +189,11 @@ def shipped_profile(name: str, doc: dict[str, Any]) -> tuple[str, dict[str, Any]
         "tokenizer": "llama3",
         "seed": 0,
         "duration_s": 60,
-        "load": {"rate": doc["arrival"]["rate"], "arrival": "gamma", "cv": doc["arrival"]["cv"]},
+        "load": (
+            {"rate": doc["arrival"]["rate"], "arrival": "poisson"}
+            if extra.get("poisson")
+            else {"rate": doc["arrival"]["rate"], "arrival": "gamma", "cv": doc["arrival"]["cv"]}
+        ),
         "scenarios": [scenario],
         "slos": extra["slos"],
     }
