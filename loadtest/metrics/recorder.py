@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import Counter, defaultdict
 from typing import Any
 
@@ -181,12 +182,22 @@ class Track:
         first = int(start + (chunks[0] - rec.scheduled_ns) / 1e9)
         if first == int(start + (chunks[-1] - rec.scheduled_ns) / 1e9):
             return [(first, n_out)]
-        secs = (start + (np.asarray(chunks, dtype=np.int64) - rec.scheduled_ns) / 1e9).astype(np.int64)
-        uniq, counts = np.unique(secs, return_counts=True)
-        # Whole tokens per second that add up to n_out exactly (chunks may carry several tokens).
-        cum = np.rint(np.cumsum(counts) * (n_out / len(chunks))).astype(np.int64)
-        per_sec = np.diff(cum, prepend=0)
-        return list(zip(uniq.tolist(), per_sec.tolist(), strict=True))
+        last = int(start + (chunks[-1] - rec.scheduled_ns) / 1e9)
+        # Chunk times are sorted: find where each second starts (a request spans few seconds).
+        out: list[tuple[int, int]] = []
+        scale = n_out / len(chunks)  # chunks may carry several tokens; whole tokens add up to n_out
+        done_chunks = done_tokens = 0
+        for sec in range(first, last + 1):
+            if sec < last:
+                edge_ns = rec.scheduled_ns + round((sec + 1 - start) * 1e9)
+                upto = bisect_left(chunks, edge_ns, done_chunks)
+            else:
+                upto = len(chunks)
+            tokens = round(upto * scale) - done_tokens
+            if upto > done_chunks:
+                out.append((sec, tokens))
+            done_chunks, done_tokens = upto, done_tokens + tokens
+        return out
 
     def flush(self) -> None:
         """Record every pending value in bulk (vectorized), into the total and the delta."""
