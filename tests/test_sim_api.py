@@ -307,3 +307,27 @@ def test_prompt_larger_than_kv_cache_is_a_400() -> None:
         truth = {t["request_id"]: t for t in s.truth()}
         assert truth["big-False"]["outcome"] == truth["big-True"]["outcome"] == "error"
         assert s.stats()["requests_by_outcome"] == {"error": 2, "ok": 1}
+
+
+def test_long_reasoning_stream_switches_to_answer_once(reasoning_sim: SimProcess) -> None:
+    """Every token after the reasoning part is an answer token, however long the output."""
+    body = {
+        "messages": [{"role": "user", "content": "think"}],
+        "max_tokens": 400,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    status, _, payload = request(reasoning_sim.base_url, "POST", "/v1/chat/completions", body)
+    assert status == 200
+    kinds = []
+    for ev in payload.decode().split("\n\n"):
+        if ev.startswith("data: {") and '"choices":[{' in ev:
+            delta = json.loads(ev[6:])["choices"][0].get("delta") or {}
+            if delta.get("reasoning_content"):
+                kinds.append("r")
+            elif delta.get("content"):
+                kinds.append("a")
+    n_reasoning = kinds.count("r")
+    assert kinds == ["r"] * n_reasoning + ["a"] * (400 - n_reasoning)
+    assert 0 < n_reasoning < 400

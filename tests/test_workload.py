@@ -100,3 +100,12 @@ def test_chat_token_ids_equal_encoding_the_rendered_template() -> None:
         ids = tok.encode_chat(msgs)
         assert ids == list(tok._enc.encode(tok.render_chat(msgs), allowed_special="all"))
         assert len(ids) == tok.count_chat(msgs)
+
+
+@pytest.mark.parametrize("name", ["llama3", "qwen3", "o200k_harmony", "cl100k"])
+def test_client_and_engine_count_a_chat_prompt_the_same_way(name: str) -> None:
+    tok = get_tokenizer(name)
+    msgs = [{"role": "system", "content": "be brief"}, {"role": "user", "content": synth_text(50, random.Random(1))}]
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+    assert tok.count_chat(msgs) == len(tok.encode_chat(msgs))
+    assert tok.count_request(msgs, tools) == len(tok.encode_request(msgs, tools)) > tok.count_chat(msgs)

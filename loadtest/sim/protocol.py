@@ -118,7 +118,8 @@ def parse_request(raw: bytes, chat: bool, tok: Tokenizer) -> GenRequest:
                 "missing_required_parameter",
                 "messages",
             )
-        ids = tok.encode_chat(messages)
+        tools = body.get("tools") if isinstance(body.get("tools"), list) else None
+        ids = tok.encode_request(messages, tools)
     else:
         if "prompt" not in body:
             raise RequestError(400, "'prompt' is required", "missing_required_parameter", "prompt")
@@ -225,8 +226,10 @@ class ChunkWriter:
         """``token(index)`` as one HTTP/1.1 chunk; plain answer tokens come from a per-response cache."""
         p = self.plan
         if p is None or (index >= p.n_reasoning and p.tool_name is None):
-            if self._framed is None:
-                self._framed = [_chunk(self.token(i).encode()) for i in range(len(TOKEN_PIECES))]
+            if self._framed is None:  # plain answer tokens only: reasoning and tool tokens differ
+                self._framed = [
+                    _chunk((self._tok_pre + _dumps(piece) + self._tok_post).encode()) for piece in TOKEN_PIECES
+                ]
             return self._framed[index % len(TOKEN_PIECES)]
         return _chunk(self.token(index).encode())
 

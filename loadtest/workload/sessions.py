@@ -15,7 +15,6 @@ from loadtest.workload.tools import (
     tool_call_message,
     tool_calls_from_answer,
     tool_result_message,
-    tools_json,
 )
 
 Sampler = float | Callable[[random.Random], float]
@@ -145,7 +144,6 @@ class AgentSession:
     ) -> None:
         self.seed, self.index, self.tokenizer = seed, index, tokenizer
         system, self.tools = shared_prefix(seed, tokenizer, prefix_tokens, tools)
-        self._tools_tokens = tokenizer.count(tools_json(self.tools)) if self.tools else 0
         self._head: list[dict[str, Any]] = [{"role": "system", "content": system}]
         self._turns: list[list[dict[str, Any]]] = []
         rng = random.Random(f"{seed}:agent:{index}")
@@ -167,12 +165,9 @@ class AgentSession:
         return [*self._head, *(m for t in self._turns for m in t)]
 
     def prompt_tokens(self, messages: Sequence[dict[str, Any]]) -> int:
-        """count_chat of the messages plus the token count of ``tools_json(tools)`` and of each assistant
-        message's ``tool_calls`` JSON (the chat counter sees neither; templates render both as JSON text)."""
-        n = self.tokenizer.count_chat(messages) + self._tools_tokens
-        return n + sum(
-            self.tokenizer.count(tools_json(m["tool_calls"])) for m in messages if m.get("tool_calls")
-        )
+        """The request's prompt tokens, tools and tool calls included (``Tokenizer.count_request``,
+        the same count the embedded engine makes)."""
+        return self.tokenizer.count_request(messages, self.tools)
 
     def next_request(self) -> SessionCall | None:
         """The next model call, or None when the session is over (turns done, failed, context full)."""

@@ -105,15 +105,21 @@ class Tokenizer:
         return "".join(parts)
 
     def encode_chat(self, messages: Sequence[dict[str, Any]]) -> list[int]:
-        """Token ids of the templated chat prompt (Llama-3 template; others: contents joined by newlines)."""
+        """Token ids of the templated chat prompt: the tokenizer's own template (HF), the Llama-3 template,
+        harmony for ``o200k_harmony`` (gpt-oss), or for other families a ChatML layout
+        (``<|im_start|>role\\ncontent<|im_end|>``, special tokens where the encoding has them)."""
         if self._template is not None:
             return list(self._hf.encode(self._render_hf(messages), add_special_tokens=False).ids)
         if self.name != "llama3":
-            return self.encode("\n".join(_text_of(m.get("content")) for m in messages))
+            text = _harmony(messages) if self.name == "o200k_harmony" else _chatml(messages)
+            if self._hf is not None:
+                return list(self._hf.encode(text, add_special_tokens=False).ids)
+            return list(self._enc.encode(text, allowed_special="all"))
         enc = self._enc
         special = enc.encode_single_token
         begin, start, end, eot = (
-            special(t) for t in ("<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>")
+            special(t)
+            for t in ("<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>")
         )
         ids = [begin]
         for m in messages:
@@ -124,6 +130,23 @@ class Tokenizer:
             ids.append(eot)
         ids += [start, *enc.encode_ordinary("assistant"), end, *enc.encode_ordinary("\n\n")]
         return ids
+
+    def encode_request(
+        self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None = None
+    ) -> list[int]:
+        """Prompt ids of a chat request, tools included: the templated messages, then the JSON of the
+        tool definitions and of each assistant tool call (how templates render them, as JSON text).
+        The workload counts prompts and the embedded engine prefills them with this same function."""
+        ids = self.encode_chat(messages)
+        for extra in _tool_texts(messages, tools):
+            ids += self.encode(extra)
+        return ids
+
+    def count_request(
+        self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None = None
+    ) -> int:
+        """``len(encode_request(...))`` without building the ids."""
+        return self.count_chat(messages) + sum(self.count(t) for t in _tool_texts(messages, tools))
 
     def count_chat(self, messages: Sequence[dict[str, Any]]) -> int:
         """Prompt tokens of a chat request: the templated prompt, special tokens included.
@@ -142,12 +165,31 @@ class Tokenizer:
                     + self.count("\n\n" + _text_of(m.get("content")))
                 )
             return n
-        # Other families: content tokens plus a fixed per-message overhead (OpenAI's cookbook rule).
-        return 3 + sum(4 + self.count(_text_of(m.get("content"))) for m in messages)
-
+        return len(self.encode_chat(messages))
 
     def _render_hf(self, messages: Sequence[dict[str, Any]]) -> str:
         return self._template.render(messages=list(messages), add_generation_prompt=True, **self._special)
+
+
+def _chatml(messages: Sequence[dict[str, Any]]) -> str:
+    """The ChatML layout used for families without a template of their own here."""
+    parts = [
+        f"<|im_start|>{m.get('role', 'user')}\n{_text_of(m.get('content'))}<|im_end|>\n" for m in messages
+    ]
+    return "".join(parts) + "<|im_start|>assistant\n"
+
+
+def _harmony(messages: Sequence[dict[str, Any]]) -> str:
+    """OpenAI's harmony layout (gpt-oss), whose markers are special tokens of ``o200k_harmony``."""
+    parts = [f"<|start|>{m.get('role', 'user')}<|message|>{_text_of(m.get('content'))}<|end|>" for m in messages]
+    return "".join(parts) + "<|start|>assistant"
+
+
+def _tool_texts(messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None) -> list[str]:
+    """The JSON texts a request's tools and tool calls add to its prompt (``json.dumps``, key order kept)."""
+    texts = [json.dumps(list(tools))] if tools else []
+    texts += [json.dumps(list(m["tool_calls"])) for m in messages if m.get("tool_calls")]
+    return texts
 
 
 def _text_of(content: Any) -> str:
