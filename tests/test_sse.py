@@ -156,7 +156,7 @@ def test_tool_call_deltas_are_tokens() -> None:
         [chunk(tool_calls=tc), chunk(tool_calls=tc2), chunk(finish="tool_calls"), DONE], [1, 2, 3, 4]
     )
     assert r.chunk_ns == [1, 2]
-    assert r.tool_text == 'get_weather{"city":"Paris"}'
+    assert r.tool_text == '{"city":"Paris"}'
     assert r.finish_reason == "tool_calls"
 
 

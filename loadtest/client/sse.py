@@ -256,8 +256,9 @@ def _reasoning_and_tools(d: _Delta, reasoning: list[str], tools: list[str]) -> b
         token = True
     for tc in d.tool_calls or ():
         fn = tc.get("function") or {}
-        frag = (fn.get("name") or "") + (fn.get("arguments") or "")
-        if frag:
-            tools.append(frag)
-            token = True
+        args = fn.get("arguments") or ""
+        if args:
+            tools.append(args)  # output tokens are the arguments; the name is a header, like the role
+        if args or fn.get("name"):
+            token = True  # the call's first fragment is the first token the client sees
     return token
