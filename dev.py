@@ -57,7 +57,7 @@ def main() -> int:
     if what == "run":
         return subprocess.call([str(BIN / "loadtest"), "run", *rest], cwd=ROOT)
     ensure_browser()
-    rc = subprocess.call([str(BIN / "ruff"), "check", "loadtest", "servers", "tests", "dev.py"], cwd=ROOT)
+    rc = subprocess.call([str(BIN / "ruff"), "check", "loadtest", "servers", "tests", "tools", "dev.py"], cwd=ROOT)
     rc_tests = subprocess.call([str(PY), "-m", "pytest", "-q", *rest], cwd=ROOT)
     return rc_tests or rc
 

@@ -215,7 +215,8 @@ def test_flat_form_equals_list_form(tmp_path: Path) -> None:
     a, _ = load_profile(str(write(tmp_path, flat, "a.yaml")))
     b, _ = load_profile(str(write(tmp_path, listed, "b.yaml")))
     assert a == b
-    assert a.input_tokens == a.scenarios[0].input_tokens and a.system_prompt_tokens == 32 and not a.ignore_eos
+    sc = a.scenarios[0]
+    assert sc.system_prompt_tokens == 32 and not sc.ignore_eos and sc.salt
 
 
 def test_full_profile_defaults_weights_and_lookup(tmp_path: Path) -> None:

@@ -56,7 +56,7 @@ def test_requests_are_deterministic_and_hit_their_prompt_length(tmp_path: Path) 
     from loadtest.workload.lengths import sample_length
 
     for i in range(50):
-        target = sample_length(prof.input_tokens, random.Random(f"{prof.seed}:{i}"))
+        target = sample_length(prof.scenarios[0].input_tokens, random.Random(f"{prof.seed}:{i}"))
         assert abs(w.request(i).prompt_tokens - target) <= max(1, 0.01 * target)
     assert a.fingerprint() == b.fingerprint()
     assert Workload(prof, seed=99).fingerprint() != a.fingerprint()
@@ -105,7 +105,10 @@ def test_chat_token_ids_equal_encoding_the_rendered_template() -> None:
 @pytest.mark.parametrize("name", ["llama3", "qwen3", "o200k_harmony", "cl100k"])
 def test_client_and_engine_count_a_chat_prompt_the_same_way(name: str) -> None:
     tok = get_tokenizer(name)
-    msgs = [{"role": "system", "content": "be brief"}, {"role": "user", "content": synth_text(50, random.Random(1))}]
+    msgs = [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": synth_text(50, random.Random(1))},
+    ]
     tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
     assert tok.count_chat(msgs) == len(tok.encode_chat(msgs))
     assert tok.count_request(msgs, tools) == len(tok.encode_request(msgs, tools)) > tok.count_chat(msgs)

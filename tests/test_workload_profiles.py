@@ -34,7 +34,9 @@ def close(a: float, b: float, rel: float, abs_: float = 2.0) -> bool:
     return abs(a - b) <= max(abs_, rel * abs(b))
 
 
-@pytest.mark.parametrize(("profile", "trace"), [("azure-conversation", "azure-conv"), ("azure-code", "azure-code")])
+@pytest.mark.parametrize(
+    ("profile", "trace"), [("azure-conversation", "azure-conv"), ("azure-code", "azure-code")]
+)
 def test_trace_derived_profile_reproduces_lengths_and_burstiness(profile: str, trace: str) -> None:
     prof, _ = load_profile(profile)
     stats = derived(trace)["stats"]
@@ -90,7 +92,10 @@ def test_a_session_resends_the_servers_actual_answers() -> None:
                     "kind": "multi_turn",
                     "input_tokens": {"dist": "fixed", "value": 40},
                     "output_tokens": {"dist": "fixed", "value": 8},
-                    "session": {"turns": {"dist": "fixed", "value": 3}, "think_time_s": {"dist": "fixed", "value": 0}},
+                    "session": {
+                        "turns": {"dist": "fixed", "value": 3},
+                        "think_time_s": {"dist": "fixed", "value": 0},
+                    },
                 }
             ],
         }
@@ -185,7 +190,9 @@ def test_mooncake_replay_turns_hash_ids_into_real_shared_prefixes(tmp_path: Path
         json.dumps(
             {
                 "name": "replay",
-                "load": {"trace": {"path": str(trace), "format": "mooncake", "max_requests": 400, "speedup": 20}},
+                "load": {
+                    "trace": {"path": str(trace), "format": "mooncake", "max_requests": 400, "speedup": 20}
+                },
                 "scenarios": [{"name": "replay", "kind": "trace"}],
             }
         )
@@ -193,7 +200,9 @@ def test_mooncake_replay_turns_hash_ids_into_real_shared_prefixes(tmp_path: Path
     # A KV cache large enough to keep every block: the hits then measure the replayed reuse alone
     # (with a real cache size, LRU eviction lowers them, as it does on a real server).
     with SimProcess(gpu="H200", speedup=20, extra_args=["--kv-blocks", "400000"]) as sim:
-        res = run_cli(["run", "--profile", str(prof), "--host", sim.base_url, "--out", str(tmp_path / "o")], timeout=240)
+        res = run_cli(
+            ["run", "--profile", str(prof), "--host", sim.base_url, "--out", str(tmp_path / "o")], timeout=240
+        )
     assert res.returncode == 0, res.stderr
     run = json.loads((tmp_path / "o" / "run.json").read_text())
     recs = read_lines([tmp_path / "o" / "records.jsonl"])
@@ -236,7 +245,9 @@ def test_rate_stages_follow_their_rates_and_end_by_themselves(tmp_path: Path) ->
 
 
 def test_concurrency_stages_change_the_number_of_streams(tmp_path: Path) -> None:
-    prof = _stage_profile(tmp_path, [{"duration_s": 2, "concurrency": 1}, {"duration_s": 2, "concurrency": 6}])
+    prof = _stage_profile(
+        tmp_path, [{"duration_s": 2, "concurrency": 1}, {"duration_s": 2, "concurrency": 6}]
+    )
     with SimProcess(speedup=2) as sim:
         res = run_cli(["run", "--profile", str(prof), "--host", sim.base_url, "--out", str(tmp_path / "o")])
     assert res.returncode == 0, res.stderr

@@ -63,7 +63,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--engine-tp", type=int, help="tensor-parallel GPUs (default: the profile's engine.tp, else 1)"
     )
     eng.add_argument(
-        "--engine-faults", metavar="SPEC", help="inject faults (docs/engine.md), e.g. http_503=2%%,stall_mid_stream=#3@2"
+        "--engine-faults",
+        metavar="SPEC",
+        help="inject faults (docs/engine.md), e.g. http_503=2%%,stall_mid_stream=#3@2",
     )
     eng.add_argument(
         "--engine-speedup", type=float, default=1.0, help="run the engine clock this many times faster"

@@ -323,8 +323,10 @@ class Connection:
                     self.close()
                     if resp.status == 0:
                         raise HttpFailure("connect_error", "server closed the connection without a response")
-                    if not reader.parser.get_http_version() or "content-length" in resp.headers or (
-                        resp.headers.get("transfer-encoding", "").lower() == "chunked"
+                    if (
+                        not reader.parser.get_http_version()
+                        or "content-length" in resp.headers
+                        or (resp.headers.get("transfer-encoding", "").lower() == "chunked")
                     ):
                         resp.broken = "connection closed before the response body ended"
                     else:  # body delimited by connection close

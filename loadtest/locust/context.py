@@ -26,7 +26,7 @@ class RunContext:
         self.n_workers = max(1, n_workers)
         self.profile, self.profile_path = settings.profile()
         self.workload = Workload(self.profile, settings.seed)
-        self.recorder = Recorder(per_scenario=len(getattr(self.profile, "scenarios", ())) > 1)
+        self.recorder = Recorder(per_scenario=len(self.profile.scenarios) > 1)
         self.log = RecordLog(Path(settings.out_dir) / log_name)
         self._api_key = os.environ.get(settings.api_key_env) if settings.api_key_env else None
         self._closed_counter = itertools.count()

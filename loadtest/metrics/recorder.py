@@ -267,7 +267,10 @@ class Recorder:
 
     def take_delta(self) -> dict[str, Any]:
         """Wire form of everything since the last call (all requests and per scenario)."""
-        return {"all": self.all.take_delta(), "scenarios": {n: t.take_delta() for n, t in self.scenarios.items()}}
+        return {
+            "all": self.all.take_delta(),
+            "scenarios": {n: t.take_delta() for n, t in self.scenarios.items()},
+        }
 
     def result(self) -> RunAggregates:
         """This process's totals in the shape a master's merge produces."""

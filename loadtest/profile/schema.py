@@ -158,25 +158,3 @@ class Profile(Strict):
             if s.name == name:
                 return s
         raise KeyError(name)
-
-    # Compatibility shims for code written against the flat schema: the first scenario's values.
-    # Read profile.scenarios[i] instead; these go away once builder.py and run_cmd.py are switched.
-    @property
-    def input_tokens(self) -> Length | None:
-        """Compatibility shim: ``scenarios[0].input_tokens``."""
-        return self.scenarios[0].input_tokens
-
-    @property
-    def output_tokens(self) -> Length | None:
-        """Compatibility shim: ``scenarios[0].output_tokens``."""
-        return self.scenarios[0].output_tokens
-
-    @property
-    def system_prompt_tokens(self) -> int:
-        """Compatibility shim: ``scenarios[0].system_prompt_tokens``."""
-        return self.scenarios[0].system_prompt_tokens
-
-    @property
-    def ignore_eos(self) -> bool:
-        """Compatibility shim: ``scenarios[0].ignore_eos``."""
-        return self.scenarios[0].ignore_eos

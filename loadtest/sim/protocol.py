@@ -228,7 +228,8 @@ class ChunkWriter:
         if p is None or (index >= p.n_reasoning and p.tool_name is None):
             if self._framed is None:  # plain answer tokens only: reasoning and tool tokens differ
                 self._framed = [
-                    _chunk((self._tok_pre + _dumps(piece) + self._tok_post).encode()) for piece in TOKEN_PIECES
+                    _chunk((self._tok_pre + _dumps(piece) + self._tok_post).encode())
+                    for piece in TOKEN_PIECES
                 ]
             return self._framed[index % len(TOKEN_PIECES)]
         return _chunk(self.token(index).encode())

@@ -60,6 +60,7 @@ class SimRequest:
             self.sink(value)
         else:
             self.queue.put_nowait(value)
+
     uid: int = field(default_factory=lambda: next(_uids), repr=False)
     block_hashes: list[int] = field(default_factory=list, repr=False)
 

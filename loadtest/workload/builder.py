@@ -59,7 +59,9 @@ class SingleUnit(Unit):
 class SessionUnit(Unit):
     """A multi-turn chat or an agent: each call carries the server's actual previous answers."""
 
-    def __init__(self, session: ChatSession | AgentSession, scenario: Scenario, profile: Profile, index: int) -> None:
+    def __init__(
+        self, session: ChatSession | AgentSession, scenario: Scenario, profile: Profile, index: int
+    ) -> None:
         self.session = session
         self.scenario = scenario.name
         self._profile = profile
@@ -215,12 +217,17 @@ class Workload:
         if sc.salt:
             lead += salt_text(self.seed, index)
         rest = max(1, budget - self.tokenizer.count(lead))
-        text = lead + (self.prefixes.blocks_text(hash_ids, rest) if hash_ids else synth_text(rest, rng, self.tokenizer))
+        text = lead + (
+            self.prefixes.blocks_text(hash_ids, rest) if hash_ids else synth_text(rest, rng, self.tokenizer)
+        )
         if api == "chat":
             content: Any = text
             if sc.images is not None:
                 im = sc.images
-                parts = [image_part(self.seed, index * 16 + k, im.width, im.height, im.detail) for k in range(im.count)]
+                parts = [
+                    image_part(self.seed, index * 16 + k, im.width, im.height, im.detail)
+                    for k in range(im.count)
+                ]
                 content = user_content(text, parts)
             messages.append({"role": "user", "content": content})
             body["messages"] = messages
@@ -242,7 +249,9 @@ class Workload:
         """Template and system-prompt tokens around the user's text (the same for every request)."""
         n = self._overhead.get(sc.name)
         if n is None:
-            n = self._overhead[sc.name] = self.tokenizer.count_chat([*system_messages, {"role": "user", "content": ""}])
+            n = self._overhead[sc.name] = self.tokenizer.count_chat(
+                [*system_messages, {"role": "user", "content": ""}]
+            )
         return n
 
     def _chat_session(self, sc: Scenario, index: int) -> ChatSession:
@@ -285,7 +294,9 @@ class Workload:
         h = hashlib.sha256(json.dumps(self.profile.model_dump(mode="json"), sort_keys=True).encode())
         h.update(f"{self.seed}:{self.tokenizer.name}".encode())
         if self.trace is not None:
-            h.update(json.dumps([(r.timestamp_s, r.input_tokens, r.output_tokens) for r in self.trace]).encode())
+            h.update(
+                json.dumps([(r.timestamp_s, r.input_tokens, r.output_tokens) for r in self.trace]).encode()
+            )
         for i in range(n):
             r = self.request(i)
             h.update(json.dumps(r.body, sort_keys=True).encode())

@@ -181,7 +181,9 @@ def _chatml(messages: Sequence[dict[str, Any]]) -> str:
 
 def _harmony(messages: Sequence[dict[str, Any]]) -> str:
     """OpenAI's harmony layout (gpt-oss), whose markers are special tokens of ``o200k_harmony``."""
-    parts = [f"<|start|>{m.get('role', 'user')}<|message|>{_text_of(m.get('content'))}<|end|>" for m in messages]
+    parts = [
+        f"<|start|>{m.get('role', 'user')}<|message|>{_text_of(m.get('content'))}<|end|>" for m in messages
+    ]
     return "".join(parts) + "<|start|>assistant"
 
 

@@ -35,7 +35,11 @@ def run_level(args: argparse.Namespace, streams: int) -> dict:
         os.sched_setaffinity(sim.pid, {SERVER_CPU})
         proc = psutil.Process(sim.pid)
         stop = False
-        body = {"messages": [{"role": "user", "content": prompt}], "max_tokens": args.output, "ignore_eos": True}
+        body = {
+            "messages": [{"role": "user", "content": prompt}],
+            "max_tokens": args.output,
+            "ignore_eos": True,
+        }
 
         def user(i: int) -> None:
             gevent.sleep(i * args.ramp / streams)
