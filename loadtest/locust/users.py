@@ -13,7 +13,7 @@ from loadtest.client.openai import OpenAIClient, PreparedRequest
 from loadtest.client.record import RequestRecord
 from loadtest.locust.context import RunContext
 from loadtest.schedule.arrivals import split
-from loadtest.workload.builder import Unit
+from loadtest.workload.builder import Step, Unit
 
 
 def _context(user: User) -> RunContext:
@@ -44,11 +44,14 @@ def send_and_account(
     return rec
 
 
-def run_unit(ctx: RunContext, client: OpenAIClient, unit: Unit, first_ns: int, first_epoch: float) -> None:
-    """Every call of a unit: the first at its scheduled time, later ones after the user's think time."""
+def run_unit(
+    ctx: RunContext, client: OpenAIClient, unit: Unit, first: Step | None, first_ns: int, first_epoch: float
+) -> None:
+    """Every call of a unit: the first (built beforehand) at its scheduled time, later ones after think time."""
     last: RequestRecord | None = None
     sched_ns, sched_epoch = first_ns, first_epoch
-    while (step := unit.next(last)) is not None:
+    step = first
+    while step is not None:
         if last is not None:
             if ctx.stopping:
                 return  # the run is over: a session does not start another call
@@ -56,6 +59,7 @@ def run_unit(ctx: RunContext, client: OpenAIClient, unit: Unit, first_ns: int, f
                 gevent.sleep(step.think_before_s)
             sched_ns, sched_epoch = RunContext.now()
         last = send_and_account(ctx, client, step.request, sched_ns, sched_epoch)
+        step = unit.next(last)
 
 
 class ClosedLoopUser(User):
@@ -75,8 +79,9 @@ class ClosedLoopUser(User):
         if self.ctx.stopping:
             raise StopUser()
         unit = self.ctx.workload.unit(self.ctx.next_closed_loop_index())
+        first = unit.next(None)
         sched_ns, sched_epoch = RunContext.now()
-        run_unit(self.ctx, self.client, unit, sched_ns, sched_epoch)
+        run_unit(self.ctx, self.client, unit, first, sched_ns, sched_epoch)
 
 
 class OpenLoopUser(User):
@@ -90,10 +95,10 @@ class OpenLoopUser(User):
         self.requests = Group()
         self.idle: list[OpenAIClient] = []
 
-    def _run(self, unit: Unit, sched_ns: int, sched_epoch: float) -> None:
+    def _run(self, unit: Unit, first: Step | None, sched_ns: int, sched_epoch: float) -> None:
         client = self.idle.pop() if self.idle else self.ctx.new_client()
         try:
-            run_unit(self.ctx, client, unit, sched_ns, sched_epoch)
+            run_unit(self.ctx, client, unit, first, sched_ns, sched_epoch)
         finally:
             self.idle.append(client)
 
@@ -104,7 +109,8 @@ class OpenLoopUser(User):
         t0_ns, t0_epoch = RunContext.now()
         try:
             for index, offset in split(ctx.workload.arrival_offsets(), ctx.worker_index, ctx.n_workers):
-                unit = ctx.workload.unit(index)  # built before its time comes, off the send path
+                unit = ctx.workload.unit(index)
+                first = unit.next(None)  # built before its time comes: not counted as generator lag
                 sched_ns = t0_ns + int(offset * 1e9)
                 delay = (sched_ns - time.perf_counter_ns()) / 1e9
                 if delay > 0:
@@ -114,7 +120,7 @@ class OpenLoopUser(User):
                 if cap is not None and ctx.in_flight >= cap:
                     ctx.skip_arrival()  # over the profile's in-flight cap: counted, not sent
                     continue
-                self.requests.spawn(self._run, unit, sched_ns, t0_epoch + offset)
+                self.requests.spawn(self._run, unit, first, sched_ns, t0_epoch + offset)
             self.requests.join()  # drain: units already started finish normally
         except gevent.GreenletExit:
             self.requests.kill(block=True)  # interrupted: in-flight requests are recorded as cancelled
