@@ -1,0 +1,261 @@
+"""SLO parsing (profile dict or CLI text), per-request goodness, attainment and goodput."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+# Metrics an SLO may name (the latency histograms of loadtest.metrics.recorder.LATENCY_METRICS).
+SLO_METRICS: tuple[str, ...] = ("ttft", "ttft_send", "ttfa", "itl", "tpot", "e2e", "schedule_lag")
+
+_UNIT_MS = {"us": 0.001, "µs": 0.001, "ms": 1.0, "s": 1000.0}
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?|\.\d+)\s*(us|µs|ms|s)?$")
+_PERCENT = re.compile(r"^(\d+(?:\.\d+)?|\.\d+)\s*%$")
+_KEY = re.compile(r"^(?P<metric>[a-z][a-z0-9_]*?)_p(?P<pct>\d+(?:\.\d+)?)$")
+ALLOWED_FORMS = (
+    "<metric>_p<percentile>=<duration> with metric one of "
+    + ", ".join(SLO_METRICS)
+    + " and duration like 2s, 80ms, 1.5 s, 500us or a bare number of ms (e.g. ttft_p99=2s); "
+    "error_rate=<percent> like 0.5% (or a bare fraction such as 0.005)"
+)
+
+
+def parse_duration_ms(text: str | float | int) -> float:
+    """'2s' → 2000.0, '80ms' → 80.0, '1.5 s' → 1500.0, '500us' → 0.5; a bare number is milliseconds."""
+    if isinstance(text, bool):
+        raise ValueError(f"{text!r} is not a duration (e.g. 2s, 80ms, 500us)")
+    if isinstance(text, int | float):
+        value = float(text)
+    else:
+        m = _DURATION.match(text.strip())
+        if not m:
+            raise ValueError(
+                f"{text!r} is not a duration: use a number with us, ms or s (e.g. 2s, 80ms, 500us)"
+            )
+        value = float(m.group(1)) * _UNIT_MS[m.group(2) or "ms"]
+    if math.isnan(value) or math.isinf(value) or value < 0:
+        raise ValueError(f"{text!r} is not a finite duration ≥ 0")
+    return value
+
+
+def parse_percent(text: str | float | int) -> float:
+    """'0.5%' → 0.005; a bare number is already a fraction in [0, 1] (0.005)."""
+    if isinstance(text, bool):
+        raise ValueError(f"{text!r} is not a percentage (e.g. 0.5%)")
+    if isinstance(text, int | float):
+        value = float(text)
+    else:
+        s = text.strip()
+        m = _PERCENT.match(s)
+        if m:
+            value = float(m.group(1)) / 100.0
+        else:
+            try:
+                value = float(s)
+            except ValueError:
+                raise ValueError(
+                    f"{text!r} is not a percentage (e.g. 0.5%) or a fraction (e.g. 0.005)"
+                ) from None
+    if math.isnan(value) or not 0.0 <= value <= 1.0:
+        raise ValueError(
+            f"{text!r} is not a rate between 0% and 100% (a bare number is a fraction in [0, 1])"
+        )
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class Slo:
+    """A latency percentile objective: ``metric``'s ``percentile`` (e.g. 99.0) must be ≤ ``limit_ms``."""
+
+    metric: str
+    percentile: float
+    limit_ms: float
+
+    @property
+    def key(self) -> str:
+        """The key as written in profiles and on the CLI, e.g. ``ttft_p99`` or ``ttft_p99.9``."""
+        return f"{self.metric}_p{self.percentile:g}"
+
+    @property
+    def p(self) -> float:
+        """The percentile as a fraction (0.99 for p99)."""
+        return self.percentile / 100.0
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorRateSlo:
+    """The fraction of failed requests (cancelled ones excluded) must be ≤ ``limit``."""
+
+    limit: float
+
+    @property
+    def key(self) -> str:
+        return "error_rate"
+
+
+AnySlo = Slo | ErrorRateSlo
+
+
+def _parse_one(key: str, value: Any) -> AnySlo:
+    key = key.strip()
+    if key == "error_rate":
+        try:
+            return ErrorRateSlo(parse_percent(value))
+        except ValueError as e:
+            raise ValueError(f"SLO {key!r}: {e}. Allowed forms: {ALLOWED_FORMS}") from None
+    m = _KEY.match(key)
+    if not m or m.group("metric") not in SLO_METRICS:
+        raise ValueError(f"unknown SLO key {key!r}. Allowed forms: {ALLOWED_FORMS}")
+    pct = float(m.group("pct"))
+    if not 0.0 < pct < 100.0:
+        raise ValueError(
+            f"SLO {key!r}: the percentile must be strictly between 0 and 100. Allowed forms: {ALLOWED_FORMS}"
+        )
+    try:
+        limit = parse_duration_ms(value)
+    except ValueError as e:
+        raise ValueError(f"SLO {key!r}: {e}. Allowed forms: {ALLOWED_FORMS}") from None
+    return Slo(m.group("metric"), pct, limit)
+
+
+def parse_slos(spec: Mapping[str, Any] | str | None) -> list[AnySlo]:
+    """Parse the profile's ``slos`` dict or the CLI text ``ttft_p99=2s,tpot_p99=80ms,error_rate=0.5%``."""
+    if spec is None:
+        return []
+    if isinstance(spec, str):
+        items: list[tuple[str, Any]] = []
+        for part in spec.split(","):
+            part = part.strip()
+            if not part:
+                continue
+            if "=" not in part:
+                raise ValueError(f"SLO {part!r} has no '=': write key=value. Allowed forms: {ALLOWED_FORMS}")
+            k, v = part.split("=", 1)
+            items.append((k.strip(), v.strip()))
+    elif isinstance(spec, Mapping):
+        items = [(str(k), v) for k, v in spec.items()]
+    else:
+        raise ValueError(
+            f"SLOs must be a mapping or text like ttft_p99=2s,error_rate=0.5% (got {type(spec).__name__})"
+        )
+    out: list[AnySlo] = []
+    seen: set[str] = set()
+    for k, v in items:
+        slo = _parse_one(k, v)
+        if slo.key in seen:
+            raise ValueError(f"SLO {k!r} is given twice")
+        seen.add(slo.key)
+        out.append(slo)
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class RequestSlo:
+    """Per-request limits: a request is good when it is ok and meets every limit given.
+
+    A request without a TPOT (one output token or fewer, or not streamed) meets the TPOT limit
+    (MLPerf: such requests have no TPOT); a missing TTFT fails a TTFT limit.
+    """
+
+    ttft_ms: float | None = None
+    tpot_ms: float | None = None
+
+    @classmethod
+    def from_slos(cls, slos: Iterable[AnySlo]) -> RequestSlo:
+        """TTFT and TPOT limits from parsed SLOs (the highest percentile's limit when several)."""
+        best: dict[str, Slo] = {}
+        for s in slos:
+            if (
+                isinstance(s, Slo)
+                and s.metric in ("ttft", "tpot")
+                and (s.metric not in best or s.percentile > best[s.metric].percentile)
+            ):
+                best[s.metric] = s
+        return cls(
+            ttft_ms=best["ttft"].limit_ms if "ttft" in best else None,
+            tpot_ms=best["tpot"].limit_ms if "tpot" in best else None,
+        )
+
+    def is_good(self, record: Mapping[str, Any]) -> bool:
+        """Judge one record-log line (``outcome``, ``ttft_us``, ``tpot_us``)."""
+        if record.get("outcome") != "ok":
+            return False
+        if self.ttft_ms is not None:
+            ttft = record.get("ttft_us")
+            if ttft is None or ttft > self.ttft_ms * 1000.0:
+                return False
+        if self.tpot_ms is not None:
+            tpot = record.get("tpot_us")
+            if tpot is not None and tpot > self.tpot_ms * 1000.0:
+                return False
+        return True
+
+
+def completion_epoch(record: Mapping[str, Any]) -> float:
+    """When a record-log request finished (epoch s): scheduled ``t`` plus ``e2e_us`` (``t`` if unknown)."""
+    t = float(record.get("t") or 0.0)
+    e2e = record.get("e2e_us")
+    return t + (e2e / 1e6 if e2e is not None else 0.0)
+
+
+def _output_tokens(record: Mapping[str, Any]) -> int:
+    return int(record.get("output_tokens") or record.get("usage_completion_tokens") or 0)
+
+
+def _in_window(record: Mapping[str, Any], window: tuple[float, float] | None) -> bool:
+    if window is None:
+        return True
+    done = completion_epoch(record)
+    return window[0] <= done < window[1]
+
+
+@dataclass(frozen=True, slots=True)
+class Goodput:
+    """Good requests and their output tokens over a window, per second."""
+
+    judged: int
+    good: int
+    good_output_tokens: int
+    duration_s: float
+    requests_per_s: float
+    output_tokens_per_s: float
+
+    @property
+    def attainment(self) -> float | None:
+        return self.good / self.judged if self.judged else None
+
+
+def attainment(
+    records: Iterable[Mapping[str, Any]], slo: RequestSlo, window: tuple[float, float] | None = None
+) -> float | None:
+    """good / judged; judged = requests not cancelled (completing inside ``window`` when given)."""
+    judged = good = 0
+    for r in records:
+        if r.get("outcome") == "cancelled" or not _in_window(r, window):
+            continue
+        judged += 1
+        good += slo.is_good(r)
+    return good / judged if judged else None
+
+
+def goodput(records: Iterable[Mapping[str, Any]], slo: RequestSlo, window: tuple[float, float]) -> Goodput:
+    """Good requests/s and good output tokens/s for requests completing in [start, end) epoch seconds.
+
+    Output tokens are the client count (``output_tokens``), the server's usage as fallback.
+    """
+    start, end = window
+    if not end > start:
+        raise ValueError(f"the window must have end > start (got {window})")
+    judged = good = tokens = 0
+    for r in records:
+        if r.get("outcome") == "cancelled" or not _in_window(r, window):
+            continue
+        judged += 1
+        if slo.is_good(r):
+            good += 1
+            tokens += _output_tokens(r)
+    d = end - start
+    return Goodput(judged, good, tokens, d, good / d, tokens / d)

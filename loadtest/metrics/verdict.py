@@ -1,0 +1,374 @@
+"""Run verdict: SLO, validity, generator-health and token checks, exit codes and JUnit XML."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from hdrh.histogram import HdrHistogram
+
+from loadtest.metrics import early_stopping as es
+from loadtest.metrics.slo import AnySlo, ErrorRateSlo, Slo, parse_slos
+
+CheckKind = Literal["slo", "validity", "health", "tokens"]
+Status = Literal["pass", "slo_missed", "invalid", "error_rate"]
+
+# Process exit codes. 1 ("could not run": crash, endpoint unreachable before the run) and
+# 2 ("bad input": usage, profile or SLO errors) belong to the CLI and are never a verdict.
+EXIT_CODES: dict[str, int] = {
+    "pass": 0,  # every SLO met, with early-stopping evidence, on a valid run
+    "slo_missed": 10,  # a latency percentile SLO is over its limit
+    "invalid": 11,  # too short, too few queries, generator overloaded, or not enough evidence
+    "error_rate": 12,  # the error rate is over its limit
+}
+# When several apply, the first wins: an invalid run proves nothing, so its SLO results do not count.
+PRECEDENCE: tuple[Status, ...] = ("invalid", "error_rate", "slo_missed")
+OVERLOADED = "the load generator, not the endpoint, limited this run"
+
+
+@dataclass(frozen=True, slots=True)
+class ValidityRules:
+    """What makes a run valid, and the generator-health and token-agreement thresholds."""
+
+    min_duration_s: float = 0.0
+    min_queries: int = 0
+    max_schedule_lag_p99_ms: float = 50.0
+    max_cpu_percent: float = 90.0
+    max_token_mismatch: float = 0.01
+    confidence: float = es.DEFAULT_CONFIDENCE
+
+
+# MLPerf Inference Server scenario: 600 s minimum duration.
+MLPERF_SERVER = ValidityRules(min_duration_s=600.0)
+
+
+@dataclass(slots=True)
+class Check:
+    """One judged condition. ``blocking=False`` checks are reported but never change the status."""
+
+    name: str
+    passed: bool
+    detail: str
+    kind: CheckKind
+    value: float | None = None
+    limit: float | None = None
+    blocking: bool = True
+
+
+@dataclass(slots=True)
+class Verdict:
+    """The status, every check made, and one human-readable reason per failed or flagged check."""
+
+    status: Status
+    checks: list[Check] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> int:
+        """0 pass, 10 SLO missed, 11 run invalid, 12 error rate over limit (see EXIT_CODES)."""
+        return EXIT_CODES[self.status]
+
+    @property
+    def passed(self) -> bool:
+        return self.status == "pass"
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-friendly form."""
+        return {
+            "status": self.status,
+            "exit_code": self.exit_code,
+            "reasons": list(self.reasons),
+            "checks": [
+                {
+                    "name": c.name,
+                    "kind": c.kind,
+                    "passed": c.passed,
+                    "blocking": c.blocking,
+                    "value": c.value,
+                    "limit": c.limit,
+                    "detail": c.detail,
+                }
+                for c in self.checks
+            ],
+        }
+
+
+def _get(d: Mapping[str, Any], *path: str) -> Any:
+    cur: Any = d
+    for p in path:
+        if not isinstance(cur, Mapping) or p not in cur:
+            return None
+        cur = cur[p]
+    return cur
+
+
+def _fmt(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:g}"
+
+
+def _pkey(pct: float) -> str:
+    return f"p{pct:g}".replace(".", "_")
+
+
+def _validity_checks(metrics: Mapping[str, Any], rules: ValidityRules) -> list[Check]:
+    duration = float(_get(metrics, "window", "duration_s") or 0.0)
+    queries = int(_get(metrics, "requests", "completed") or 0)
+    return [
+        Check(
+            "min_duration",
+            duration >= rules.min_duration_s,
+            f"ran {duration:g} s, need ≥ {rules.min_duration_s:g} s",
+            "validity",
+            duration,
+            rules.min_duration_s,
+        ),
+        Check(
+            "min_queries",
+            queries >= rules.min_queries,
+            f"completed {queries} queries, need ≥ {rules.min_queries}",
+            "validity",
+            queries,
+            rules.min_queries,
+        ),
+    ]
+
+
+def _health_checks(
+    metrics: Mapping[str, Any], health: Mapping[str, Any], rules: ValidityRules
+) -> list[Check]:
+    out: list[Check] = []
+    lag = health.get("schedule_lag_p99_ms")
+    if lag is None:
+        lag = _get(metrics, "latency_ms", "schedule_lag", "p99")
+    if lag is not None:
+        ok = lag <= rules.max_schedule_lag_p99_ms
+        out.append(
+            Check(
+                "schedule_lag_p99",
+                ok,
+                f"schedule lag p99 {lag:g} ms {'≤' if ok else '>'} {rules.max_schedule_lag_p99_ms:g} ms",
+                "health",
+                float(lag),
+                rules.max_schedule_lag_p99_ms,
+            )
+        )
+    cpu = health.get("cpu_max_percent")
+    if cpu is not None:
+        ok = cpu <= rules.max_cpu_percent
+        out.append(
+            Check(
+                "cpu_max",
+                ok,
+                f"generator CPU max {cpu:g} % {'≤' if ok else '>'} {rules.max_cpu_percent:g} %",
+                "health",
+                float(cpu),
+                rules.max_cpu_percent,
+            )
+        )
+    return out
+
+
+def _percentile_checks(
+    slo: Slo, metrics: Mapping[str, Any], hist: HdrHistogram | None, confidence: float
+) -> list[Check]:
+    """The raw-percentile SLO check and its early-stopping check (histogram values are µs)."""
+    key = slo.key
+    n = (
+        int(hist.get_total_count())
+        if hist is not None
+        else int(_get(metrics, "latency_ms", slo.metric, "count") or 0)
+    )
+    if hist is not None and n:
+        raw = round(hist.get_value_at_percentile(slo.percentile) / 1000.0, 3)
+    else:
+        raw = _get(metrics, "latency_ms", slo.metric, _pkey(slo.percentile))
+    if not n or raw is None:
+        return [
+            Check(
+                key,
+                False,
+                f"no {slo.metric} samples to judge {key} ≤ {_fmt(slo.limit_ms)} ms",
+                "validity",
+                None,
+                slo.limit_ms,
+            )
+        ]
+    raw_ok = raw <= slo.limit_ms
+    if hist is None:
+        return [
+            Check(
+                key,
+                raw_ok,
+                f"p{slo.percentile:g} {raw:g} ms {'≤' if raw_ok else '>'} {slo.limit_ms:g} ms",
+                "slo",
+                float(raw),
+                slo.limit_ms,
+            ),
+            Check(
+                f"early_stopping.{key}",
+                False,
+                f"no {slo.metric} histogram: early stopping could not be applied, not enough evidence",
+                "validity",
+                None,
+                None,
+                blocking=raw_ok,
+            ),
+        ]
+    est_us = es.percentile_estimate_from_histogram(hist, slo.p, confidence)
+    est = None if est_us is None else round(est_us / 1000.0, 3)
+    est_txt = (
+        f"early-stopping estimate {est:g} ms"
+        if est is not None
+        else f"no early-stopping estimate (needs ≥ {es.min_queries_for_percentile(slo.p, confidence)} samples)"
+    )
+    over = es.count_above(hist, slo.limit_ms * 1000.0)
+    need = es.find_min_passing(over, slo.p, confidence) + over
+    es_ok = n >= need
+    return [
+        Check(
+            key,
+            raw_ok,
+            f"p{slo.percentile:g} {raw:g} ms {'≤' if raw_ok else '>'} {slo.limit_ms:g} ms; {est_txt}; n={n}",
+            "slo",
+            float(raw),
+            slo.limit_ms,
+        ),
+        Check(
+            f"early_stopping.{key}",
+            es_ok,
+            f"{over} of {n} samples over {slo.limit_ms:g} ms; early stopping at {confidence:g} confidence "
+            f"needs ≥ {need} samples" + ("" if es_ok else f", have {n}: not enough evidence"),
+            "validity",
+            float(n),
+            float(need),
+            # When the raw percentile already misses, the missed SLO is the result, not the evidence.
+            blocking=raw_ok,
+        ),
+    ]
+
+
+def _error_rate_check(slo: ErrorRateSlo, metrics: Mapping[str, Any]) -> Check:
+    rate = float(_get(metrics, "requests", "error_rate") or 0.0)
+    ok = rate <= slo.limit
+    return Check(
+        "error_rate",
+        ok,
+        f"error rate {rate * 100:.4g} % {'≤' if ok else '>'} {slo.limit * 100:g} %",
+        "slo",
+        rate,
+        slo.limit,
+    )
+
+
+def _token_check(metrics: Mapping[str, Any], rules: ValidityRules) -> Check | None:
+    reports = int(_get(metrics, "tokens", "usage_reports") or 0)
+    if not reports:
+        return None
+    mismatched = int(_get(metrics, "tokens", "mismatched_requests") or 0)
+    share = mismatched / reports
+    ok = share <= rules.max_token_mismatch
+    return Check(
+        "token_agreement",
+        ok,
+        f"{mismatched} of {reports} requests ({share * 100:.3g} %) disagree with the server's usage count "
+        f"({'≤' if ok else '>'} {rules.max_token_mismatch * 100:g} %)",
+        "tokens",
+        share,
+        rules.max_token_mismatch,
+        blocking=False,
+    )
+
+
+def _reason(c: Check) -> str:
+    if c.kind == "health":
+        return f"invalid: {OVERLOADED} ({c.detail})"
+    if c.kind == "tokens":
+        return f"flagged: client and server token counts disagree: {c.detail} (does not fail the run)"
+    if c.name.startswith("early_stopping."):
+        slo_key = c.name.split(".", 1)[1]
+        if c.blocking:
+            return f"invalid: {slo_key} meets its limit at the raw percentile but not enough evidence: {c.detail}"
+        return f"note: early stopping for {slo_key} also fails: {c.detail}"
+    if c.kind == "validity":
+        return f"invalid: {c.name}: {c.detail}"
+    if c.name == "error_rate":
+        return f"error rate over limit: {c.detail}"
+    return f"SLO missed: {c.name}: {c.detail}"
+
+
+def _status_of(c: Check) -> Status:
+    if c.kind in ("validity", "health"):
+        return "invalid"
+    return "error_rate" if c.name == "error_rate" else "slo_missed"
+
+
+def judge(
+    metrics: Mapping[str, Any],
+    histograms: Mapping[str, HdrHistogram] | None,
+    slos: Iterable[AnySlo] | Mapping[str, Any] | str | None,
+    validity: ValidityRules | None = None,
+    health: Mapping[str, Any] | None = None,
+) -> Verdict:
+    """Judge a run from its run.json ``metrics`` dict and its (µs) histograms.
+
+    Percentile SLOs use the histogram when given (any percentile), else ``metrics['latency_ms']``.
+    Early stopping (LoadGen Server, per metric): n = the metric's sample count, t = samples over
+    the limit; it passes when n ≥ find_min_passing(t, p) + t. A percentile meeting its limit
+    without that evidence makes the run invalid.
+    """
+    rules = validity or ValidityRules()
+    hists = histograms or {}
+    parsed = parse_slos(slos) if isinstance(slos, str | Mapping) or slos is None else list(slos)
+    checks: list[Check] = [*_validity_checks(metrics, rules), *_health_checks(metrics, health or {}, rules)]
+    for s in parsed:
+        if isinstance(s, ErrorRateSlo):
+            checks.append(_error_rate_check(s, metrics))
+        else:
+            checks.extend(_percentile_checks(s, metrics, hists.get(s.metric), rules.confidence))
+    tok = _token_check(metrics, rules)
+    if tok is not None:
+        checks.append(tok)
+    failed = [c for c in checks if not c.passed]
+    statuses = {_status_of(c) for c in failed if c.blocking}
+    status: Status = next((s for s in PRECEDENCE if s in statuses), "pass")
+    order = {"invalid": 0, "error_rate": 1, "slo_missed": 2}
+    ranked = sorted(failed, key=lambda c: (not c.blocking, order[_status_of(c)]))
+    return Verdict(status, checks, [_reason(c) for c in ranked])
+
+
+def junit_xml(verdict: Verdict, suite_name: str = "loadtest", time_s: float = 0.0) -> str:
+    """JUnit XML: testsuites > testsuite > one testcase per check (classname ``<suite>.<kind>``).
+
+    A failed blocking check is a ``<failure>``; a failed non-blocking (flagged) check passes with
+    its warning in ``<system-out>``. ``errors`` and ``skipped`` are always 0.
+    """
+    blocking_failures = [c for c in verdict.checks if c.blocking and not c.passed]
+    counts = {
+        "tests": str(len(verdict.checks)),
+        "failures": str(len(blocking_failures)),
+        "errors": "0",
+        "skipped": "0",
+        "time": f"{time_s:.3f}",
+    }
+    root = ET.Element("testsuites", {"name": suite_name, **counts})
+    suite = ET.SubElement(root, "testsuite", {"name": suite_name, **counts})
+    props = ET.SubElement(suite, "properties")
+    ET.SubElement(props, "property", {"name": "status", "value": verdict.status})
+    ET.SubElement(props, "property", {"name": "exit_code", "value": str(verdict.exit_code)})
+    for c in verdict.checks:
+        case = ET.SubElement(
+            suite, "testcase", {"name": c.name, "classname": f"{suite_name}.{c.kind}", "time": "0"}
+        )
+        if not c.passed and c.blocking:
+            fail = ET.SubElement(case, "failure", {"message": _reason(c), "type": _status_of(c)})
+            fail.text = c.detail
+        elif not c.passed:
+            out = ET.SubElement(case, "system-out")
+            out.text = _reason(c)
+        else:
+            out = ET.SubElement(case, "system-out")
+            out.text = c.detail
+    ET.indent(root)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"

@@ -1,0 +1,459 @@
+"""Early stopping against scipy, SLO parsing, goodput, verdicts and JUnit output."""
+
+from __future__ import annotations
+
+import math
+import xml.etree.ElementTree as ET
+from functools import cache
+
+import numpy as np
+import pytest
+
+scipy_special = pytest.importorskip("scipy.special")
+
+from loadtest.metrics import early_stopping as es  # noqa: E402
+from loadtest.metrics import hdr  # noqa: E402
+from loadtest.metrics.recorder import Aggregate  # noqa: E402
+from loadtest.metrics.slo import (  # noqa: E402
+    ErrorRateSlo,
+    RequestSlo,
+    Slo,
+    attainment,
+    goodput,
+    parse_duration_ms,
+    parse_percent,
+    parse_slos,
+)
+from loadtest.metrics.summary import build_metrics  # noqa: E402
+from loadtest.metrics.verdict import (  # noqa: E402
+    EXIT_CODES,
+    OVERLOADED,
+    ValidityRules,
+    judge,
+    junit_xml,
+)
+
+PS = (0.9, 0.99, 0.999)
+TS = range(51)
+ALPHA = 0.01
+
+
+# ---------------------------------------------------------------- independent reference (scipy)
+@cache
+def ref_min_passing(t: int, p: float) -> int:
+    """Linear search over h = 1, 2, ... with scipy's betainc (vectorized in chunks)."""
+    start, size = 1, 4096
+    while True:
+        hs = np.arange(start, start + size, dtype=np.float64)
+        below = np.nonzero(scipy_special.betainc(hs, t + 1, p) < ALPHA)[0]
+        if below.size:
+            return int(hs[below[0]])
+        start += size
+        size *= 2
+
+
+def ref_estimate(sorted_values: list, p: float):
+    """Scan t = 0, 1, ... while n ≥ min_passing(t) + t; the estimate is sorted[min(n − t, n − 1)]."""
+    n = len(sorted_values)
+    if n < ref_min_passing(0, p):
+        return None
+    t = 0
+    while n >= ref_min_passing(t + 1, p) + t + 1:
+        t += 1
+    return sorted_values[min(n - t, n - 1)]
+
+
+# ---------------------------------------------------------------- early stopping
+@pytest.mark.parametrize("p", PS)
+def test_odds_matches_scipy(p: float) -> None:
+    for t in TS:
+        h0 = ref_min_passing(t, p)
+        for h in {1, 2, 7, h0 // 2 or 1, h0 - 1 or 1, h0, h0 + 1, 2 * h0, 10 * h0}:
+            want = float(scipy_special.betainc(h, t + 1, p))
+            assert es.odds(h, t, p) == pytest.approx(want, rel=1e-9, abs=1e-14), (h, t, p)
+
+
+def test_odds_large_arguments() -> None:
+    for h, t, p in [(10**6, 9_000, 0.99), (10**7, 100_000, 0.99), (50_000, 40, 0.999)]:
+        want = float(scipy_special.betainc(h, t + 1, p))
+        assert es.odds(h, t, p) == pytest.approx(want, rel=1e-6, abs=1e-12)
+
+
+def test_odds_edges_and_errors() -> None:
+    assert es.odds(0, 3, 0.99) == 1.0
+    assert es.odds(1, 0, 0.9) == pytest.approx(0.9)
+    for bad in (0.0, 1.0, -0.1, 1.5):
+        with pytest.raises(ValueError):
+            es.odds(10, 0, bad)
+    with pytest.raises(ValueError):
+        es.odds(-1, 0, 0.9)
+
+
+@pytest.mark.parametrize("p", PS)
+def test_find_min_passing_matches_linear_search(p: float) -> None:
+    for t in TS:
+        assert es.find_min_passing(t, p) == ref_min_passing(t, p), (t, p)
+
+
+def test_find_min_passing_known_values() -> None:
+    # t = 0: p^h < 0.01  ⇔  h > ln 0.01 / ln p.
+    for p in PS:
+        assert es.find_min_passing(0, p) == math.floor(math.log(0.01) / math.log(p)) + 1
+    assert [es.min_queries_for_percentile(p) for p in PS] == [44, 459, 4603]
+
+
+def test_server_passes_boundary() -> None:
+    for p in PS:
+        for t in (0, 1, 10, 50):
+            need = ref_min_passing(t, p) + t
+            assert es.server_passes(need, t, p)
+            assert not es.server_passes(need - 1, t, p)
+
+
+@pytest.mark.parametrize("p", PS)
+def test_percentile_estimate_matches_reference(p: float) -> None:
+    rng = np.random.default_rng(int(p * 1000))
+    n_min = es.min_queries_for_percentile(p)
+    sizes = [n_min - 1, n_min, n_min + 1, 2 * n_min + 17]
+    if p < 0.999:
+        sizes.append(20 * n_min + 3)
+    for n in sizes:
+        values = sorted(rng.lognormal(7.0, 0.6, n).tolist())
+        assert es.percentile_estimate(values, p) == ref_estimate(values, p), (n, p)
+    assert es.percentile_estimate([], p) is None
+
+
+def test_percentile_estimate_is_conservative() -> None:
+    values = sorted(range(1, 10_001))
+    for p in (0.9, 0.99):
+        est = es.percentile_estimate(values, p)
+        assert est is not None and est >= values[int(len(values) * p)]
+    # t = 0 gives the largest sample.
+    n = es.min_queries_for_percentile(0.99)
+    assert es.percentile_estimate(list(range(n)), 0.99) == n - 1
+
+
+@pytest.mark.parametrize("p", PS)
+def test_percentile_estimate_from_histogram(p: float) -> None:
+    rng = np.random.default_rng(7)
+    n = 3 * es.min_queries_for_percentile(p) + 5
+    # Values below 2048 are exact at 3 significant figures.
+    exact = np.sort(rng.integers(1, 2000, n))
+    h = hdr.new_histogram()
+    hdr.record_many(h, exact)
+    assert es.percentile_estimate_from_histogram(h, p) == es.percentile_estimate(exact.tolist(), p)
+    # Wide values: the histogram gives the bucket's highest equivalent value of the same sample.
+    wide = np.sort(rng.integers(1_000, 5_000_000, n))
+    h2 = hdr.new_histogram()
+    hdr.record_many(h2, wide)
+    want = h2.get_highest_equivalent_value(int(es.percentile_estimate(wide.tolist(), p)))
+    assert es.percentile_estimate_from_histogram(h2, p) == want
+    small = hdr.new_histogram()
+    hdr.record_many(small, exact[:10])
+    assert es.percentile_estimate_from_histogram(small, p) is None
+
+
+def test_count_above() -> None:
+    values = np.arange(1, 2001)
+    h = hdr.new_histogram()
+    hdr.record_many(h, values)
+    for limit in (0, 1, 500, 1999, 2000, 5000):
+        assert es.count_above(h, limit) == int((values > limit).sum())
+
+
+# ---------------------------------------------------------------- SLO parsing
+def test_parse_duration_and_percent() -> None:
+    assert parse_duration_ms("2s") == 2000.0
+    assert parse_duration_ms("80ms") == 80.0
+    assert parse_duration_ms("1.5 s") == 1500.0
+    assert parse_duration_ms("500us") == 0.5
+    assert parse_duration_ms("500µs") == 0.5
+    assert parse_duration_ms("250") == 250.0
+    assert parse_duration_ms(12) == 12.0
+    assert parse_percent("0.5%") == pytest.approx(0.005)
+    assert parse_percent("100%") == 1.0
+    assert parse_percent(0.02) == 0.02
+    for bad in ("2 min", "-1s", "fast", "", "1e3ms", "nan"):
+        with pytest.raises(ValueError):
+            parse_duration_ms(bad)
+    for bad in ("150%", "abc%", "2", "-1%"):
+        with pytest.raises(ValueError):
+            parse_percent(bad)
+    with pytest.raises(ValueError):
+        parse_duration_ms(True)  # type: ignore[arg-type]
+
+
+def test_parse_slos_forms() -> None:
+    from_cli = parse_slos("ttft_p99=2s,tpot_p99=80ms,e2e_p90=20s,error_rate=0.5%")
+    from_dict = parse_slos({"ttft_p99": "2s", "tpot_p99": 80, "e2e_p90": "20 s", "error_rate": "0.5%"})
+    want = [
+        Slo("ttft", 99.0, 2000.0),
+        Slo("tpot", 99.0, 80.0),
+        Slo("e2e", 90.0, 20000.0),
+        ErrorRateSlo(0.005),
+    ]
+    assert from_cli == want
+    assert from_dict == want
+    assert parse_slos("ttft_send_p99.9=1s , schedule_lag_p50=5ms,") == [
+        Slo("ttft_send", 99.9, 1000.0),
+        Slo("schedule_lag", 50.0, 5.0),
+    ]
+    assert parse_slos("") == [] and parse_slos(None) == [] and parse_slos({}) == []
+    assert Slo("ttft", 99.9, 1.0).key == "ttft_p99.9"
+
+
+@pytest.mark.parametrize(
+    ("spec", "names"),
+    [
+        ("latency_p99=2s", "latency_p99"),
+        ("ttft=2s", "'ttft'"),
+        ("ttft_p99", "ttft_p99"),
+        ("ttft_p99=2 min", "ttft_p99"),
+        ("ttft_p100=2s", "ttft_p100"),
+        ("error_rate=150%", "error_rate"),
+        ({"tpot_p99": "fast"}, "tpot_p99"),
+        ({"ttft_p99": True}, "ttft_p99"),
+    ],
+)
+def test_parse_slos_rejects(spec, names: str) -> None:
+    with pytest.raises(ValueError) as e:
+        parse_slos(spec)
+    assert names in str(e.value)
+    assert "Allowed forms" in str(e.value)
+
+
+def test_parse_slos_duplicate() -> None:
+    with pytest.raises(ValueError, match="twice"):
+        parse_slos("ttft_p99=2s,ttft_p99=1s")
+
+
+# ---------------------------------------------------------------- goodness, attainment, goodput
+def _rec(outcome="ok", ttft_us=100_000, tpot_us=20_000.0, t=1000.0, e2e_us=2_000_000, out=100):
+    return {
+        "outcome": outcome,
+        "ttft_us": ttft_us,
+        "tpot_us": tpot_us,
+        "t": t,
+        "e2e_us": e2e_us,
+        "output_tokens": out,
+    }
+
+
+def test_request_slo() -> None:
+    slo = RequestSlo(ttft_ms=200.0, tpot_ms=30.0)
+    assert slo.is_good(_rec())
+    assert not slo.is_good(_rec(outcome="http_5xx"))
+    assert not slo.is_good(_rec(ttft_us=200_001))
+    assert slo.is_good(_rec(ttft_us=200_000))
+    assert not slo.is_good(_rec(tpot_us=30_000.5))
+    assert slo.is_good(_rec(tpot_us=None))
+    assert not slo.is_good(_rec(ttft_us=None))
+    assert RequestSlo().is_good(_rec(ttft_us=None))
+    assert RequestSlo.from_slos(parse_slos("ttft_p50=1s,ttft_p99=2s,tpot_p90=50ms,e2e_p99=9s")) == RequestSlo(
+        2000.0, 50.0
+    )
+
+
+def test_attainment_and_goodput() -> None:
+    slo = RequestSlo(ttft_ms=200.0, tpot_ms=None)
+    recs = [
+        _rec(t=1000.0, out=10),  # done 1002: good
+        _rec(t=1001.0, ttft_us=300_000, out=20),  # done 1003: bad
+        _rec(t=1002.0, outcome="timeout", out=0),  # done 1004: judged, bad
+        _rec(t=1003.0, outcome="cancelled"),  # not judged
+        _rec(t=1004.0, out=30),  # done 1006: good
+        _rec(t=1020.0, out=40),  # done 1022: outside the window
+    ]
+    assert attainment(recs, slo) == pytest.approx(3 / 5)
+    window = (1000.0, 1010.0)
+    assert attainment(recs, slo, window) == pytest.approx(2 / 4)
+    g = goodput(recs, slo, window)
+    assert (g.judged, g.good, g.good_output_tokens) == (4, 2, 40)
+    assert g.requests_per_s == pytest.approx(0.2)
+    assert g.output_tokens_per_s == pytest.approx(4.0)
+    assert g.attainment == pytest.approx(0.5)
+    assert attainment([], slo) is None
+    with pytest.raises(ValueError):
+        goodput(recs, slo, (5.0, 5.0))
+
+
+# ---------------------------------------------------------------- verdicts
+SLOS = "ttft_p99=2s,tpot_p99=80ms,error_rate=1%"
+
+
+def make_run(
+    n: int = 3000,
+    ttft_over: int = 2,
+    tpot_over: int = 2,
+    errors: int = 0,
+    duration_s: float = 700.0,
+    mismatched: int = 0,
+    usage_reports: int | None = None,
+    lag_ms: float = 3.0,
+):
+    """A run built through the real Aggregate and build_metrics: (metrics, histograms)."""
+    rng = np.random.default_rng(n + ttft_over + tpot_over)
+    agg = Aggregate()
+    ttft = rng.integers(100_000, 1_500_000, n)
+    ttft[:ttft_over] = 2_500_000
+    tpot = rng.integers(10_000, 60_000, n)
+    tpot[:tpot_over] = 90_000
+    hdr.record_many(agg.hists["ttft"], ttft)
+    hdr.record_many(agg.hists["tpot"], tpot)
+    hdr.record_many(agg.hists["e2e"], ttft + 100 * tpot)
+    hdr.record_many(agg.hists["schedule_lag"], np.full(n + errors, int(lag_ms * 1000)))
+    agg.outcomes.update({"ok": n, "http_5xx": errors})
+    agg.totals.update(
+        {
+            "output_tokens": 100 * n,
+            "usage_reports": n if usage_reports is None else usage_reports,
+            "token_mismatch_requests": mismatched,
+        }
+    )
+    agg.extend_window(1_000_000.0, 1_000_000.0 + duration_s)
+    return build_metrics(agg), agg.hists
+
+
+def test_pass() -> None:
+    metrics, hists = make_run()
+    v = judge(
+        metrics, hists, SLOS, ValidityRules(min_duration_s=600, min_queries=1000), {"cpu_max_percent": 40}
+    )
+    assert v.status == "pass" and v.exit_code == 0 and v.passed
+    assert v.reasons == []
+    names = [c.name for c in v.checks]
+    assert names == [
+        "min_duration",
+        "min_queries",
+        "schedule_lag_p99",
+        "cpu_max",
+        "ttft_p99",
+        "early_stopping.ttft_p99",
+        "tpot_p99",
+        "early_stopping.tpot_p99",
+        "error_rate",
+        "token_agreement",
+    ]
+    ttft = v.checks[names.index("ttft_p99")]
+    assert ttft.kind == "slo" and ttft.value is not None and ttft.value <= 2000
+    assert "early-stopping estimate" in ttft.detail
+    # The estimate is the histogram estimate in ms.
+    est = es.percentile_estimate_from_histogram(hists["ttft"], 0.99)
+    assert f"{round(est / 1000, 3):g} ms" in ttft.detail
+    # Mapping and parsed forms give the same verdict.
+    v2 = judge(metrics, hists, parse_slos(SLOS), ValidityRules(), None)
+    assert v2.status == "pass"
+
+
+def test_fail_on_one_metric() -> None:
+    metrics, hists = make_run(tpot_over=150)  # 5 % over the TPOT limit
+    v = judge(metrics, hists, SLOS, ValidityRules(), {})
+    assert v.status == "slo_missed" and v.exit_code == 10
+    assert v.reasons[0].startswith("SLO missed: tpot_p99")
+    failed = {c.name for c in v.checks if not c.passed}
+    assert "tpot_p99" in failed and "ttft_p99" not in failed
+    # Early stopping also fails, but only as a note: the missed SLO is the result.
+    es_check = next(c for c in v.checks if c.name == "early_stopping.tpot_p99")
+    assert not es_check.passed and not es_check.blocking
+
+
+def test_too_short_and_too_few_queries() -> None:
+    metrics, hists = make_run(duration_s=30.0)
+    v = judge(metrics, hists, SLOS, ValidityRules(min_duration_s=600), {})
+    assert v.status == "invalid" and v.exit_code == 11
+    assert any("min_duration" in r and "30 s" in r for r in v.reasons)
+    v = judge(metrics, hists, SLOS, ValidityRules(min_queries=5000), {})
+    assert v.status == "invalid"
+    assert any("min_queries" in r and "3000" in r for r in v.reasons)
+
+
+def test_not_enough_evidence() -> None:
+    metrics, hists = make_run(n=200, ttft_over=0, tpot_over=0)  # p99 needs ≥ 459 samples
+    v = judge(metrics, hists, SLOS, ValidityRules(), {})
+    assert v.status == "invalid"
+    assert any("ttft_p99" in r and "not enough evidence" in r for r in v.reasons)
+    raw = next(c for c in v.checks if c.name == "ttft_p99")
+    assert raw.passed and "no early-stopping estimate" in raw.detail
+    # Without histograms the early stopping cannot be applied: also not enough evidence.
+    metrics, _ = make_run()
+    v = judge(metrics, {}, "ttft_p99=2s", ValidityRules(), {})
+    assert v.status == "invalid" and "not enough evidence" in v.reasons[0]
+
+
+def test_generator_overloaded() -> None:
+    metrics, hists = make_run(lag_ms=80.0)
+    v = judge(metrics, hists, SLOS, ValidityRules(), {})  # lag p99 from metrics
+    assert v.status == "invalid" and OVERLOADED in v.reasons[0]
+    metrics, hists = make_run()
+    v = judge(metrics, hists, SLOS, ValidityRules(), {"schedule_lag_p99_ms": 51.0, "cpu_max_percent": 20})
+    assert v.status == "invalid" and OVERLOADED in v.reasons[0]
+    v = judge(metrics, hists, SLOS, ValidityRules(), {"schedule_lag_p99_ms": 5.0, "cpu_max_percent": 95})
+    assert v.status == "invalid" and OVERLOADED in v.reasons[0] and "95" in v.reasons[0]
+
+
+def test_error_rate_over_limit() -> None:
+    metrics, hists = make_run(errors=100)
+    v = judge(metrics, hists, SLOS, ValidityRules(), {})
+    assert v.status == "error_rate" and v.exit_code == 12
+    assert v.reasons[0].startswith("error rate over limit")
+
+
+def test_precedence() -> None:
+    metrics, hists = make_run(errors=100, tpot_over=150)
+    v = judge(metrics, hists, SLOS, ValidityRules(), {})
+    assert v.status == "error_rate"
+    assert [r.split(":")[0] for r in v.reasons[:2]] == ["error rate over limit", "SLO missed"]
+    v = judge(metrics, hists, SLOS, ValidityRules(min_duration_s=10_000), {"cpu_max_percent": 99})
+    assert v.status == "invalid" and v.exit_code == 11
+    assert v.reasons[0].startswith("invalid")
+    assert EXIT_CODES == {"pass": 0, "slo_missed": 10, "invalid": 11, "error_rate": 12}
+
+
+def test_token_mismatch_is_flagged_not_failed() -> None:
+    metrics, hists = make_run(mismatched=100)  # 3.3 % of 3000
+    v = judge(metrics, hists, SLOS, ValidityRules(), {})
+    assert v.status == "pass"
+    tok = next(c for c in v.checks if c.kind == "tokens")
+    assert not tok.passed and not tok.blocking
+    assert any(r.startswith("flagged") for r in v.reasons)
+    metrics, hists = make_run(usage_reports=0)
+    assert not any(c.kind == "tokens" for c in judge(metrics, hists, SLOS, ValidityRules(), {}).checks)
+
+
+def test_junit_xml_structure() -> None:
+    metrics, hists = make_run(errors=100, tpot_over=150, mismatched=100)
+    v = judge(metrics, hists, SLOS, ValidityRules(min_duration_s=600), {"cpu_max_percent": 30})
+    text = junit_xml(v, "llama <8b> & co", time_s=700.0)
+    root = ET.fromstring(text.encode("utf-8"))
+    assert root.tag == "testsuites"
+    suites = root.findall("testsuite")
+    assert len(suites) == 1
+    suite = suites[0]
+    for attr in ("name", "tests", "failures", "errors", "skipped", "time"):
+        assert attr in suite.attrib and attr in root.attrib
+    assert suite.get("name") == "llama <8b> & co"
+    cases = suite.findall("testcase")
+    assert int(suite.get("tests")) == len(cases) == len(v.checks)
+    failures = [f for c in cases for f in c.findall("failure")]
+    blocking_failed = [c for c in v.checks if c.blocking and not c.passed]
+    assert int(suite.get("failures")) == len(failures) == len(blocking_failed) == 2  # tpot + error_rate
+    assert suite.get("errors") == "0" and suite.get("skipped") == "0"
+    assert float(suite.get("time")) == 700.0
+    for c in cases:
+        assert (
+            c.get("name")
+            and c.get("classname", "").startswith("llama <8b> & co.")
+            and c.get("time") is not None
+        )
+    for f in failures:
+        assert f.get("message") and f.get("type") in ("slo_missed", "error_rate")
+    kinds = {c.get("classname").rsplit(".", 1)[1] for c in cases}
+    assert kinds == {"validity", "health", "slo", "tokens"}
+    props = {p.get("name"): p.get("value") for p in suite.iter("property")}
+    assert props == {"status": "error_rate", "exit_code": "12"}
+    # The flagged token check is a passing testcase with its warning in system-out.
+    tok = next(c for c in cases if c.get("name") == "token_agreement")
+    assert tok.find("failure") is None and "flagged" in tok.findtext("system-out")
+    # Element order inside testsuite: properties first, then testcases (JUnit schema).
+    assert [e.tag for e in suite][0] == "properties"
+    assert {e.tag for e in suite} == {"properties", "testcase"}
