@@ -281,3 +281,56 @@ def test_engine_faults_are_each_classified_once(tmp_path: Path, small_profile: P
     assert (by["http_5xx"], by["http_429"], by["stream_error"], by["truncated"]) == (3, 2, 3, 1)
     assert by["ok"] == sum(1 for t in truth if t["outcome"] == "ok") > 0
     assert sum(by.values()) == len(truth) == len(read_lines([tmp_path / "o" / "records.jsonl"]))
+
+
+@pytest.mark.parametrize(
+    ("slo", "faults", "code", "status"),
+    [
+        ("error_rate=50%", None, 0, "pass"),
+        ("ttft_p99=1ms", None, 10, "slo_missed"),
+        ("ttft_p99=60s", None, 11, "invalid"),  # met, but far too few requests to prove a p99
+        ("error_rate=1%", "http_503=40%", 12, "error_rate"),
+    ],
+)
+def test_verdict_exit_codes_and_junit(
+    tmp_path: Path, small_profile: Path, slo: str, faults: str | None, code: int, status: str
+) -> None:
+    import xml.etree.ElementTree as ET
+
+    junit = tmp_path / "junit.xml"
+    with SimProcess(speedup=4, faults=faults) as sim:
+        res = run_cli(
+            [
+                "run",
+                "--profile",
+                str(small_profile),
+                "--host",
+                sim.base_url,
+                "--slo",
+                slo,
+                "--junit",
+                str(junit),
+                "--out",
+                str(tmp_path / "o"),
+            ]
+        )
+    assert res.returncode == code, res.stdout + res.stderr
+    last = res.stdout.strip().splitlines()[-1]
+    assert last.startswith("verdict: ") and f"exit {code}" in last
+    run = json.loads((tmp_path / "o" / "run.json").read_text())
+    assert run["verdict"]["status"] == status and run["verdict"]["exit_code"] == code
+    suite = ET.parse(junit).getroot().find("testsuite")
+    assert suite is not None
+    cases = suite.findall("testcase")
+    failures = [c for c in cases if c.find("failure") is not None]
+    assert int(suite.get("tests")) == len(cases) == len(run["verdict"]["checks"])
+    assert int(suite.get("failures")) == len(failures) == (0 if code == 0 else len(failures))
+    assert (code == 0) == (not failures)
+    assert "Verdict:" in (tmp_path / "o" / "report.html").read_text()
+
+
+def test_bad_slo_is_a_usage_error(tmp_path: Path, small_profile: Path) -> None:
+    res = run_cli(
+        ["run", "--profile", str(small_profile), "--slo", "ttft_p99=fast", "--out", str(tmp_path / "o")]
+    )
+    assert res.returncode == 2 and "--slo" in res.stderr and "Traceback" not in res.stderr

@@ -182,8 +182,12 @@ def test_mix_runs_against_the_embedded_engine(tmp_path: Path) -> None:
         ],
         timeout=90,
     )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     run = json.loads((out / "run.json").read_text())
+    # The mix carries SLOs: a 4-second run cannot prove a p99, so the verdict decides the exit code.
+    assert run["status"] == "completed"
+    assert proc.returncode == run["verdict"]["exit_code"] in (0, 10, 11), (
+        proc.stdout[-3000:] + proc.stderr[-3000:]
+    )
     names = {"chat", "multi-turn-chat", "agent"}
     assert set(run["scenarios"]) == names
     records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines() if line]

@@ -45,6 +45,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--tokenizer", help="llama3, cl100k, o200k, o200k_harmony, qwen3, or a tokenizer.json / folder path"
     )
     run.add_argument("--seed", type=int, help="workload and arrival seed (default: the profile's)")
+    run.add_argument(
+        "--slo",
+        metavar="SPEC",
+        help="SLOs to judge, e.g. ttft_p99=2s,tpot_p99=80ms,error_rate=0.5%% (merged over the profile's)",
+    )
+    run.add_argument("--junit", metavar="PATH", help="write the verdict as JUnit XML (one test case per check)")
     run.add_argument("--out", help="output folder (default: reports/<timestamp>-<profile>/)")
     run.add_argument(
         "--processes", type=int, default=1, metavar="N", help="Locust worker processes on this host"

@@ -18,8 +18,11 @@ from loadtest.client.preflight import EndpointError, list_models
 if TYPE_CHECKING:
     from loadtest.locust.runtime import RunOutcome
 from loadtest.locust.settings import RunSettings, load_mode
+from loadtest.metrics.slo import AnySlo, parse_slos
+from loadtest.metrics.verdict import ValidityRules, Verdict, judge, junit_xml
 from loadtest.profile.loader import ProfileError, load_profile
 from loadtest.profile.schema import Profile
+from loadtest.report.run_report import VERDICT_LABELS
 from loadtest.traces import TraceFormatError
 from loadtest.workload.builder import Workload
 
@@ -126,6 +129,10 @@ def run_command(args: argparse.Namespace) -> int:
             workload = Workload(profile, settings.seed)  # checks the tokenizer and reads any trace now
         except (ValueError, OSError, TraceFormatError) as e:
             raise UsageError(f"{profile_path}: {e}") from e
+        try:
+            slos = merge_slos(profile.slos, args.slo)
+        except ValueError as e:
+            raise UsageError(f"SLOs ({'--slo' if args.slo else profile_path}): {e}") from e
         span = workload.schedule_span_s
         if args.duration:
             settings.duration_s = parse_duration(args.duration)
@@ -200,7 +207,7 @@ def run_command(args: argparse.Namespace) -> int:
                 outcome = runtime.run_local(settings)
         except RuntimeError as e:
             return _fail(str(e), EXIT_COULD_NOT_RUN)
-        return _write_results(settings, profile, workload, outcome, models, engine_info, out)
+        return _write_results(settings, profile, workload, outcome, models, engine_info, out, slos, args.junit)
     return EXIT_COULD_NOT_RUN  # pragma: no cover
 
 
@@ -212,6 +219,8 @@ def _write_results(
     models: list[str],
     engine_info: dict[str, Any] | None,
     out: Path,
+    slos: list[AnySlo],
+    junit: str | None,
 ) -> int:
     from loadtest.report import format_summary, render_run_report
     from loadtest.results.run_json import build_run_document, write_run_json
@@ -258,11 +267,35 @@ def _write_results(
         record_files=outcome.record_files,
         notes=notes,
     )
+    metrics = doc["metrics"]
+    health = {"schedule_lag_p99_ms": metrics["latency_ms"]["schedule_lag"]["p99"]}
+    verdict = judge(metrics, outcome.aggregates.all.hists, slos, ValidityRules(), health)
+    doc["verdict"] = verdict.to_dict()
+    doc["config"]["slos"] = {s.key: getattr(s, "limit_ms", getattr(s, "limit", None)) for s in slos}
     write_run_json(out, doc)
     report = render_run_report(out)
     print(format_summary(doc))
     print(f"run.json: {out / 'run.json'}")
     print(f"report:   {report}")
+    if junit:
+        Path(junit).write_text(junit_xml(verdict, f"loadtest.{profile.name}", time_s=metrics["window"]["duration_s"]))
+        print(f"junit:    {junit}")
+    print(verdict_line(verdict))
     if outcome.interrupted_reason:
         return EXIT_INTERRUPTED.get(outcome.interrupted_reason, EXIT_COULD_NOT_RUN)
-    return EXIT_OK
+    return verdict.exit_code
+
+
+def merge_slos(profile_slos: dict[str, Any], cli: str | None) -> list[AnySlo]:
+    """The profile's SLOs with the command line's on top (same key: the command line wins)."""
+    merged = {s.key: s for s in parse_slos(profile_slos)}
+    merged.update({s.key: s for s in parse_slos(cli)})
+    return list(merged.values())
+
+
+def verdict_line(verdict: Verdict) -> str:
+    """The one line a CI log shows."""
+    label = VERDICT_LABELS.get(verdict.status, verdict.status)
+    why = f": {'; '.join(verdict.reasons)}" if verdict.reasons and verdict.status != "pass" else ""
+    checks = len(verdict.checks)
+    return f"verdict: {label} ({checks} check{'s' if checks != 1 else ''}, exit {verdict.exit_code}){why}"

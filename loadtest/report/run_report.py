@@ -132,9 +132,19 @@ def _context(run: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+VERDICT_LABELS = {
+    "pass": "PASS",
+    "slo_missed": "SLO MISSED",
+    "invalid": "RUN INVALID",
+    "error_rate": "ERROR RATE OVER LIMIT",
+}
+
+
 def render_html(run: dict[str, Any]) -> str:
     """The report page for a loaded run.json."""
-    return _env().get_template(TEMPLATE).render(**_context(run))
+    verdict = run.get("verdict")
+    label = VERDICT_LABELS.get(verdict["status"], verdict["status"]) if verdict else ""
+    return _env().get_template(TEMPLATE).render(**_context(run), verdict=verdict, verdict_label=label)
 
 
 def render_run_report(run_dir: Path) -> Path:
