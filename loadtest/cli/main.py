@@ -6,7 +6,7 @@ import sys
 from loadtest import __version__
 
 # Commands that run Locust: gevent must patch the process before ssl, socket or threading are used.
-GEVENT_COMMANDS = {"run"}
+GEVENT_COMMANDS = {"run", "ui"}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -50,6 +50,10 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SPEC",
         help="SLOs to judge, e.g. ttft_p99=2s,tpot_p99=80ms,error_rate=0.5%% (merged over the profile's)",
     )
+    run.add_argument(
+        "--warmup", metavar="S|auto", help="judge only requests scheduled after this (30s, 1m, or auto: steady state)"
+    )
+    run.add_argument("--cooldown", metavar="S|auto", help="and before this long before the last one (or auto)")
     run.add_argument("--junit", metavar="PATH", help="write the verdict as JUnit XML (one test case per check)")
     run.add_argument("--out", help="output folder (default: reports/<timestamp>-<profile>/)")
     run.add_argument(
@@ -73,6 +77,60 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SPEC",
         help="inject faults (docs/engine.md), e.g. http_503=2%%,stall_mid_stream=#3@2",
     )
+    eng.add_argument(
+        "--engine-speedup", type=float, default=1.0, help="run the engine clock this many times faster"
+    )
+
+    ui = sub.add_parser(
+        "ui", help="Locust's web UI with a live LLM metrics tab; each start is a run with results"
+    )
+    ui.add_argument(
+        "--profile",
+        default="interactive-chat",
+        help="shipped profile name or YAML path (default: %(default)s)",
+    )
+    ui.add_argument("--host", help="endpoint base URL (default: start the embedded engine)")
+    ui.add_argument(
+        "--model", help="model name to request (default: the profile's, else the endpoint's first)"
+    )
+    ui.add_argument("--api-key-env", metavar="VAR", help="environment variable holding the API key")
+    ui.add_argument(
+        "--slo", metavar="SPEC", help="SLOs to judge, merged over the profile's (ttft_p99=2s,...)"
+    )
+    ui.add_argument("--seed", type=int, help="workload and arrival seed (default: the profile's)")
+    ui.add_argument("--tokenizer", help="tokenizer name or tokenizer.json path (default: the profile's)")
+    ui.add_argument(
+        "--processes", type=int, default=1, metavar="N", help="Locust processes (the UI supports 1 for now)"
+    )
+    ui.add_argument(
+        "--web-host", default="127.0.0.1", help="interface the UI listens on (default: %(default)s)"
+    )
+    ui.add_argument("--web-port", type=int, default=8089, help="UI port (default: %(default)s)")
+    ui.add_argument(
+        "--web-auth",
+        metavar="USER:PASSWORD",
+        help="protect the UI with HTTP basic auth (use it off loopback)",
+    )
+    ui.add_argument(
+        "--reports-dir",
+        default="reports",
+        help="each run writes <dir>/<timestamp>-<profile>/ (default: %(default)s)",
+    )
+    ui.add_argument(
+        "--drain-timeout",
+        type=float,
+        default=10.0,
+        metavar="S",
+        help="on stop, let in-flight requests end (s)",
+    )
+    ui.add_argument("--connect-timeout", type=float, default=10.0, metavar="S")
+    ui.add_argument("--read-timeout", type=float, default=300.0, metavar="S")
+    ui.add_argument("--insecure", action="store_true", help="do not verify TLS certificates")
+    eng = ui.add_argument_group("embedded engine (only without --host)")
+    eng.add_argument("--engine-gpu", help="GPU preset (default: the profile's engine.gpu)")
+    eng.add_argument("--engine-model", help="model preset (default: the profile's engine.model)")
+    eng.add_argument("--engine-tp", type=int, help="tensor-parallel GPUs (default: the profile's engine.tp)")
+    eng.add_argument("--engine-faults", metavar="SPEC", help="inject faults (docs/engine.md)")
     eng.add_argument(
         "--engine-speedup", type=float, default=1.0, help="run the engine clock this many times faster"
     )
@@ -112,6 +170,10 @@ def main(argv: list[str] | None = None) -> int:
         from loadtest.cli.run_cmd import run_command
 
         return run_command(args)
+    if args.command == "ui":
+        from loadtest.cli.ui_cmd import ui_command
+
+        return ui_command(args)
     if args.command == "profiles":
         from loadtest.cli.profiles_cmd import profiles_command
 

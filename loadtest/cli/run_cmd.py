@@ -18,11 +18,14 @@ from loadtest.client.preflight import EndpointError, list_models
 if TYPE_CHECKING:
     from loadtest.locust.runtime import RunOutcome
 from loadtest.locust.settings import RunSettings, load_mode
+from loadtest.metrics.judged import aggregate_lines, choose_window, goodput_summary, in_window
 from loadtest.metrics.slo import AnySlo, parse_slos
+from loadtest.metrics.summary import build_metrics
 from loadtest.metrics.verdict import ValidityRules, Verdict, judge, junit_xml
 from loadtest.profile.loader import ProfileError, load_profile
 from loadtest.profile.schema import Profile
 from loadtest.report.run_report import VERDICT_LABELS
+from loadtest.results.record_log import read_records
 from loadtest.traces import TraceFormatError
 from loadtest.workload.builder import Workload
 
@@ -129,6 +132,7 @@ def run_command(args: argparse.Namespace) -> int:
             workload = Workload(profile, settings.seed)  # checks the tokenizer and reads any trace now
         except (ValueError, OSError, TraceFormatError) as e:
             raise UsageError(f"{profile_path}: {e}") from e
+        profile = _with_judging(profile, args)
         try:
             slos = merge_slos(profile.slos, args.slo)
         except ValueError as e:
@@ -267,9 +271,31 @@ def _write_results(
         record_files=outcome.record_files,
         notes=notes,
     )
-    metrics = doc["metrics"]
-    health = {"schedule_lag_p99_ms": metrics["latency_ms"]["schedule_lag"]["p99"]}
-    verdict = judge(metrics, outcome.aggregates.all.hists, slos, ValidityRules(), health)
+    metrics, hists = doc["metrics"], outcome.aggregates.all.hists
+    judging = profile.judging
+    lines = list(read_records([out / f for f in outcome.record_files]))
+    if lines and (judging.warmup_s or judging.cooldown_s):
+        try:
+            window = choose_window(lines, judging.warmup_s, judging.cooldown_s)
+        except ValueError as e:
+            doc["notes"].append(f"judged window: {e}; the whole run is judged")
+        else:
+            judged = aggregate_lines(in_window(lines, window), per_scenario=len(profile.scenarios) > 1)
+            metrics, hists = build_metrics(judged.all), judged.all.hists
+            doc["judged"] = {"window": window.to_dict(), "metrics": metrics}
+            lines = in_window(lines, window)
+    gp = goodput_summary(lines, slos, per_scenario=len(profile.scenarios) > 1)
+    if gp is not None:
+        doc["goodput"] = gp
+    health = {
+        "schedule_lag_p99_ms": metrics["generator"]["schedule_lag_p99_ms"],
+        # Sustained load, not a start-up spike: the 90th percentile of the per-second samples.
+        "cpu_max_percent": doc["metrics"]["generator"]["cpu_p90_percent"],
+    }
+    rules = ValidityRules(min_duration_s=judging.min_duration_s, min_queries=judging.min_queries)
+    verdict = judge(metrics, hists, slos, rules, health)
+    for note in doc["notes"]:
+        verdict.reasons.append(note)
     doc["verdict"] = verdict.to_dict()
     doc["config"]["slos"] = {s.key: getattr(s, "limit_ms", getattr(s, "limit", None)) for s in slos}
     write_run_json(out, doc)
@@ -284,6 +310,15 @@ def _write_results(
     if outcome.interrupted_reason:
         return EXIT_INTERRUPTED.get(outcome.interrupted_reason, EXIT_COULD_NOT_RUN)
     return verdict.exit_code
+
+
+def _with_judging(profile: Profile, args: argparse.Namespace) -> Profile:
+    """The profile with --warmup / --cooldown applied."""
+    update: dict[str, Any] = {}
+    for flag, key in ((args.warmup, "warmup_s"), (args.cooldown, "cooldown_s")):
+        if flag:
+            update[key] = "auto" if flag.strip() == "auto" else parse_duration(flag)
+    return profile.model_copy(update={"judging": profile.judging.model_copy(update=update)}) if update else profile
 
 
 def merge_slos(profile_slos: dict[str, Any], cli: str | None) -> list[AnySlo]:

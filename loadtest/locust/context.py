@@ -7,6 +7,8 @@ import os
 import time
 from pathlib import Path
 
+import gevent
+import psutil
 from locust.env import Environment
 
 from loadtest.client.openai import OpenAIClient, Timeouts
@@ -33,6 +35,15 @@ class RunContext:
         self.env: Environment | None = None
         self.in_flight = 0
         self.stopping = False  # set at the end of the run: issue nothing new, let in-flight requests finish
+        self._cpu_sampler = gevent.spawn(self._sample_cpu)
+
+    def _sample_cpu(self) -> None:
+        """Once a second: this process's CPU use, for the verdict's generator-health check."""
+        proc = psutil.Process()
+        proc.cpu_percent(None)
+        while True:
+            gevent.sleep(1.0)
+            self.recorder.sample_cpu(proc.cpu_percent(None))
 
     def new_client(self) -> OpenAIClient:
         s = self.settings
@@ -74,5 +85,6 @@ class RunContext:
             )
 
     def close(self) -> None:
+        self._cpu_sampler.kill(block=False)
         self.recorder.flush()
         self.log.close()

@@ -25,7 +25,9 @@ LATENCY_METRICS: dict[str, str] = {
 RATE_METRICS: dict[str, str] = {
     "output_tps": "per-request output tokens/s (output tokens / end-to-end latency), milli-tokens/s",
 }
-HIST_HIGHEST = {**{n: hdr.HIGHEST_US for n in LATENCY_METRICS}, "output_tps": 10**10}
+# The generator's own CPU use, sampled once a second per process (permille of one core).
+HEALTH_METRICS: dict[str, str] = {"generator_cpu": "generator process CPU, permille of one core"}
+HIST_HIGHEST = {**{n: hdr.HIGHEST_US for n in LATENCY_METRICS}, "output_tps": 10**10, "generator_cpu": 100_000}
 # Per-second series columns, keyed by epoch second: requests by the second they completed in,
 # output tokens by the second their chunks arrived in.
 SERIES_COLUMNS = ("completed", "ok", "errors", "output_tokens", "input_tokens")
@@ -173,6 +175,11 @@ class Track:
         for agg in self._both:
             agg.totals[counter] += n
 
+    def sample(self, name: str, value: int) -> None:
+        """Record a value that is not about a request (health samples)."""
+        self._pending[name].append(value)
+        self._pending_n += 1
+
     @staticmethod
     def _output_tokens_by_second(rec: RequestRecord, n_out: int, start: float) -> list[tuple[int, int]]:
         """Output tokens attributed to the seconds in which their chunks arrived (not the completion second)."""
@@ -259,6 +266,10 @@ class Recorder:
     def note(self, counter: str, n: int = 1) -> None:
         """Count an event that is not a request (e.g. a skipped arrival) in the run totals."""
         self.all.note(counter, n)
+
+    def sample_cpu(self, percent: float) -> None:
+        """One sample of this process's CPU use (percent of one core)."""
+        self.all.sample("generator_cpu", round(percent * 10))
 
     def flush(self) -> None:
         self.all.flush()

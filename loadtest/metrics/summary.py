@@ -72,4 +72,19 @@ def build_metrics(agg: Aggregate) -> dict[str, Any]:
         "output_tps_per_request": per_request_tps,
         "series": series,
         "error_samples": agg.error_samples,
+        "generator": _generator_health(agg),
+    }
+
+
+def _generator_health(agg: Aggregate) -> dict[str, Any]:
+    """How busy the generator itself was: CPU per process (percent of a core) and schedule lag."""
+    cpu = agg.hists["generator_cpu"]
+    lag = agg.hists["schedule_lag"]
+    has_cpu = cpu.get_total_count() > 0
+    return {
+        "cpu_samples": int(cpu.get_total_count()),
+        "cpu_p50_percent": round(cpu.get_value_at_percentile(50) / 10, 1) if has_cpu else None,
+        "cpu_p90_percent": round(cpu.get_value_at_percentile(90) / 10, 1) if has_cpu else None,
+        "cpu_max_percent": round(cpu.get_max_value() / 10, 1) if has_cpu else None,
+        "schedule_lag_p99_ms": _ms(lag.get_value_at_percentile(99)) if lag.get_total_count() else None,
     }

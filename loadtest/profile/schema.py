@@ -6,7 +6,7 @@ import math
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, Field, StringConstraints, model_validator
+from pydantic import BeforeValidator, Field, StringConstraints, field_validator, model_validator
 
 from loadtest.profile.base import NAME_PATTERN, Strict, rule_error
 from loadtest.profile.dists import (
@@ -83,6 +83,22 @@ class EngineSpec(Strict):
     faults: str | None = None
 
 
+class Judging(Strict):
+    """Which part of a run is judged, and what makes a run valid (MLPerf: 600 s, a minimum query count)."""
+
+    warmup_s: float | Literal["auto"] = Field(default=0.0)
+    cooldown_s: float | Literal["auto"] = Field(default=0.0)
+    min_duration_s: float = Field(default=0.0, ge=0)
+    min_queries: int = Field(default=0, ge=0)
+
+    @field_validator("warmup_s", "cooldown_s")
+    @classmethod
+    def _non_negative(cls, v: float | str) -> float | str:
+        if isinstance(v, float | int) and v < 0:
+            raise ValueError("must be ≥ 0 seconds, or auto (steady-state detection)")
+        return v
+
+
 class Profile(Strict):
     """One traffic profile (docs/profiles.md documents every field)."""
 
@@ -99,6 +115,7 @@ class Profile(Strict):
     scenarios: list[Scenario] = Field(min_length=1)
     slos: dict[SloKey, SloValue] = Field(default_factory=dict)
     engine: EngineSpec = Field(default_factory=EngineSpec)
+    judging: Judging = Field(default_factory=Judging)
 
     @model_validator(mode="before")
     @classmethod

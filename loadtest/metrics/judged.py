@@ -1,0 +1,169 @@
+"""The judged window: warm-up and cool-down cut off, metrics rebuilt from the record log, and goodput."""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from loadtest.client.record import RequestRecord
+from loadtest.metrics.recorder import Recorder, RunAggregates
+from loadtest.metrics.slo import AnySlo, RequestSlo, goodput
+
+_BASE_NS = 10**12  # records keep µs offsets from their scheduled time; rebuild on a non-zero base
+
+
+@dataclass(frozen=True)
+class Window:
+    """Requests scheduled in [start, end) (epoch seconds) are judged."""
+
+    start: float
+    end: float
+    warmup_s: float
+    cooldown_s: float
+    automatic: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "start": self.start,
+            "end": self.end,
+            "duration_s": round(self.end - self.start, 3),
+            "warmup_s": round(self.warmup_s, 3),
+            "cooldown_s": round(self.cooldown_s, 3),
+            "automatic": self.automatic,
+        }
+
+
+def record_from_line(line: Mapping[str, Any]) -> RequestRecord:
+    """A record-log line back into a RequestRecord (µs resolution), so metrics are computed one way only."""
+
+    def at(key: str) -> int:
+        v = line.get(key)
+        return 0 if v is None else _BASE_NS + int(v) * 1000
+
+    return RequestRecord(
+        request_id=str(line.get("id", "")),
+        scenario=str(line.get("scenario", "default")),
+        api=str(line.get("api", "chat")),
+        stream=bool(line.get("stream", True)),
+        worker=int(line.get("worker", 0)),
+        scheduled_epoch=float(line["t"]),
+        scheduled_ns=_BASE_NS,
+        sent_ns=at("sent_us"),
+        headers_ns=at("headers_us"),
+        first_token_ns=at("ttft_us"),
+        first_answer_ns=at("first_answer_us"),
+        done_ns=at("e2e_us"),
+        chunk_ns=[_BASE_NS + int(c) * 1000 for c in line.get("chunks_us") or ()],
+        http_status=int(line.get("status") or 0),
+        outcome=str(line.get("outcome", "ok")),
+        error=str(line.get("error") or ""),
+        finish_reason=line.get("finish_reason"),
+        requested_output_tokens=line.get("requested_output_tokens"),
+        prompt_tokens_client=int(line.get("prompt_tokens") or 0),
+        completion_tokens_client=int(line.get("output_tokens") or 0),
+        reasoning_tokens_client=int(line.get("reasoning_tokens") or 0),
+        prompt_tokens_server=line.get("usage_prompt_tokens"),
+        completion_tokens_server=line.get("usage_completion_tokens"),
+        cached_tokens_server=line.get("usage_cached_tokens"),
+        reasoning_tokens_server=line.get("usage_reasoning_tokens"),
+    )
+
+
+def aggregate_lines(lines: Iterable[Mapping[str, Any]], per_scenario: bool) -> RunAggregates:
+    """Metrics of the given record-log lines, through the same recorder a live run uses."""
+    rec = Recorder(per_scenario=per_scenario)
+    for line in lines:
+        rec.add(record_from_line(line))
+    return rec.result()
+
+
+def _completion_rates(lines: Sequence[Mapping[str, Any]], t0: float) -> list[float]:
+    """Output tokens of ok requests per second of completion, from the run's start."""
+    per_sec: dict[int, float] = defaultdict(float)
+    for r in lines:
+        if r.get("outcome") == "ok" and r.get("e2e_us") is not None:
+            per_sec[int(r["t"] + r["e2e_us"] / 1e6 - t0)] += r.get("output_tokens") or 0
+    n = max(per_sec) + 1 if per_sec else 0
+    return [per_sec.get(i, 0.0) for i in range(n)]
+
+
+def steady_state(rates: Sequence[float], span: int = 3, level: float = 0.9) -> tuple[int, int]:
+    """(first, last) second of steady state: where the rolling ``span``-second mean of throughput first
+    reaches, and last holds, ``level`` × the median of the run's middle half."""
+    n = len(rates)
+    if n < 4 * span:
+        return 0, n
+    middle = sorted(rates[n // 4 : n - n // 4])
+    ref = statistics.median(middle) * level
+    rolling = [sum(rates[i : i + span]) / span for i in range(n - span + 1)]
+    first = next((i for i, v in enumerate(rolling) if v >= ref), 0)
+    last = next((i + span for i in range(len(rolling) - 1, -1, -1) if rolling[i] >= ref), n)
+    return first, max(last, first + 1)
+
+
+def choose_window(
+    lines: Sequence[Mapping[str, Any]], warmup: float | str, cooldown: float | str
+) -> Window:
+    """The judged window from fixed warm-up/cool-down seconds, or ``"auto"`` (steady-state detection)."""
+    t0 = min(r["t"] for r in lines)
+    t_last = max(r["t"] for r in lines)
+    automatic = warmup == "auto" or cooldown == "auto"
+    rates = _completion_rates(lines, t0) if automatic else []
+    first, last = steady_state(rates) if automatic else (0, 0)
+    w = float(first) if warmup == "auto" else float(warmup)
+    c = max(0.0, t_last - (t0 + last)) if cooldown == "auto" else float(cooldown)
+    start, end = t0 + w, t_last - c + 1e-6
+    if end <= start:
+        raise ValueError(
+            f"warm-up {w:g} s and cool-down {c:g} s leave nothing of a {t_last - t0:.1f} s schedule to judge"
+        )
+    return Window(start, end, w, c, automatic)
+
+
+def in_window(lines: Iterable[Mapping[str, Any]], window: Window) -> list[Mapping[str, Any]]:
+    return [r for r in lines if window.start <= r["t"] < window.end]
+
+
+def goodput_summary(
+    lines: Sequence[Mapping[str, Any]], slos: Sequence[AnySlo], per_scenario: bool
+) -> dict[str, Any] | None:
+    """SLO attainment and goodput (good requests/s, good output tokens/s), overall and per scenario.
+
+    A request is good when it is ok and meets the per-request TTFT and TPOT limits taken from the
+    SLOs (the highest percentile's limit for each). None without a TTFT or TPOT SLO."""
+    rule = RequestSlo.from_slos(slos)
+    if rule.ttft_ms is None and rule.tpot_ms is None:
+        return None
+    done = [r for r in lines if r.get("outcome") != "cancelled"]
+    if not done:
+        return None
+    start = min(r["t"] for r in done)
+    end = max(r["t"] + (r.get("e2e_us") or 0) / 1e6 for r in done) + 1e-6
+
+    def one(rs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        g = goodput(rs, rule, (start, end))
+        return {
+            "judged": g.judged,
+            "good": g.good,
+            "attainment": None if g.attainment is None else round(g.attainment, 6),
+            "good_requests_per_s": round(g.requests_per_s, 4),
+            "good_output_tokens_per_s": round(g.output_tokens_per_s, 3),
+        }
+
+    out: dict[str, Any] = {"rule": {"ttft_ms": rule.ttft_ms, "tpot_ms": rule.tpot_ms}, **one(done)}
+    per_second: dict[int, list[int]] = defaultdict(lambda: [0, 0])
+    for r in done:
+        sec = int(r["t"] + (r.get("e2e_us") or 0) / 1e6 - start)
+        per_second[sec][0] += 1
+        per_second[sec][1] += rule.is_good(r)
+    secs = sorted(per_second)
+    out["series"] = {"t": secs, "judged": [per_second[s][0] for s in secs], "good": [per_second[s][1] for s in secs]}
+    if per_scenario:
+        by: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
+        for r in done:
+            by[str(r.get("scenario"))].append(r)
+        out["scenarios"] = {name: one(rs) for name, rs in sorted(by.items())}
+    return out

@@ -1,0 +1,118 @@
+"""The judged window (warm-up, cool-down, steady state), metrics rebuilt from the record log, goodput."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from loadtest.metrics.judged import aggregate_lines, choose_window, goodput_summary, steady_state
+from loadtest.metrics.slo import parse_slos
+from loadtest.metrics.summary import build_metrics
+from loadtest.sim import SimProcess
+from tests.conftest import read_lines, run_cli, write_profile
+
+
+def test_steady_state_finds_the_ramp_and_the_tail() -> None:
+    rates = [0, 10, 40, 80] + [100] * 20 + [60, 20, 0]
+    first, last = steady_state(rates)
+    assert first == 3  # the rolling mean reaches 90 % of the steady level once the ramp is done
+    assert 23 <= last <= 25  # and holds until the tail starts falling
+
+
+def test_steady_state_needs_a_long_enough_run() -> None:
+    assert steady_state([5, 5, 5]) == (0, 3)
+
+
+def _line(i: int, ttft_ms: float, tpot_ms: float, outcome: str = "ok", scenario: str = "a") -> dict:
+    return {
+        "id": str(i),
+        "scenario": scenario,
+        "t": 1000.0 + i,
+        "outcome": outcome,
+        "sent_us": 10,
+        "ttft_us": int(ttft_ms * 1000),
+        "e2e_us": int(ttft_ms * 1000 + tpot_ms * 1000 * 9),
+        "tpot_us": tpot_ms * 1000,
+        "chunks_us": [int(ttft_ms * 1000 + k * tpot_ms * 1000) for k in range(10)],
+        "output_tokens": 10,
+        "prompt_tokens": 5,
+    }
+
+
+def test_goodput_counts_requests_meeting_ttft_and_tpot() -> None:
+    lines = [_line(0, 100, 10), _line(1, 3000, 10), _line(2, 100, 90), _line(3, 50, 5, scenario="b")]
+    lines.append(_line(4, 10, 1, outcome="http_5xx"))
+    lines.append(_line(5, 10, 1, outcome="cancelled"))
+    gp = goodput_summary(lines, parse_slos("ttft_p99=2s,tpot_p99=80ms"), per_scenario=True)
+    assert gp is not None
+    assert (gp["judged"], gp["good"]) == (5, 2)  # cancelled is not judged; the 5xx is not good
+    assert gp["attainment"] == 0.4
+    assert gp["scenarios"]["b"]["good"] == 1 and gp["scenarios"]["a"]["judged"] == 4
+    assert sum(gp["series"]["good"]) == 2
+    assert goodput_summary(lines, parse_slos("error_rate=1%"), per_scenario=False) is None
+
+
+def test_fixed_window_cuts_requests_by_schedule_time() -> None:
+    lines = [_line(i, 100, 10) for i in range(20)]
+    w = choose_window(lines, 5.0, 3.0)
+    assert (w.start, round(w.end)) == (1005.0, 1016)
+    with pytest.raises(ValueError, match="leave nothing"):
+        choose_window(lines, 15.0, 10.0)
+
+
+def test_metrics_rebuilt_from_the_record_log_match_the_live_ones(tmp_path: Path, small_profile: Path) -> None:
+    with SimProcess(speedup=4) as sim:
+        res = run_cli(
+            ["run", "--profile", str(small_profile), "--host", sim.base_url, "--out", str(tmp_path / "o")]
+        )
+    assert res.returncode == 0, res.stderr
+    live = json.loads((tmp_path / "o" / "run.json").read_text())["metrics"]
+    rebuilt = build_metrics(aggregate_lines(read_lines([tmp_path / "o" / "records.jsonl"]), False).all)
+    assert rebuilt["requests"] == live["requests"]
+    assert rebuilt["tokens"] == live["tokens"]
+    for name in (
+        "ttft",
+        "e2e",
+        "schedule_lag",
+    ):  # offsets from the scheduled time, in µs both ways: identical
+        assert rebuilt["latency_ms"][name] == live["latency_ms"][name], name
+    for name in (
+        "ttft_send",
+        "itl",
+        "tpot",
+    ):  # differences of two µs offsets instead of ns: ±1 µs, one HDR bucket
+        for p in ("p50", "p90", "p99"):
+            live_v = live["latency_ms"][name][p]
+            assert abs(rebuilt["latency_ms"][name][p] - live_v) <= 0.002 + 0.002 * live_v, (name, p)
+
+
+def test_warmup_and_cooldown_shape_the_judged_window(tmp_path: Path) -> None:
+    prof = write_profile(tmp_path / "p.yaml", load={"rate": 10.0}, duration_s=4)
+    with SimProcess(speedup=4) as sim:
+        res = run_cli(
+            [
+                "run",
+                "--profile",
+                str(prof),
+                "--host",
+                sim.base_url,
+                "--warmup",
+                "1s",
+                "--cooldown",
+                "1",
+                "--slo",
+                "ttft_p50=10s",
+                "--out",
+                str(tmp_path / "o"),
+            ]
+        )
+    assert res.returncode in (0, 11), res.stderr  # a p50 needs few requests; 11 only if too few arrived
+    run = json.loads((tmp_path / "o" / "run.json").read_text())
+    window = run["judged"]["window"]
+    assert (window["warmup_s"], window["cooldown_s"]) == (1.0, 1.0)
+    recs = read_lines([tmp_path / "o" / "records.jsonl"])
+    inside = [r for r in recs if window["start"] <= r["t"] < window["end"]]
+    assert run["judged"]["metrics"]["requests"]["completed"] == len(inside) < len(recs)
+    assert run["goodput"]["judged"] == len(inside)
