@@ -83,9 +83,25 @@ def format_summary(run: dict[str, Any]) -> str:
             f"{fmt_num(thr.get('requests_per_s'), 3, NA)} req/s  "
             f"{fmt_num(thr.get('tps_per_user'), 1, NA)} tok/s per user",
         ),
+        *_goodput_lines(run),
         "",
         *_latency_table(run),
         "",
         *_token_table(run),
     ]
     return "\n".join(line.rstrip() for line in lines) + "\n"
+
+
+def _goodput_lines(run: dict[str, Any]) -> list[str]:
+    """SLO attainment and goodput, when the run had per-request TTFT/TPOT limits."""
+    gp = run.get("goodput")
+    if not gp:
+        return []
+    rule = gp.get("rule", {})
+    limits = ", ".join(f"{k[:-3].upper()} ≤ {v:g} ms" for k, v in rule.items() if v is not None)
+    return _kv(
+        "Goodput",
+        f"{fmt_pct(gp.get('attainment'), NA)} of requests good ({limits}); "
+        f"{fmt_num(gp.get('good_requests_per_s'), 3, NA)} good req/s, "
+        f"{fmt_num(gp.get('good_output_tokens_per_s'), 1, NA)} good tok/s",
+    )
