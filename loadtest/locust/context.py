@@ -40,6 +40,7 @@ class RunContext:
     def _sample_cpu(self) -> None:
         """Once a second: this process's CPU use, for the verdict's generator-health check."""
         proc = psutil.Process()
+        gevent.sleep(2.0)  # start-up (users spawning, first units built) is not the steady load
         proc.cpu_percent(None)
         while True:
             gevent.sleep(1.0)

@@ -1,0 +1,208 @@
+"""``loadtest ui``: Locust's web UI on one local runner, with a live LLM metrics tab and results per run."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import os
+import signal
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from loadtest.cli.run_cmd import (
+    EXIT_COULD_NOT_RUN,
+    EXIT_OK,
+    EXIT_USAGE,
+    UsageError,
+    _api_key_env,
+    _fail,
+    _write_results,
+    describe_load,
+    merge_slos,
+)
+from loadtest.client.preflight import EndpointError, list_models
+from loadtest.locust.settings import RunSettings, load_mode
+from loadtest.profile.loader import ProfileError, load_profile
+from loadtest.traces import TraceFormatError
+from loadtest.workload.builder import Workload
+
+log = logging.getLogger("loadtest")
+
+
+def _parse_auth(text: str | None) -> tuple[str, str] | None:
+    if text is None:
+        return None
+    user, sep, password = text.partition(":")
+    if not sep or not user or not password:
+        raise UsageError("--web-auth: write USER:PASSWORD")
+    return user, password
+
+
+def _check_port(host: str, port: int) -> None:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as e:
+            raise UsageError(f"--web-host/--web-port {host}:{port}: {e.strerror or e}") from e
+
+
+def _check_reports_dir(path: Path) -> None:
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / ".write-test"
+        probe.write_bytes(b"x")
+        probe.unlink()
+    except OSError as e:
+        raise UsageError(f"reports folder {path} is not writable: {e.strerror or e}") from e
+
+
+def ui_command(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        _, profile_path = load_profile(args.profile)
+        if args.processes != 1:
+            raise UsageError("loadtest ui runs its users in this one process: use --processes 1")
+        auth = _parse_auth(args.web_auth)
+        key_env = _api_key_env(args)
+        settings = RunSettings(
+            run_id="",
+            profile_ref=str(profile_path),
+            host="",
+            out_dir="",
+            duration_s=0.0,
+            seed=0,
+            api_key_env=key_env,
+            processes=1,
+            connect_timeout=args.connect_timeout,
+            read_timeout=args.read_timeout,
+            verify_tls=not args.insecure,
+            tokenizer=args.tokenizer,
+        )
+        profile, _ = settings.profile()
+        settings.seed = profile.seed if args.seed is None else args.seed
+        settings.duration_s = profile.duration_s  # informational: a UI run lasts until it is stopped
+        try:
+            Workload(profile, settings.seed)  # checks the tokenizer and reads any trace now
+        except (ValueError, OSError, TraceFormatError) as e:
+            raise UsageError(f"{profile_path}: {e}") from e
+        try:
+            slos = merge_slos(profile.slos, args.slo)
+        except ValueError as e:
+            raise UsageError(f"SLOs ({'--slo' if args.slo else profile_path}): {e}") from e
+        reports_root = Path(args.reports_dir)
+        _check_reports_dir(reports_root)
+        _check_port(args.web_host, args.web_port)
+    except (ProfileError, UsageError) as e:
+        return _fail(str(e), EXIT_USAGE)
+
+    with contextlib.ExitStack() as stack:
+        engine_info: dict[str, Any] | None = None
+        host = args.host
+        if not host:
+            from loadtest.sim import SimProcess
+            from loadtest.sim.presets import get_gpu, get_model
+
+            gpu = args.engine_gpu or profile.engine.gpu
+            engine_model = args.engine_model or profile.engine.model
+            tp = args.engine_tp or profile.engine.tp
+            try:
+                get_gpu(gpu)
+                get_model(engine_model)
+            except ValueError as e:
+                return _fail(f"embedded engine preset: {e}", EXIT_USAGE)
+            try:
+                sim = stack.enter_context(
+                    SimProcess(
+                        gpu=gpu,
+                        model=engine_model,
+                        tp=tp,
+                        faults=args.engine_faults or profile.engine.faults,
+                        speedup=args.engine_speedup,
+                        seed=settings.seed,
+                    )
+                )
+            except (RuntimeError, ValueError) as e:
+                return _fail(f"embedded engine did not start: {e}", EXIT_COULD_NOT_RUN)
+            host = sim.base_url
+            engine_info = sim.stats().get("config")
+            print(f"embedded engine: {engine_model} on {gpu} (speed-up {args.engine_speedup:g}x) at {host}")
+        try:
+            models = list_models(
+                host, os.environ.get(key_env) if key_env else None, timeout=args.connect_timeout
+            )
+        except EndpointError as e:
+            return _fail(str(e), EXIT_COULD_NOT_RUN)
+        settings.host = host
+        settings.model = args.model or profile.model or (models[0] if models else None)
+        settings.embedded = engine_info is not None
+        return _serve(args, settings, profile, slos, models, engine_info, reports_root, auth)
+    return EXIT_COULD_NOT_RUN  # pragma: no cover
+
+
+def _serve(
+    args: argparse.Namespace,
+    settings: RunSettings,
+    profile: Any,
+    slos: list[Any],
+    models: list[str],
+    engine_info: dict[str, Any] | None,
+    reports_root: Path,
+    auth: tuple[str, str] | None,
+) -> int:
+    import gevent
+    from gevent.event import Event
+    from locust.argument_parser import get_parser
+    from locust.env import Environment
+
+    from loadtest.locust.runtime import user_class
+    from loadtest.locust.webui import LlmWebUi
+
+    # Locust's web UI parses sys.argv for its own options on every page load: hide ours from it.
+    sys.argv = sys.argv[:1]
+    options = get_parser().parse_args([])
+    closed = load_mode(profile) == "closed"
+    options.num_users = int(profile.load.concurrency or 1) if closed else settings.processes
+    options.spawn_rate = max(1.0, float(options.num_users))
+    env = Environment(user_classes=[user_class(profile)], host=settings.host, parsed_options=options)
+    runner = env.create_local_runner()
+
+    def finalize(st: RunSettings, prof: Any, workload: Any, outcome: Any, out: Path) -> int:
+        return _write_results(st, prof, workload, outcome, models, engine_info, out, slos, None)
+
+    ui = LlmWebUi(
+        env, settings, profile, describe_load(profile), slos, reports_root, finalize, args.drain_timeout
+    )
+    web_ui = env.create_web_ui(args.web_host, args.web_port, delayed_start=True)
+    ui.install(auth)
+    web_ui.start()
+
+    stop = Event()
+    reason: list[str] = []
+
+    def on_signal(sig: int) -> None:
+        if not reason:
+            reason.append(signal.Signals(sig).name)
+        stop.set()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        gevent.signal_handler(sig, on_signal, sig)
+    users = "concurrent streams (closed loop)" if closed else "ignored: the profile's schedule sets the load"
+    print(
+        f"loadtest ui: http://{args.web_host}:{args.web_port}/  (LLM metrics: /llm)\n"
+        f"profile {profile.name}: {describe_load(profile)}; the user count means {users}; "
+        f"model {settings.model}; runs write {reports_root}/<timestamp>-{profile.name}/",
+        flush=True,
+    )
+    stop.wait()
+    print(f"{reason[0]} received: stopping", flush=True)
+    started = time.monotonic()
+    ui.interrupt(reason[0])
+    runner.quit()
+    web_ui.stop()
+    log.debug("ui stopped in %.1f s", time.monotonic() - started)
+    return EXIT_OK

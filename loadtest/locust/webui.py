@@ -1,0 +1,528 @@
+"""Locust web UI extension: a run per start, live LLM metrics (tab, /llm, /llm/stats), results on stop."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import dataclasses
+import hmac
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import gevent
+import numpy as np
+from flask import Response, jsonify, request, send_file
+from gevent.event import Event
+from hdrh.histogram import HdrHistogram
+
+from loadtest.locust.settings import RunSettings, load_mode
+from loadtest.metrics.recorder import Aggregate
+from loadtest.metrics.slo import AnySlo, ErrorRateSlo
+from loadtest.profile.schema import Profile
+
+if TYPE_CHECKING:  # importing locust monkey-patches the process: only where a run happens
+    from locust.env import Environment
+
+    from loadtest.locust.context import RunContext
+    from loadtest.locust.runtime import RunOutcome
+
+log = logging.getLogger("loadtest")
+
+TAB_KEY = "llm"
+LATENCIES: tuple[tuple[str, str], ...] = (("ttft", "TTFT"), ("itl", "ITL"), ("tpot", "TPOT"), ("e2e", "E2E"))
+RECENT_S = 5  # output tokens/s over the last few complete seconds
+STATS_CACHE_S = 0.5
+
+# A finalizer writes run.json, report.html and the verdict; it returns the exit code.
+Finalizer = Callable[[RunSettings, Profile, Any, "RunOutcome", Path], int]
+
+
+@dataclass
+class UiRun:
+    """One run started from the UI: its context, folder and, once stopped, verdict and report."""
+
+    ctx: RunContext
+    settings: RunSettings
+    out: Path
+    started_epoch: float
+    phase: str = "running"  # running → draining → finalizing → done (or failed)
+    interrupted_reason: str | None = None
+    verdict: dict[str, Any] | None = None
+    report: Path | None = None
+    error: str | None = None
+    done: Event = field(default_factory=Event)
+
+
+def new_run_dir(root: Path, profile_name: str) -> Path:
+    """A fresh ``<root>/<timestamp>-<profile>`` folder (suffixed when one already exists)."""
+    base = root / f"{time.strftime('%Y%m%d-%H%M%S')}-{profile_name}"
+    out, n = base, 1
+    while out.exists():
+        n += 1
+        out = base.with_name(f"{base.name}-{n}")
+    out.mkdir(parents=True)
+    return out
+
+
+def fast_percentiles(hist: HdrHistogram, pcts: tuple[float, ...]) -> list[float | None]:
+    """HDR percentiles (same values as ``get_value_at_percentile``) from one vectorized pass over the counts.
+
+    ``build_metrics`` walks every bucket in Python (mean, stddev, p99.9 of eight histograms: ~0.7 s),
+    which would stall the load generator's event loop on every refresh of the page.
+    """
+    n = hist.get_total_count()
+    if not n:
+        return [None] * len(pcts)
+    cum = np.cumsum(np.ctypeslib.as_array(hist.counts)[: hist.counts_len], dtype=np.int64)
+    out: list[float | None] = []
+    for p in pcts:
+        idx = int(np.searchsorted(cum, hist.get_target_count_at_percentile(p), side="left"))
+        out.append(float(hist.get_highest_equivalent_value(hist.get_value_from_index(idx))))
+    return out
+
+
+def _ms(v: float | None) -> float | None:
+    return None if v is None else round(v / 1000.0, 3)
+
+
+def request_counts(agg: Aggregate) -> dict[str, Any]:
+    """ok / failed / cancelled and the error rate (cancelled requests excluded), as run.json counts them."""
+    completed = sum(agg.outcomes.values())
+    ok = int(agg.outcomes.get("ok", 0))
+    cancelled = int(agg.outcomes.get("cancelled", 0))
+    counted = completed - cancelled
+    return {
+        "completed": completed,
+        "ok": ok,
+        "failed": counted - ok,
+        "cancelled": cancelled,
+        "error_rate": round((counted - ok) / counted, 6) if counted else 0.0,
+    }
+
+
+def slo_rows(slos: list[AnySlo], agg: Aggregate, requests: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each SLO with its measured value so far and whether it is met (no early-stopping evidence here)."""
+    rows = []
+    for s in slos:
+        if isinstance(s, ErrorRateSlo):
+            value = requests["error_rate"]
+            counted = requests["completed"] - requests["cancelled"]
+            met = None if not counted else value <= s.limit
+            rows.append({"key": s.key, "limit": s.limit, "value": value, "unit": "fraction", "met": met})
+            continue
+        (us,) = fast_percentiles(agg.hists[s.metric], (s.percentile,))
+        value = _ms(us)
+        met = None if value is None else value <= s.limit_ms
+        rows.append({"key": s.key, "limit": s.limit_ms, "value": value, "unit": "ms", "met": met})
+    return rows
+
+
+def recent_output_tps(agg: Aggregate, now: float, seconds: int = RECENT_S) -> float:
+    """Output tokens/s over the last ``seconds`` complete seconds of the run (counted when requests end)."""
+    end = int(now)
+    start = max(end - seconds, int(agg.first_scheduled or end))
+    if end <= start:
+        return 0.0
+    total = sum(agg.series[s][3] for s in range(start, end) if s in agg.series)
+    return round(total / (end - start), 3)
+
+
+def scope_stats(agg: Aggregate, now: float) -> dict[str, Any]:
+    """Latency percentiles, throughput, request counts and error classes of one aggregate."""
+    req = request_counts(agg)
+    latency = {}
+    for key, _ in LATENCIES:
+        hist = agg.hists[key]
+        p50, p90, p99 = (_ms(v) for v in fast_percentiles(hist, (50.0, 90.0, 99.0)))
+        latency[key] = {"p50": p50, "p90": p90, "p99": p99, "count": hist.get_total_count()}
+    first, last = agg.first_scheduled, agg.last_done
+    duration = (last - first) if first is not None and last is not None else 0.0
+    out_tokens = agg.totals.get("output_tokens", 0)
+    errors = [
+        {"outcome": o, "count": int(n), "sample": (agg.error_samples.get(o) or [""])[0]}
+        for o, n in sorted(agg.outcomes.items(), key=lambda kv: -kv[1])
+        if o != "ok" and n
+    ]
+    return {
+        "latency_ms": latency,
+        "output_tokens_per_s_recent": recent_output_tps(agg, now),
+        "output_tokens_per_s_avg": round(out_tokens / duration, 3) if duration > 0 else 0.0,
+        "requests_per_s": round(req["ok"] / duration, 4) if duration > 0 else 0.0,
+        "requests": req,
+        "errors": errors,
+    }
+
+
+class LlmWebUi:
+    """Owns the run of a UI process: a new RunContext per start, finalization on stop, the LLM views."""
+
+    def __init__(
+        self,
+        env: Environment,
+        base: RunSettings,
+        profile: Profile,
+        load_description: str,
+        slos: list[AnySlo],
+        reports_root: Path,
+        finalize: Finalizer,
+        drain_timeout_s: float = 10.0,
+    ) -> None:
+        self.env = env
+        self.base = base
+        self.profile = profile
+        self.load_description = load_description
+        self.slos = slos
+        self.reports_root = reports_root
+        self.finalize = finalize
+        self.drain_timeout_s = drain_timeout_s
+        self.open_loop = load_mode(profile) == "open"
+        self.run: UiRun | None = None
+        self.interrupt_reason: str | None = None  # set on SIGINT/SIGTERM: stop without draining
+        self._cache: tuple[float, dict[str, Any]] | None = None
+        env.events.test_start.add_listener(self._on_test_start)
+        env.events.test_stopping.add_listener(self._on_test_stopping)
+        env.events.test_stop.add_listener(self._on_test_stop)
+
+    # ---- run lifecycle ---------------------------------------------------------------------
+    def _on_test_start(self, environment: Environment, **_kw: Any) -> None:
+        from loadtest.locust.context import RunContext
+
+        out = new_run_dir(self.reports_root, self.profile.name)
+        settings = dataclasses.replace(self.base, out_dir=str(out), run_id=out.name)
+        if environment.host:
+            settings.host = environment.host  # the start form's host field
+        ctx = RunContext(settings, 0, 1, "records.jsonl")
+        ctx.env = environment
+        environment.loadtest = ctx  # type: ignore[attr-defined]
+        self.run = UiRun(ctx=ctx, settings=settings, out=out, started_epoch=time.time())
+        self._cache = None
+        log.warning("run %s started: writing %s/", out.name, out)
+
+    def _on_test_stopping(self, environment: Environment, **_kw: Any) -> None:
+        run = self.run
+        if run is None or run.phase != "running":
+            return
+        run.ctx.stopping = True
+        if self.interrupt_reason is None:
+            run.phase = "draining"
+            deadline = time.monotonic() + self.drain_timeout_s
+            while run.ctx.in_flight > 0 and time.monotonic() < deadline:
+                gevent.sleep(0.05)
+
+    def _on_test_stop(self, environment: Environment, **_kw: Any) -> None:
+        run = self.run
+        if run is None or run.phase not in ("running", "draining"):
+            return
+        from loadtest.locust.runtime import RunOutcome
+
+        run.phase = "finalizing"
+        run.interrupted_reason = self.interrupt_reason
+        run.ctx.close()
+        outcome = RunOutcome(
+            aggregates=run.ctx.recorder.result(),
+            interrupted_reason=run.interrupted_reason,
+            record_files=[run.ctx.log.path.name],
+            records_written=run.ctx.log.count,
+            started_epoch=run.started_epoch,
+            ended_epoch=time.time(),
+        )
+        gevent.spawn(self._finalize, run, outcome)
+
+    def _finalize(self, run: UiRun, outcome: RunOutcome) -> None:
+        try:
+            self.finalize(run.settings, run.ctx.profile, run.ctx.workload, outcome, run.out)
+            doc = json.loads((run.out / "run.json").read_text())
+            run.verdict = doc.get("verdict")
+            report = run.out / "report.html"
+            run.report = report if report.exists() else None
+            run.phase = "done"
+        except Exception as e:  # the UI keeps serving; the error shows on the page
+            log.exception("writing the results of %s failed", run.out)
+            run.error, run.phase = f"{type(e).__name__}: {e}", "failed"
+        finally:
+            self._cache = None
+            run.done.set()
+
+    def wait_finalized(self, timeout: float) -> None:
+        if self.run is not None and self.run.phase != "running":
+            self.run.done.wait(timeout)
+
+    # ---- numbers -----------------------------------------------------------------------------
+    def stats(self) -> dict[str, Any]:
+        """What /llm/stats serves (cached for half a second)."""
+        now = time.time()
+        if self._cache is not None and now - self._cache[0] < STATS_CACHE_S:
+            return self._cache[1]
+        runner = self.env.runner
+        run = self.run
+        doc: dict[str, Any] = {
+            "profile": {
+                "name": self.profile.name,
+                "load": self.load_description,
+                "mode": "open" if self.open_loop else "closed",
+                "slos": {s.key: getattr(s, "limit_ms", getattr(s, "limit", None)) for s in self.slos},
+                "host": self.env.host or self.base.host,
+                "model": self.base.model,
+            },
+            "state": runner.state if runner is not None else "missing",
+            "run": None,
+            "overall": None,
+            "scenarios": {},
+            "slos": [],
+            "verdict": None,
+            "report_url": None,
+        }
+        if run is not None:
+            rec = run.ctx.recorder
+            agg = rec.total  # flushes pending values
+            overall = scope_stats(agg, now)
+            doc["slos"] = slo_rows(self.slos, agg, overall["requests"])
+            doc["overall"] = overall
+            for name, track in sorted(rec.scenarios.items()):
+                doc["scenarios"][name] = scope_stats(track.total, now)
+            doc["run"] = {
+                "id": run.out.name,
+                "out_dir": str(run.out),
+                "phase": run.phase,
+                "in_flight": run.ctx.in_flight,
+                "elapsed_s": round(now - run.started_epoch, 1),
+                "interrupted_reason": run.interrupted_reason,
+                "error": run.error,
+            }
+            if run.verdict is not None:
+                doc["verdict"] = run.verdict
+            if run.report is not None:
+                doc["report_url"] = "/llm/report"
+        self._cache = (now, doc)
+        return doc
+
+    def table_rows(self) -> list[dict[str, Any]]:
+        """The rows of the React UI's extended tab (one flat table: section, metric, p50/p90/p99, value)."""
+        st = self.stats()
+        p = st["profile"]
+        rows: list[dict[str, Any]] = [
+            {"section": "profile", "metric": p["name"], "value": p["load"]},
+            {
+                "section": "profile",
+                "metric": "SLOs",
+                "value": ", ".join(f"{k} ≤ {v:g}" for k, v in p["slos"].items()) or "none",
+            },
+            {"section": "page", "metric": "live LLM page", "value": "/llm"},
+        ]
+        scopes = [("all", st["overall"])] + [(f"scenario {n}", s) for n, s in st["scenarios"].items()]
+        for label, sc in scopes:
+            if sc is None:
+                continue
+            for key, title in LATENCIES:
+                lat = sc["latency_ms"][key]
+                rows.append(
+                    {
+                        "section": label,
+                        "metric": f"{title} ms",
+                        "p50": lat["p50"],
+                        "p90": lat["p90"],
+                        "p99": lat["p99"],
+                        "value": f"n={lat['count']}",
+                    }
+                )
+            r = sc["requests"]
+            rows.append(
+                {
+                    "section": label,
+                    "metric": "output tokens/s",
+                    "value": f"{sc['output_tokens_per_s_recent']:g} (last {RECENT_S} s), "
+                    f"{sc['output_tokens_per_s_avg']:g} (run)",
+                }
+            )
+            rows.append(
+                {
+                    "section": label,
+                    "metric": "requests ok / failed / cancelled",
+                    "value": f"{r['ok']} / {r['failed']} / {r['cancelled']}",
+                }
+            )
+            for e in sc["errors"]:
+                rows.append(
+                    {
+                        "section": label,
+                        "metric": f"error {e['outcome']}",
+                        "value": f"{e['count']}: {e['sample']}",
+                    }
+                )
+        for s in st["slos"]:
+            met = "n/a" if s["met"] is None else ("met" if s["met"] else "MISSED")
+            rows.append(
+                {
+                    "section": "SLO",
+                    "metric": s["key"],
+                    "value": f"{s['value']} ≤ {s['limit']:g} {s['unit']}: {met}",
+                }
+            )
+        if st["verdict"] is not None:
+            rows.append(
+                {
+                    "section": "verdict",
+                    "metric": st["verdict"]["status"],
+                    "value": f"report: {st['report_url']}" if st["report_url"] else "",
+                }
+            )
+        if st["run"] is not None:
+            rows.append({"section": "run", "metric": st["run"]["id"], "value": st["run"]["phase"]})
+        # The React table sorts by "name" first: a hidden zero-padded index keeps this order.
+        return [{"name": f"{i:04d}", **row} for i, row in enumerate(rows)]
+
+    # ---- the web UI --------------------------------------------------------------------------
+    def install(self, auth: tuple[str, str] | None = None) -> None:
+        """Extended tab, /llm, /llm/stats, /llm/report and the open-loop user count, on env.web_ui."""
+        web_ui = self.env.web_ui
+        runner = self.env.runner
+        assert web_ui is not None and runner is not None
+        app = web_ui.app
+        cols = [("section", "Section"), ("metric", "Metric"), ("p50", "p50"), ("p90", "p90"), ("p99", "p99")]
+        web_ui.template_args["extended_tabs"] = [{"title": "LLM metrics", "key": TAB_KEY}]
+        web_ui.template_args["extended_tables"] = [
+            {"key": TAB_KEY, "structure": [{"key": k, "title": t} for k, t in [*cols, ("value", "Value")]]}
+        ]
+        web_ui.template_args["extended_csv_files"] = [
+            {"href": "./llm", "title": "Live LLM metrics page"},
+            {"href": "./llm/stats", "title": "LLM metrics (JSON)"},
+            {"href": "./llm/report", "title": "Run report (after a stop)"},
+        ]
+
+        if auth is not None:
+            user, password = auth
+
+            @app.before_request
+            def basic_auth() -> Response | None:
+                if _basic_auth_ok(request.headers.get("Authorization", ""), user, password):
+                    return None
+                return Response(
+                    "authentication required", 401, {"WWW-Authenticate": 'Basic realm="loadtest"'}
+                )
+
+        @app.after_request
+        def extend_stats(response: Response) -> Response:
+            if request.path != "/stats/requests" or response.status_code != 200:
+                return response
+            try:
+                data = json.loads(response.get_data())
+                data["extended_stats"] = [{"key": TAB_KEY, "data": self.table_rows()}]
+                response.set_data(json.dumps(data))
+            except Exception:  # never break Locust's own stats view
+                log.exception("extending /stats/requests failed")
+            return response
+
+        @app.route("/llm/stats")
+        def llm_stats() -> Response:
+            return jsonify(self.stats())
+
+        @app.route("/llm")
+        def llm_page() -> Response:
+            return Response(LLM_PAGE, mimetype="text/html")
+
+        @app.route("/llm/report")
+        def llm_report() -> Response:
+            run = self.run
+            if run is None or run.report is None:
+                return Response("no report yet: stop a run first", 404, mimetype="text/plain")
+            return send_file(run.report.resolve(), mimetype="text/html")
+
+        if self.open_loop:
+            start = runner.start
+
+            def start_dispatchers(user_count: int, spawn_rate: float, *a: Any, **kw: Any) -> None:
+                # Open loop: the schedule sets the load; one dispatcher per process, whatever the form says.
+                start(self.base.processes, max(spawn_rate, 1.0), *a, **kw)
+
+            runner.start = start_dispatchers  # type: ignore[method-assign]
+
+    def interrupt(self, reason: str) -> None:
+        """SIGINT/SIGTERM: stop any run without draining and wait for its results to be written."""
+        self.interrupt_reason = reason
+        runner = self.env.runner
+        if runner is not None and runner.state in ("running", "spawning", "cleanup", "stopping"):
+            runner.stop()
+        self.wait_finalized(60.0)
+
+
+def _basic_auth_ok(header: str, user: str, password: str) -> bool:
+    if not header.startswith("Basic "):
+        return False
+    try:
+        given = base64.b64decode(header[6:], validate=True).decode()
+    except (binascii.Error, UnicodeDecodeError):
+        return False
+    u, _, p = given.partition(":")
+    return hmac.compare_digest(u, user) & hmac.compare_digest(p, password)
+
+
+LLM_PAGE = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>LLM metrics · loadtest</title>
+<style>
+body{font-family:system-ui,sans-serif;margin:1.5rem;color:#222}
+table{border-collapse:collapse;margin:.5rem 0 1.2rem}
+td,th{border:1px solid #ccc;padding:.25rem .6rem;text-align:right}
+th:first-child,td:first-child{text-align:left}
+.met{color:#17803d}.missed{color:#b42318;font-weight:600}
+#verdict{font-size:1.2rem;font-weight:600}
+.muted{color:#666}
+</style></head>
+<body>
+<h1>LLM metrics <span class="muted" id="state"></span></h1>
+<p><a href="./">← Locust</a> · <a href="./llm/stats">JSON</a></p>
+<div id="profile"></div>
+<div id="verdict"></div>
+<div id="body"><p class="muted">loading…</p></div>
+<script>
+const LAT=[["ttft","TTFT"],["itl","ITL"],["tpot","TPOT"],["e2e","E2E"]];
+const esc=s=>String(s??"").replace(/[&<>"]/g,c=>({"&":"&amp;","<":"&lt;",">":"&gt;",'"':"&quot;"}[c]));
+const num=v=>v==null?"–":String(v);
+function scope(id,sc){
+  let h="<table><tr><th>latency (ms)</th><th>p50</th><th>p90</th><th>p99</th><th>count</th></tr>";
+  for(const [k,t] of LAT){const l=sc.latency_ms[k];
+    h+=`<tr><td>${t}</td><td id="${id}-${k}-p50">${num(l.p50)}</td><td id="${id}-${k}-p90">${num(l.p90)}</td>`+
+       `<td id="${id}-${k}-p99">${num(l.p99)}</td><td>${l.count}</td></tr>`;}
+  h+="</table>";
+  const r=sc.requests;
+  h+=`<table><tr><th>output tokens/s (last 5 s)</th><td id="${id}-tps">${sc.output_tokens_per_s_recent}</td></tr>`+
+     `<tr><th>output tokens/s (run)</th><td>${sc.output_tokens_per_s_avg}</td></tr>`+
+     `<tr><th>requests ok / failed / cancelled</th><td id="${id}-requests">${r.ok} / ${r.failed} / ${r.cancelled}</td></tr>`+
+     `<tr><th>error rate</th><td>${(100*r.error_rate).toFixed(2)} %</td></tr></table>`;
+  if(sc.errors.length){h+="<table><tr><th>error class</th><th>count</th><th>sample message</th></tr>";
+    for(const e of sc.errors)h+=`<tr><td>${esc(e.outcome)}</td><td>${e.count}</td><td>${esc(e.sample)}</td></tr>`;
+    h+="</table>";}
+  return h;
+}
+function render(s){
+  const p=s.profile;
+  document.getElementById("state").textContent="· "+s.state+(s.run?" · "+s.run.id+" ("+s.run.phase+")":"");
+  const slos=Object.entries(p.slos).map(([k,v])=>esc(k)+" ≤ "+v).join(", ")||"none";
+  document.getElementById("profile").innerHTML=`<p><b id="profile-name">${esc(p.name)}</b>: `+
+    `<span id="profile-load">${esc(p.load)}</span> · model ${esc(p.model)} · ${esc(p.host)}<br>SLOs: ${slos}</p>`;
+  const v=document.getElementById("verdict");
+  v.innerHTML=s.verdict?`verdict: <span id="verdict-status">${esc(s.verdict.status)}</span>`+
+    (s.report_url?` · <a id="report-link" href=".${s.report_url}">report</a>`:""):
+    (s.run&&s.run.error?"results failed: "+esc(s.run.error):"");
+  if(!s.overall){document.getElementById("body").innerHTML=
+    '<p class="muted">no run yet: start one on the <a href="./">Locust page</a></p>';return;}
+  let h="<h2>all requests</h2>"+scope("all",s.overall);
+  for(const [n,sc] of Object.entries(s.scenarios))h+="<h2>scenario "+esc(n)+"</h2>"+scope("sc-"+esc(n),sc);
+  if(s.slos.length){h+="<h2>SLOs</h2><table><tr><th>SLO</th><th>measured</th><th>limit</th><th></th></tr>";
+    for(const o of s.slos){const m=o.met==null?"n/a":(o.met?"met":"missed");
+      h+=`<tr><td>${esc(o.key)}</td><td>${num(o.value)}</td><td>${o.limit} ${o.unit}</td>`+
+         `<td class="${m}">${m}</td></tr>`;}
+    h+="</table>";}
+  document.getElementById("body").innerHTML=h;
+}
+async function tick(){
+  try{const r=await fetch("./llm/stats",{cache:"no-store"});if(r.ok)render(await r.json());}catch(e){}
+  setTimeout(tick,1000);
+}
+tick();
+</script></body></html>
+"""
