@@ -18,8 +18,9 @@ import numpy as np
 import psutil
 import pytest
 
-from loadtest.locust.webui import fast_percentiles, request_counts
+from loadtest.locust.webui import request_counts
 from loadtest.metrics import hdr
+from loadtest.metrics.hdr import fast_percentiles
 from loadtest.metrics.recorder import Aggregate
 from tests.conftest import CLI, write_profile
 

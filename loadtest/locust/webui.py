@@ -15,12 +15,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import gevent
-import numpy as np
 from flask import Response, jsonify, request, send_file
 from gevent.event import Event
-from hdrh.histogram import HdrHistogram
 
 from loadtest.locust.settings import RunSettings, load_mode
+from loadtest.metrics.hdr import fast_percentiles
 from loadtest.metrics.recorder import Aggregate
 from loadtest.metrics.slo import AnySlo, ErrorRateSlo
 from loadtest.profile.schema import Profile
@@ -66,23 +65,6 @@ def new_run_dir(root: Path, profile_name: str) -> Path:
         n += 1
         out = base.with_name(f"{base.name}-{n}")
     out.mkdir(parents=True)
-    return out
-
-
-def fast_percentiles(hist: HdrHistogram, pcts: tuple[float, ...]) -> list[float | None]:
-    """HDR percentiles (same values as ``get_value_at_percentile``) from one vectorized pass over the counts.
-
-    ``build_metrics`` walks every bucket in Python (mean, stddev, p99.9 of eight histograms: ~0.7 s),
-    which would stall the load generator's event loop on every refresh of the page.
-    """
-    n = hist.get_total_count()
-    if not n:
-        return [None] * len(pcts)
-    cum = np.cumsum(np.ctypeslib.as_array(hist.counts)[: hist.counts_len], dtype=np.int64)
-    out: list[float | None] = []
-    for p in pcts:
-        idx = int(np.searchsorted(cum, hist.get_target_count_at_percentile(p), side="left"))
-        out.append(float(hist.get_highest_equivalent_value(hist.get_value_from_index(idx))))
     return out
 
 
