@@ -4,9 +4,10 @@ import argparse
 import sys
 
 from loadtest import __version__
+from loadtest.cli.cluster_cmd import add_parsers as add_cluster_parsers
 
 # Commands that run Locust: gevent must patch the process before ssl, socket or threading are used.
-GEVENT_COMMANDS = {"run", "ui"}
+GEVENT_COMMANDS = {"run", "ui", "master", "worker"}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -51,10 +52,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="SLOs to judge, e.g. ttft_p99=2s,tpot_p99=80ms,error_rate=0.5%% (merged over the profile's)",
     )
     run.add_argument(
-        "--warmup", metavar="S|auto", help="judge only requests scheduled after this (30s, 1m, or auto: steady state)"
+        "--warmup",
+        metavar="S|auto",
+        help="judge only requests scheduled after this (30s, 1m, or auto: steady state)",
     )
-    run.add_argument("--cooldown", metavar="S|auto", help="and before this long before the last one (or auto)")
-    run.add_argument("--junit", metavar="PATH", help="write the verdict as JUnit XML (one test case per check)")
+    run.add_argument(
+        "--cooldown", metavar="S|auto", help="and before this long before the last one (or auto)"
+    )
+    run.add_argument(
+        "--junit", metavar="PATH", help="write the verdict as JUnit XML (one test case per check)"
+    )
     run.add_argument("--out", help="output folder (default: reports/<timestamp>-<profile>/)")
     run.add_argument(
         "--processes", type=int, default=1, metavar="N", help="Locust worker processes on this host"
@@ -135,6 +142,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--engine-speedup", type=float, default=1.0, help="run the engine clock this many times faster"
     )
 
+    add_cluster_parsers(sub)  # master, worker
+
     rep = sub.add_parser("report", help="rebuild report.html of a run folder from its run.json")
     rep.add_argument("run_dir")
 
@@ -174,6 +183,14 @@ def main(argv: list[str] | None = None) -> int:
         from loadtest.cli.ui_cmd import ui_command
 
         return ui_command(args)
+    if args.command == "master":
+        from loadtest.cli.cluster_cmd import master_command
+
+        return master_command(args)
+    if args.command == "worker":
+        from loadtest.cli.cluster_cmd import worker_command
+
+        return worker_command(args)
     if args.command == "profiles":
         from loadtest.cli.profiles_cmd import profiles_command
 

@@ -211,7 +211,9 @@ def run_command(args: argparse.Namespace) -> int:
                 outcome = runtime.run_local(settings)
         except RuntimeError as e:
             return _fail(str(e), EXIT_COULD_NOT_RUN)
-        return _write_results(settings, profile, workload, outcome, models, engine_info, out, slos, args.junit)
+        return _write_results(
+            settings, profile, workload, outcome, models, engine_info, out, slos, args.junit
+        )
     return EXIT_COULD_NOT_RUN  # pragma: no cover
 
 
@@ -304,7 +306,9 @@ def _write_results(
     print(f"run.json: {out / 'run.json'}")
     print(f"report:   {report}")
     if junit:
-        Path(junit).write_text(junit_xml(verdict, f"loadtest.{profile.name}", time_s=metrics["window"]["duration_s"]))
+        Path(junit).write_text(
+            junit_xml(verdict, f"loadtest.{profile.name}", time_s=metrics["window"]["duration_s"])
+        )
         print(f"junit:    {junit}")
     print(verdict_line(verdict))
     if outcome.interrupted_reason:
@@ -318,7 +322,11 @@ def _with_judging(profile: Profile, args: argparse.Namespace) -> Profile:
     for flag, key in ((args.warmup, "warmup_s"), (args.cooldown, "cooldown_s")):
         if flag:
             update[key] = "auto" if flag.strip() == "auto" else parse_duration(flag)
-    return profile.model_copy(update={"judging": profile.judging.model_copy(update=update)}) if update else profile
+    return (
+        profile.model_copy(update={"judging": profile.judging.model_copy(update=update)})
+        if update
+        else profile
+    )
 
 
 def merge_slos(profile_slos: dict[str, Any], cli: str | None) -> list[AnySlo]:

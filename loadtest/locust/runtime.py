@@ -1,40 +1,62 @@
-"""Drives a run on Locust's runners: one local process, or a master with worker processes on this host.
+"""Drives a run on Locust's runners: one local process, or a master with worker processes here or on other hosts.
 
-End of a run: stop issuing, let in-flight requests finish (drain, bounded), stop the users, and
-collect every worker's final delta through an explicit request/reply, so the merged histograms are
-exact. An interrupt (Ctrl-C, SIGTERM) skips the drain: in-flight requests are recorded as cancelled.
+Settings travel from the master to each worker when it connects (``loadtest_settings``: the settings,
+the profile's content and the workload fingerprint; never the API key, only its variable's name).
+Records travel the other way: each report carries the histogram delta and the zlib-compressed record
+lines finished since the last report, taken together, so the master's run folder holds exactly the
+records its merged histograms count. End of a run: stop issuing, let in-flight requests finish (drain,
+bounded), stop the users, and collect every worker's final delta and lines through an explicit
+request/reply. An interrupt (Ctrl-C, SIGTERM) skips the drain: in-flight requests are recorded as
+cancelled. A worker that dies is noticed (process exit, or no heartbeat for ``LOST_AFTER_S``); what it
+reported is kept and the run names it.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
+import tempfile
 import time
-from dataclasses import dataclass, field
+import zlib
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import gevent
+import msgspec
+import yaml
 from gevent.event import Event
 from locust.env import Environment
 from locust.rpc import Message
 from locust.runners import MasterRunner, Runner, WorkerRunner
 
+from loadtest.client.record import RequestRecord
 from loadtest.gc_tuning import tune_gc
 from loadtest.locust.context import RunContext
 from loadtest.locust.settings import RunSettings, load_mode
 from loadtest.locust.users import ClosedLoopUser, OpenLoopUser
 from loadtest.metrics.recorder import RunAggregates
+from loadtest.profile.loader import load_profile
 from loadtest.profile.schema import Profile
+from loadtest.workload.builder import Workload
 
 log = logging.getLogger("loadtest")
 
+MSG_HELLO = "loadtest_hello"  # worker → master once its handlers are in place: {}
+MSG_SETTINGS = "loadtest_settings"  # master → worker on connect: {"index", "settings", "profile", ...}
+MSG_READY = "loadtest_ready"  # worker → master: {"index", "host", "pid", "records", "error"}
 MSG_FINISH = "loadtest_finish"  # master → worker: {"drain": bool, "timeout": s}
-MSG_FINAL = "loadtest_final"  # worker → master: {"index": i, "delta": wire, "records": n}
+MSG_FINAL = "loadtest_final"  # worker → master: {"index", "delta", "lines", "count", "left"}
+# Keys a worker adds to each Locust report (every WORKER_REPORT_INTERVAL = 3 s).
+REPORT_INDEX, REPORT_DELTA, REPORT_LINES = "loadtest_index", "loadtest", "loadtest_lines"
 DRAIN_TIMEOUT_S = 60.0
+LOST_AFTER_S = 5.0  # no heartbeat (sent every second) for this long: the worker is gone
+MASTER_GONE_AFTER_S = 15.0  # a worker stops when the master has not answered a heartbeat for this long
 
 
 @dataclass
@@ -134,84 +156,339 @@ def run_local(settings: RunSettings) -> RunOutcome:
     )
 
 
-def run_master(settings: RunSettings, master_port: int) -> RunOutcome:
-    """A Locust master in this process and ``settings.processes`` worker processes on this host."""
+_line_enc = msgspec.json.Encoder()
+
+
+class ShippedLog:
+    """A worker's record log: each line goes to a local file (if any) and waits for the next report.
+
+    ``take()`` hands over the lines finished since the last call (zlib-compressed); the caller takes the
+    histogram delta in the same step, so lines and counts always travel together.
+    """
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path if path is not None else Path(os.devnull)
+        self._fd = -1
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self._pending: list[bytes] = []
+        self.count = 0
+
+    def write(self, rec: RequestRecord) -> None:
+        line = _line_enc.encode(rec.to_log()) + b"\n"
+        if self._fd >= 0:
+            os.write(self._fd, line)
+        self._pending.append(line)
+        self.count += 1
+
+    def take(self) -> bytes:
+        if not self._pending:
+            return b""
+        blob = zlib.compress(b"".join(self._pending), 1)
+        self._pending = []
+        return blob
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.fsync(self._fd)
+            os.close(self._fd)
+            self._fd = -1
+
+
+class RecordSink:
+    """The master's side: appends each worker's shipped lines to ``records-w<i>.jsonl`` in the run folder."""
+
+    def __init__(self, out: Path) -> None:
+        self.out = out
+        self._fds: dict[int, int] = {}
+        self.counts: dict[int, int] = {}
+
+    def add(self, index: int, blob: bytes | None) -> None:
+        if not blob:
+            return
+        raw = zlib.decompress(blob)
+        fd = self._fds.get(index)
+        if fd is None:
+            path = self.out / f"records-w{index}.jsonl"
+            fd = self._fds[index] = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self.counts[index] = self.counts.get(index, 0) + raw.count(b"\n")
+        data = memoryview(raw)
+        while data:
+            data = data[os.write(fd, data) :]
+
+    @property
+    def files(self) -> list[str]:
+        return [f"records-w{i}.jsonl" for i in sorted(self._fds)]
+
+    def close(self) -> None:
+        for fd in self._fds.values():
+            os.fsync(fd)
+            os.close(fd)
+        self._fds.clear()
+
+
+@dataclass
+class _Worker:
+    """What the master knows about one connected worker."""
+
+    index: int
+    client_id: str
+    host: str = "?"
+    pid: int = 0
+    ready: bool = False
+    error: str | None = None
+    last_seen: float = field(default_factory=time.monotonic)
+    lost: str | None = None
+    final: dict | None = None
+
+    def name(self) -> str:
+        return f"worker {self.index} ({self.host} pid {self.pid})"
+
+
+def settings_payload(settings: RunSettings) -> dict[str, Any]:
+    """What a worker needs to run: settings, the profile's content (trace path absolute), the fingerprint."""
+    profile, path = settings.profile()
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    trace = load_profile(settings.profile_ref)[0].load.trace
+    if (
+        trace is not None
+        and isinstance(data.get("load"), dict)
+        and isinstance(data["load"].get("trace"), dict)
+    ):
+        data["load"]["trace"]["path"] = trace.path  # resolved against the master's profile folder
+    return {
+        "settings": settings.to_json(),
+        "profile": json.dumps(data),
+        "profile_name": path.stem,
+        "fingerprint": Workload(profile, settings.seed).fingerprint(),
+    }
+
+
+def run_master(
+    settings: RunSettings,
+    master_port: int,
+    spawn_local: bool = True,
+    expect: int | None = None,
+    bind_host: str = "127.0.0.1",
+    wait_s: float = 60.0,
+) -> RunOutcome:
+    """A Locust master in this process and ``expect`` workers (default ``settings.processes``).
+
+    ``spawn_local``: start the workers as processes on this host; otherwise wait up to ``wait_s`` for
+    ``loadtest worker`` processes to connect from anywhere that can reach ``bind_host:master_port``.
+    """
+    n = settings.processes = expect or settings.processes
     profile, _ = settings.profile()
+    payload = settings_payload(settings)
     env = Environment(user_classes=[user_class(profile)], host=settings.host)
-    runner: MasterRunner = env.create_master_runner("127.0.0.1", master_port)
+    try:
+        runner: MasterRunner = env.create_master_runner(bind_host, master_port)
+    except SystemExit as e:  # Locust exits when the port is taken
+        raise RuntimeError(f"cannot listen for workers on {bind_host}:{master_port} (port in use?)") from e
     total = RunAggregates()
-    finals: dict[int, dict] = {}
+    out = Path(settings.out_dir)
+    sink = RecordSink(out)
+    workers: dict[int, _Worker] = {}
+    by_client: dict[str, _Worker] = {}
+
+    def on_connect(client_id: str, **_kw: Any) -> None:
+        if client_id in by_client:
+            return  # a repeated client_ready: it already has the settings
+        index = runner.get_worker_index(client_id)
+        if index >= n:
+            log.warning("worker %s connected but %d are expected: sending it away", client_id, n)
+            runner.send_message("quit", None, client_id)
+            return
+        by_client[client_id] = workers[index] = _Worker(index, client_id)
+
+    def on_hello(environment: Environment, msg: Message, **_kw: Any) -> None:
+        w = by_client.get(msg.node_id)
+        if w is not None:
+            w.last_seen = time.monotonic()
+            runner.send_message(MSG_SETTINGS, {**payload, "index": w.index}, msg.node_id)
+
+    def seen(client_id: str, **_kw: Any) -> None:
+        w = by_client.get(client_id)
+        if w is not None:
+            w.last_seen = time.monotonic()
 
     def on_worker_report(client_id: str, data: dict) -> None:
-        delta = data.get("loadtest")
-        if delta:
-            total.merge_wire(delta)
+        seen(client_id)
+        if REPORT_INDEX not in data:
+            return
+        index = int(data[REPORT_INDEX])
+        if data.get(REPORT_DELTA):
+            total.merge_wire(data[REPORT_DELTA])
+        sink.add(index, data.get(REPORT_LINES))
+
+    def on_ready(environment: Environment, msg: Message, **_kw: Any) -> None:
+        w = by_client.get(msg.node_id)
+        if w is None:
+            return
+        w.host, w.pid, w.error = msg.data.get("host", "?"), int(msg.data.get("pid", 0)), msg.data.get("error")
+        w.ready = w.error is None
 
     def on_final(environment: Environment, msg: Message, **_kw: Any) -> None:
         data = msg.data
         total.merge_wire(data["delta"])
-        finals[int(data["index"])] = data
+        sink.add(int(data["index"]), data.get("lines"))
+        w = workers.get(int(data["index"]))
+        if w is not None:
+            w.final = data
+            if data.get("left"):
+                _forget(runner, w.client_id)
 
+    env.events.worker_connect.add_listener(on_connect)
+    env.events.heartbeat_sent.add_listener(seen)
     env.events.worker_report.add_listener(on_worker_report)
+    runner.register_message(MSG_HELLO, on_hello)
+    runner.register_message(MSG_READY, on_ready)
     runner.register_message(MSG_FINAL, on_final)
     stopper = _Stopper()
     stopper.install()
 
-    out = Path(settings.out_dir)
-    settings_path = out / ".settings.json"
-    settings.write(settings_path)
-    procs = [
-        _spawn_worker(settings_path, master_port, out / f"worker-{i}.log") for i in range(settings.processes)
-    ]
+    procs: dict[int, subprocess.Popen] = {}  # pid → local worker process
+    if spawn_local:
+        for i in range(n):
+            p = _spawn_worker(bind_host, master_port, out / f"worker-{i}.log")
+            procs[p.pid] = p
+    watcher: gevent.Greenlet | None = None
+    started = time.time()
     try:
-        deadline = time.monotonic() + 60
-        while len(runner.clients.ready) < settings.processes:
-            dead = [p for p in procs if p.poll() is not None]
-            if dead or time.monotonic() > deadline or stopper.reason:
-                raise RuntimeError(
-                    f"only {len(runner.clients.ready)} of {settings.processes} worker processes connected"
-                    f" (see {out}/worker-*.log)"
-                )
-            gevent.sleep(0.1)
+        _wait_for_workers(runner, workers, n, procs, stopper, wait_s, out, bind_host, master_port)
+        watcher = gevent.spawn(_watch_workers, runner, workers, procs, stopper)
         started = time.time()
         drive_load(runner, profile, settings, stopper)
         drain = stopper.reason is None
         runner.send_message(MSG_FINISH, {"drain": drain, "timeout": DRAIN_TIMEOUT_S})
         deadline = time.monotonic() + (DRAIN_TIMEOUT_S if drain else 0) + 30
-        while len(finals) < settings.processes and time.monotonic() < deadline:
-            alive = sum(1 for p in procs if p.poll() is None)
-            if len(finals) >= alive and alive < settings.processes:
-                break  # a worker died: it will never answer
+        while time.monotonic() < deadline and any(w.final is None and not w.lost for w in workers.values()):
             gevent.sleep(0.05)
-        lost = sorted(set(range(settings.processes)) - set(finals))
         runner.quit()
     finally:
-        _stop_processes(procs)
+        if watcher is not None:
+            watcher.kill()
+        _stop_processes(list(procs.values()))
+        sink.close()
+    lost = [
+        w for w in sorted(workers.values(), key=lambda w: w.index) if w.final is None or w.final.get("left")
+    ]
     reason = stopper.reason
     if lost and reason is None:
-        reason = f"worker(s) {lost} did not report their final results"
-    files = sorted(p.name for p in out.glob("records*.jsonl"))
+        reason = "; ".join(f"{w.name()} {_lost_why(w)}" for w in lost) + (
+            ": its requests up to its last report are included"
+            if len(lost) == 1
+            else ": their requests up to their last reports are included"
+        )
     return RunOutcome(
         aggregates=total,
         interrupted_reason=reason,
-        record_files=files,
-        records_written=sum(int(f["records"]) for f in finals.values()),
-        workers_lost=lost,
+        record_files=sink.files,
+        records_written=sum(sink.counts.values()),
+        workers_lost=[w.index for w in lost],
         started_epoch=started,
         ended_epoch=time.time(),
     )
 
 
-def _spawn_worker(settings_path: Path, master_port: int, log_path: Path) -> subprocess.Popen:
+def _lost_why(w: _Worker) -> str:
+    if w.final is not None and w.final.get("left"):
+        return f"left the run early ({w.final['left']})"
+    return w.lost or "did not report its final results"
+
+
+def _wait_for_workers(
+    runner: MasterRunner,
+    workers: dict[int, _Worker],
+    n: int,
+    procs: dict[int, subprocess.Popen],
+    stopper: _Stopper,
+    wait_s: float,
+    out: Path,
+    bind_host: str,
+    port: int,
+) -> None:
+    """Until ``n`` workers have their settings and are ready; a clear error otherwise."""
+    deadline = time.monotonic() + wait_s
+    if not procs:
+        log.warning(
+            "waiting up to %gs for %d worker(s): loadtest worker --master-host %s --master-port %d",
+            wait_s,
+            n,
+            "<this host>" if bind_host in ("0.0.0.0", "*", "::") else bind_host,
+            port,
+        )
+    while True:
+        failed = [w for w in workers.values() if w.error]
+        if failed:
+            w = failed[0]
+            raise RuntimeError(f"{w.name()} could not set up the run: {w.error}")
+        ready = [w for w in workers.values() if w.ready]
+        if len(ready) >= n and len(runner.clients.ready) >= n:
+            return
+        dead = [p for p in procs.values() if p.poll() is not None]
+        if dead or time.monotonic() > deadline or stopper.reason:
+            where = f" (see {out}/worker-*.log)" if procs else f" within {wait_s:g}s on {bind_host}:{port}"
+            raise RuntimeError(f"only {len(ready)} of {n} workers connected and ready{where}")
+        gevent.sleep(0.1)
+
+
+def _watch_workers(
+    runner: MasterRunner, workers: dict[int, _Worker], procs: dict[int, subprocess.Popen], stopper: _Stopper
+) -> None:
+    """Notice workers that die: a local process that exits, or any worker silent for ``LOST_AFTER_S``."""
+    t0 = time.monotonic()
+    while True:
+        gevent.sleep(0.25)
+        now = time.monotonic()
+        for w in workers.values():
+            if w.lost or w.final is not None:
+                continue
+            proc = procs.get(w.pid)
+            code = proc.poll() if proc is not None else None
+            if code is not None:
+                how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit status {code}"
+                w.lost = f"was lost {now - t0:.1f}s into the run (process ended: {how})"
+            elif now - w.last_seen > LOST_AFTER_S:
+                w.lost = f"was lost {now - t0:.1f}s into the run (no heartbeat for {now - w.last_seen:.0f}s)"
+            else:
+                continue
+            log.error("%s %s", w.name(), w.lost)
+            _forget(runner, w.client_id)
+        if workers and all(w.lost for w in workers.values()):
+            log.error("every worker is lost: ending the run")
+            stopper.event.set()
+            return
+
+
+def _forget(runner: MasterRunner, client_id: str) -> None:
+    """Drop a gone worker from Locust's books without handing its users to the others.
+
+    Locust would redistribute them when it finally drops a silent worker (after 60 s); in open loop
+    that would make a surviving worker dispatch its share of the schedule twice.
+    """
+    node = runner.clients.get(client_id)
+    if node is None:
+        return
+    del runner.clients[client_id]
+    dispatcher = runner._users_dispatcher
+    if dispatcher is not None:
+        dispatcher.remove_worker(node)
+
+
+def _spawn_worker(master_host: str, master_port: int, log_path: Path) -> subprocess.Popen:
     logf = open(log_path, "ab")  # noqa: SIM115 - handed to the child
+    host = "127.0.0.1" if master_host in ("0.0.0.0", "*") else master_host
     cmd = [
         sys.executable,
         "-m",
         "loadtest.locust.worker",
-        "--settings",
-        str(settings_path),
+        "--master-host",
+        host,
         "--master-port",
         str(master_port),
+        "--local",
     ]
     # A new session: a terminal Ctrl-C reaches the master only, which then stops the workers in order.
     return subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, start_new_session=True)
@@ -232,44 +509,162 @@ def _stop_processes(procs: list[subprocess.Popen]) -> None:
             p.wait()
 
 
-def worker_main(settings: RunSettings, master_port: int) -> int:
-    """Entry of a worker process: connect, run users on command, answer the final-results request."""
-    profile, _ = settings.profile()
-    env = Environment(user_classes=[user_class(profile)], host=settings.host)
-    runner: WorkerRunner = env.create_worker_runner("127.0.0.1", master_port)
-    ctx = RunContext(
-        settings, runner.worker_index, settings.processes, f"records-w{runner.worker_index}.jsonl"
-    )
-    ctx.env = env
-    env.loadtest = ctx  # type: ignore[attr-defined]
+def _local_log_path(out: Path, index: int) -> Path:
+    """``<out>/records-w<i>.jsonl``; a log left there by an earlier run is moved aside, never appended to."""
+    path = out / f"records-w{index}.jsonl"
+    if path.exists() and path.stat().st_size:
+        stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(path.stat().st_mtime))
+        path.rename(out / f"records-w{index}.{stamp}.jsonl")
+    return path
+
+
+def _setup_worker(data: dict[str, Any], out: str | None, keep_local: bool) -> RunContext:
+    """The worker's RunContext from the master's ``loadtest_settings`` message."""
+    index = int(data["index"])
+    settings = RunSettings.from_json(data["settings"])
+    if settings.api_key_env and not os.environ.get(settings.api_key_env):
+        raise RuntimeError(f"the API key variable {settings.api_key_env} is not set on this host")
+    local = Path(out if out else Path("reports") / f"worker-{index}") if keep_local else None
+    folder = local if local is not None else Path(tempfile.mkdtemp(prefix="loadtest-worker-"))
+    folder.mkdir(parents=True, exist_ok=True)
+    profile_file = folder / f"{data['profile_name']}.yaml"
+    profile_file.write_text(data["profile"])  # JSON is valid YAML
+    settings = replace(settings, profile_ref=str(profile_file), out_dir=str(folder))
+    # RunContext opens its own log; this process ships lines instead (the local copy is optional).
+    ctx = RunContext(settings, index, settings.processes, os.devnull)
+    null_log = ctx.log
+    os.close(null_log._fd)
+    null_log._fd = -1
+    ctx.log = ShippedLog(_local_log_path(local, index) if local is not None else None)  # type: ignore[assignment]
+    if local is None:
+        profile_file.unlink()
+        folder.rmdir()
+    got = ctx.workload.fingerprint()
+    if got != data["fingerprint"]:
+        raise RuntimeError(
+            "this host builds different traffic from the same profile and seed (workload fingerprint "
+            f"{got[:12]} ≠ the master's {data['fingerprint'][:12]}): same loadtest version and tokenizer files?"
+        )
+    return ctx
+
+
+def worker_main(
+    master_host: str = "127.0.0.1",
+    master_port: int = 5557,
+    out: str | None = None,
+    keep_local: bool = True,
+    parent_pid: int | None = None,
+) -> int:
+    """A worker: connect, get the run's settings from the master, run users on command, ship results.
+
+    ``out``: the folder for this worker's own copy of its records (default ``reports/worker-<i>/``);
+    ``keep_local=False`` keeps none (local workers: the master writes the same lines next to it).
+    ``parent_pid``: stop when that process (the local master) is gone. Signals end this worker's part
+    early: it sends what it has and leaves.
+    """
+    env = Environment(user_classes=[ClosedLoopUser, OpenLoopUser])
+    try:
+        runner: WorkerRunner = env.create_worker_runner(master_host, master_port)
+    except ConnectionError:
+        log.error("no master answered at %s:%d", master_host, master_port)
+        return 1
+    state: dict[str, Any] = {"ctx": None, "code": 0, "finishing": False}
+    heard = [time.monotonic()]
+
+    def on_settings(environment: Environment, msg: Message, **_kw: Any) -> None:
+        index = int(msg.data["index"])
+        reply: dict[str, Any] = {
+            "index": index,
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "error": None,
+        }
+        try:
+            ctx = _setup_worker(msg.data, out, keep_local)
+        except Exception as e:  # noqa: BLE001 - reported to the master as one line
+            reply["error"] = f"{type(e).__name__}: {e}" if not isinstance(e, RuntimeError) else str(e)
+            log.error("cannot set up the run: %s", reply["error"])
+            runner.send_message(MSG_READY, reply)
+            state["code"] = 1
+            gevent.spawn_later(0.5, runner.quit)
+            return
+        ctx.env = env
+        env.loadtest = ctx  # type: ignore[attr-defined]
+        state["ctx"] = ctx
+        reply["records"] = str(ctx.log.path)
+        runner.send_message(MSG_READY, reply)
+        if keep_local:
+            print(f"worker {index}: run {ctx.settings.run_id}, records in {ctx.log.path}", flush=True)
+        tune_gc()
 
     def on_report(client_id: str, data: dict) -> None:
-        data["loadtest"] = ctx.recorder.take_delta()
+        ctx: RunContext | None = state["ctx"]
+        if ctx is not None:
+            data[REPORT_INDEX] = ctx.worker_index
+            data[REPORT_DELTA] = ctx.recorder.take_delta()  # the delta and the lines: the same moment
+            data[REPORT_LINES] = ctx.log.take()  # type: ignore[attr-defined]
 
-    def finish(drain: bool, timeout: float) -> None:
+    def finish(drain: bool, timeout: float, left: str | None = None) -> None:
+        ctx: RunContext | None = state["ctx"]
+        if ctx is None or state["finishing"]:
+            return
+        state["finishing"] = True
         if drain:
             _drain(ctx, timeout)
+        ctx.stopping = True
         runner.stop()
         ctx.close()
         runner.send_message(
             MSG_FINAL,
-            {"index": ctx.worker_index, "delta": ctx.recorder.take_delta(), "records": ctx.log.count},
+            {
+                "index": ctx.worker_index,
+                "delta": ctx.recorder.take_delta(),
+                "lines": ctx.log.take(),  # type: ignore[attr-defined]
+                "count": ctx.log.count,
+                "left": left,
+            },
         )
 
     def on_finish(environment: Environment, msg: Message, **_kw: Any) -> None:
         gevent.spawn(finish, bool(msg.data["drain"]), float(msg.data["timeout"]))
 
-    def watch_master_process(parent: int) -> None:
-        while os.getppid() == parent:
-            gevent.sleep(1.0)
-        log.error("the master process is gone; worker %d stops", ctx.worker_index)
-        runner.stop()
-        ctx.close()
-        runner.greenlet.kill()
+    def leave(why: str) -> None:
+        finish(False, 0.0, why)
+        gevent.sleep(0.5)  # let the final message go out
+        ctx: RunContext | None = state["ctx"]
+        if ctx is not None:
+            ctx.close()
+        runner.quit()
 
+    def on_signal(sig: int) -> None:
+        name = signal.Signals(sig).name
+        log.warning("%s received: worker leaves the run, sending what it has", name)
+        gevent.spawn(leave, name)
+
+    def watch_master() -> None:
+        while True:
+            gevent.sleep(1.0)
+            if parent_pid is not None and os.getppid() != parent_pid:
+                why = "the master process is gone"
+            elif time.monotonic() - heard[0] > MASTER_GONE_AFTER_S:
+                why = f"no heartbeat from the master for {MASTER_GONE_AFTER_S:g}s"
+            else:
+                continue
+            log.error("%s; worker stops", why)
+            leave(why)
+            return
+
+    env.events.heartbeat_received.add_listener(lambda **_kw: heard.__setitem__(0, time.monotonic()))
     env.events.report_to_master.add_listener(on_report)
+    runner.register_message(MSG_SETTINGS, on_settings)
     runner.register_message(MSG_FINISH, on_finish)
-    gevent.spawn(watch_master_process, os.getppid())
-    tune_gc()
+    if parent_pid is None:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            gevent.signal_handler(sig, on_signal, sig)
+    gevent.spawn(watch_master)
+    runner.send_message(MSG_HELLO, {})  # the settings come back in reply
     runner.greenlet.join()
-    return 0
+    ctx = state["ctx"]
+    if ctx is not None:
+        ctx.close()
+    return int(state["code"])

@@ -104,9 +104,7 @@ def steady_state(rates: Sequence[float], span: int = 3, level: float = 0.9) -> t
     return first, max(last, first + 1)
 
 
-def choose_window(
-    lines: Sequence[Mapping[str, Any]], warmup: float | str, cooldown: float | str
-) -> Window:
+def choose_window(lines: Sequence[Mapping[str, Any]], warmup: float | str, cooldown: float | str) -> Window:
     """The judged window from fixed warm-up/cool-down seconds, or ``"auto"`` (steady-state detection)."""
     t0 = min(r["t"] for r in lines)
     t_last = max(r["t"] for r in lines)
@@ -160,7 +158,11 @@ def goodput_summary(
         per_second[sec][0] += 1
         per_second[sec][1] += rule.is_good(r)
     secs = sorted(per_second)
-    out["series"] = {"t": secs, "judged": [per_second[s][0] for s in secs], "good": [per_second[s][1] for s in secs]}
+    out["series"] = {
+        "t": secs,
+        "judged": [per_second[s][0] for s in secs],
+        "good": [per_second[s][1] for s in secs],
+    }
     if per_scenario:
         by: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
         for r in done:

@@ -27,7 +27,11 @@ RATE_METRICS: dict[str, str] = {
 }
 # The generator's own CPU use, sampled once a second per process (permille of one core).
 HEALTH_METRICS: dict[str, str] = {"generator_cpu": "generator process CPU, permille of one core"}
-HIST_HIGHEST = {**{n: hdr.HIGHEST_US for n in LATENCY_METRICS}, "output_tps": 10**10, "generator_cpu": 100_000}
+HIST_HIGHEST = {
+    **{n: hdr.HIGHEST_US for n in LATENCY_METRICS},
+    "output_tps": 10**10,
+    "generator_cpu": 100_000,
+}
 # Per-second series columns, keyed by epoch second: requests by the second they completed in,
 # output tokens by the second their chunks arrived in.
 SERIES_COLUMNS = ("completed", "ok", "errors", "output_tokens", "input_tokens")

@@ -144,8 +144,16 @@ def render_html(run: dict[str, Any]) -> str:
     """The report page for a loaded run.json."""
     verdict = run.get("verdict")
     label = VERDICT_LABELS.get(verdict["status"], verdict["status"]) if verdict else ""
-    return _env().get_template(TEMPLATE).render(
-        **_context(run), verdict=verdict, verdict_label=label, goodput=run.get("goodput"), judged=run.get("judged")
+    return (
+        _env()
+        .get_template(TEMPLATE)
+        .render(
+            **_context(run),
+            verdict=verdict,
+            verdict_label=label,
+            goodput=run.get("goodput"),
+            judged=run.get("judged"),
+        )
     )
 
 

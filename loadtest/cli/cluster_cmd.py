@@ -1,0 +1,165 @@
+"""``loadtest master`` and ``loadtest worker``: one run spread over workers on this or other hosts."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+
+DEFAULT_MASTER_PORT = 5557
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:
+    """The ``master`` and ``worker`` subcommands."""
+    m = sub.add_parser(
+        "master",
+        help="run like `loadtest run --processes N`, with N `loadtest worker` processes started anywhere",
+    )
+    m.add_argument(
+        "--expect-workers", type=int, required=True, metavar="N", help="wait for N workers, then run"
+    )
+    m.add_argument(
+        "--master-bind-host",
+        default="127.0.0.1",
+        metavar="ADDR",
+        help="address to listen on for workers (default: %(default)s; 0.0.0.0 lets other machines in)",
+    )
+    m.add_argument("--master-port", type=int, default=DEFAULT_MASTER_PORT, metavar="PORT")
+    m.add_argument(
+        "--worker-timeout",
+        type=float,
+        default=120.0,
+        metavar="S",
+        help="how long to wait for the workers to connect (default: %(default)gs)",
+    )
+    m.add_argument("--profile", default="interactive-chat", help="shipped profile name or YAML path")
+    m.add_argument("--host", required=True, help="endpoint base URL every worker can reach")
+    m.add_argument(
+        "--model", help="model name to request (default: the profile's, else the endpoint's first)"
+    )
+    m.add_argument(
+        "--api-key-env",
+        metavar="VAR",
+        help="name of the variable holding the API key; each worker reads its own (default: OPENAI_API_KEY if set)",
+    )
+    m.add_argument("--duration", help="how long to issue requests: 90, 90s, 5m, 1h (default: the profile's)")
+    load = m.add_mutually_exclusive_group()
+    load.add_argument("--concurrency", type=int, metavar="N", help="closed loop: N concurrent streams in all")
+    load.add_argument(
+        "--rate", type=float, metavar="R", help="open loop: R requests/s in all, Poisson arrivals"
+    )
+    m.add_argument(
+        "--tokenizer", help="tokenizer name or tokenizer.json path (the same path on every worker)"
+    )
+    m.add_argument("--seed", type=int, help="workload and arrival seed (default: the profile's)")
+    m.add_argument("--slo", metavar="SPEC", help="SLOs to judge, e.g. ttft_p99=2s,error_rate=0.5%%")
+    m.add_argument("--warmup", metavar="S|auto", help="judge only requests scheduled after this")
+    m.add_argument("--cooldown", metavar="S|auto", help="and before this long before the last one")
+    m.add_argument("--junit", metavar="PATH", help="write the verdict as JUnit XML")
+    m.add_argument("--out", help="output folder (default: reports/<timestamp>-<profile>/)")
+    m.add_argument("--connect-timeout", type=float, default=10.0, metavar="S")
+    m.add_argument("--read-timeout", type=float, default=300.0, metavar="S")
+    m.add_argument("--insecure", action="store_true", help="do not verify TLS certificates")
+
+    w = sub.add_parser("worker", help="run users for a `loadtest master`; settings come from the master")
+    w.add_argument("--master-host", default="127.0.0.1", metavar="HOST", help="default: %(default)s")
+    w.add_argument("--master-port", type=int, default=DEFAULT_MASTER_PORT, metavar="PORT")
+    w.add_argument(
+        "--out", help="folder for this worker's copy of its records (default: reports/worker-<i>/)"
+    )
+
+
+def master_command(args: argparse.Namespace) -> int:
+    from loadtest.cli import run_cmd
+    from loadtest.cli.run_cmd import EXIT_COULD_NOT_RUN, EXIT_USAGE, UsageError, _fail
+    from loadtest.client.preflight import EndpointError, list_models
+    from loadtest.locust.settings import RunSettings
+    from loadtest.profile.loader import ProfileError, load_profile
+    from loadtest.traces import TraceFormatError
+    from loadtest.workload.builder import Workload
+
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    n = args.expect_workers
+    try:
+        _, profile_path = load_profile(args.profile)
+        if n < 1:
+            raise UsageError("--expect-workers must be ≥ 1")
+        if args.concurrency is not None and args.concurrency < 1:
+            raise UsageError("--concurrency must be ≥ 1")
+        if args.rate is not None and args.rate <= 0:
+            raise UsageError("--rate must be > 0")
+        key_env = run_cmd._api_key_env(args)
+        settings = RunSettings(
+            run_id="",
+            profile_ref=str(profile_path),
+            host=args.host,
+            out_dir="",
+            duration_s=0.0,
+            seed=0,
+            concurrency=args.concurrency,
+            rate=args.rate,
+            api_key_env=key_env,
+            processes=n,
+            connect_timeout=args.connect_timeout,
+            read_timeout=args.read_timeout,
+            verify_tls=not args.insecure,
+            tokenizer=args.tokenizer,
+        )
+        profile, _ = settings.profile()
+        with_judging = getattr(run_cmd, "_with_judging", None)  # --warmup / --cooldown
+        if with_judging is not None:
+            profile = with_judging(profile, args)
+        settings.seed = profile.seed if args.seed is None else args.seed
+        try:
+            workload = Workload(profile, settings.seed)
+        except (ValueError, OSError, TraceFormatError) as e:
+            raise UsageError(f"{profile_path}: {e}") from e
+        try:
+            slos = run_cmd.merge_slos(profile.slos, args.slo)
+        except ValueError as e:
+            raise UsageError(f"SLOs ({'--slo' if args.slo else profile_path}): {e}") from e
+        span = workload.schedule_span_s
+        if args.duration:
+            settings.duration_s = run_cmd.parse_duration(args.duration)
+        elif span is not None:
+            settings.duration_s = span + 0.001
+        else:
+            settings.duration_s = profile.duration_s
+        out = run_cmd._out_dir(args, profile.name)
+        settings.out_dir, settings.run_id = str(out), out.name
+    except (ProfileError, UsageError) as e:
+        return _fail(str(e), EXIT_USAGE)
+    try:
+        models = list_models(
+            args.host, os.environ.get(key_env) if key_env else None, timeout=args.connect_timeout
+        )
+    except EndpointError as e:
+        return _fail(str(e), EXIT_COULD_NOT_RUN)
+    settings.model = args.model or profile.model or (models[0] if models else None)
+    print(
+        f"master on {args.master_bind_host}:{args.master_port}: waiting for {n} worker(s), then "
+        f"{profile.name} for {settings.duration_s:g}s: {run_cmd.describe_load(profile)}, "
+        f"model {settings.model}; writing {out}/",
+        flush=True,
+    )
+    from loadtest.locust import runtime
+
+    try:
+        outcome = runtime.run_master(
+            settings,
+            args.master_port,
+            spawn_local=False,
+            expect=n,
+            bind_host=args.master_bind_host,
+            wait_s=args.worker_timeout,
+        )
+    except RuntimeError as e:
+        return _fail(str(e), EXIT_COULD_NOT_RUN)
+    return run_cmd._write_results(settings, profile, workload, outcome, models, None, out, slos, args.junit)
+
+
+def worker_command(args: argparse.Namespace) -> int:
+    from loadtest.locust.runtime import worker_main
+
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    return worker_main(args.master_host, args.master_port, out=args.out)

@@ -1,0 +1,157 @@
+"""Distributed runs on loopback: a master with separately started workers, and a worker lost mid-run."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from loadtest.sim import SimProcess
+from tests.conftest import CLI, read_lines, write_profile
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _start(args: list[str], log: Path, cwd: Path) -> subprocess.Popen:
+    return subprocess.Popen(CLI + args, stdout=open(log, "wb"), stderr=subprocess.STDOUT, cwd=cwd)  # noqa: SIM115
+
+
+def _lines_by_worker(out: Path) -> dict[int, list[dict]]:
+    return {int(p.stem.split("-w")[1]): read_lines([p]) for p in sorted(out.glob("records-w*.jsonl"))}
+
+
+def _stop(procs: list[subprocess.Popen]) -> None:
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+        p.wait()
+
+
+def _wait_for_records(out: Path, workers: int, timeout: float = 30) -> None:
+    """Until the master's folder holds reported records of every worker."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        by = _lines_by_worker(out) if out.exists() else {}
+        if len(by) == workers and all(by.values()):
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"no records from {workers} workers in {out}")
+
+
+def test_master_with_two_separate_workers_matches_engine(tmp_path: Path) -> None:
+    prof = write_profile(tmp_path / "p.yaml", load={"rate": 12.0}, duration_s=4)
+    out, port = tmp_path / "run", _free_port()
+    with SimProcess(speedup=4) as sim:
+        master = _start(
+            ["master", "--profile", str(prof), "--host", sim.base_url, "--expect-workers", "2"]
+            + ["--master-port", str(port), "--out", str(out)],
+            tmp_path / "master.log",
+            tmp_path,
+        )
+        workers = [
+            _start(
+                ["worker", "--master-port", str(port), "--out", str(tmp_path / f"w{i}")],
+                tmp_path / f"w{i}.log",
+                tmp_path,
+            )
+            for i in range(2)
+        ]
+        try:
+            assert master.wait(timeout=60) == 0, (tmp_path / "master.log").read_text()
+            for w in workers:
+                assert w.wait(timeout=20) == 0
+        finally:
+            _stop([master, *workers])
+        stats = sim.stats()
+    run = json.loads((out / "run.json").read_text())
+    req = run["metrics"]["requests"]
+    by = _lines_by_worker(out)
+    records = [r for lines in by.values() for r in lines]
+    assert run["status"] == "completed" and run["config"]["processes"] == 2
+    # The merge counts what the engine received; the master's folder holds every record.
+    assert req["completed"] == stats["requests_received"] == len(records) > 0
+    assert req["ok"] == stats["requests_completed"] == sum(r["outcome"] == "ok" for r in records)
+    assert run["metrics"]["latency_ms"]["e2e"]["count"] == req["ok"]
+    assert run["metrics"]["latency_ms"]["ttft"]["count"] == req["ok"]
+    # The open-loop schedule is split: global request ids 0..N-1, each sent once, by both workers.
+    ids = sorted(int(r["id"].split("-")[1]) for r in records)
+    assert ids == list(range(len(ids)))
+    assert sorted(by) == [0, 1] and all(by.values())
+    # Settings came from the master; each worker's own copy equals what the master holds for it.
+    for i in range(2):
+        local = list(tmp_path.glob(f"w*/records-w{i}.jsonl"))
+        assert len(local) == 1 and read_lines(local) == by[i]
+    assert (out / "report.html").exists()
+
+
+@pytest.mark.parametrize("how", ["processes", "separate"])
+def test_worker_killed_mid_run_is_named_and_its_reports_kept(tmp_path: Path, how: str) -> None:
+    prof = write_profile(
+        tmp_path / "p.yaml",
+        load={"concurrency": 4},
+        output_tokens={"dist": "fixed", "value": 64},
+        duration_s=9,
+    )
+    out, port = tmp_path / "run", _free_port()
+    with SimProcess(speedup=4) as sim:
+        common = ["--profile", str(prof), "--host", sim.base_url, "--out", str(out)]
+        if how == "processes":
+            master = _start(["run", *common, "--processes", "2"], tmp_path / "master.log", tmp_path)
+            workers: list[subprocess.Popen] = []
+        else:
+            args = ["master", *common, "--expect-workers", "2", "--master-port", str(port)]
+            master = _start(args, tmp_path / "master.log", tmp_path)
+            workers = [
+                _start(
+                    ["worker", "--master-port", str(port), "--out", str(tmp_path / f"w{i}")],
+                    tmp_path / f"w{i}.log",
+                    tmp_path,
+                )
+                for i in range(2)
+            ]
+        try:
+            _wait_for_records(out, 2)
+            if workers:
+                victim = workers[0].pid
+            else:
+                victim = next(
+                    int(d)
+                    for d in os.listdir("/proc")
+                    if d.isdigit()
+                    and (Path("/proc", d, "stat").read_text().split(") ")[1].split()[1] == str(master.pid))
+                    and b"loadtest.locust.worker" in Path("/proc", d, "cmdline").read_bytes()
+                )
+            os.kill(victim, signal.SIGKILL)
+            code = master.wait(timeout=60)
+        finally:
+            _stop([master, *workers])
+        stats = sim.stats()
+    log = (tmp_path / "master.log").read_text()
+    assert code == 1, log
+    assert "Traceback" not in log
+    run = json.loads((out / "run.json").read_text())
+    assert run["status"] == "interrupted"
+    lost = [i for i in range(2) if f"worker {i} (" in run["interrupted_reason"]]
+    assert len(lost) == 1, run["interrupted_reason"]
+    assert any(f"worker {lost[0]}" in n for n in run["notes"]), run["notes"]
+    assert (out / "report.html").exists()
+    by = _lines_by_worker(out)
+    req = run["metrics"]["requests"]
+    # Everything the dead worker reported before the kill is in the folder and in the counts.
+    assert len(by[lost[0]]) > 0 and len(by[1 - lost[0]]) > 0
+    assert req["completed"] == sum(len(v) for v in by.values()) <= stats["requests_received"]
+    assert req["ok"] == sum(r["outcome"] == "ok" for v in by.values() for r in v)
+    assert run["metrics"]["latency_ms"]["e2e"]["count"] == req["ok"]
+    if workers:  # what it reported is a prefix of its own copy
+        local = read_lines(list(tmp_path.glob(f"w*/records-w{lost[0]}.jsonl")))
+        assert local[: len(by[lost[0]])] == by[lost[0]]
