@@ -116,3 +116,34 @@ def test_warmup_and_cooldown_shape_the_judged_window(tmp_path: Path) -> None:
     inside = [r for r in recs if window["start"] <= r["t"] < window["end"]]
     assert run["judged"]["metrics"]["requests"]["completed"] == len(inside) < len(recs)
     assert run["goodput"]["judged"] == len(inside)
+
+
+def test_live_goodput_counts_agree_with_the_record_log(tmp_path: Path, small_profile: Path) -> None:
+    from loadtest.locust.settings import RunSettings
+    from loadtest.metrics.slo import RequestSlo, merge_slos
+
+    with SimProcess(speedup=4) as sim:
+        res = run_cli(
+            [
+                "run",
+                "--profile",
+                str(small_profile),
+                "--host",
+                sim.base_url,
+                "--slo",
+                "ttft_p99=40ms,tpot_p99=1s",
+                "--processes",
+                "2",
+                "--out",
+                str(tmp_path / "o"),
+            ]
+        )
+    assert res.returncode in (0, 10, 11), res.stderr
+    run = json.loads((tmp_path / "o" / "run.json").read_text())
+    recs = read_lines(sorted((tmp_path / "o").glob("records*.jsonl")))
+    rule = RequestSlo.from_slos(merge_slos({}, "ttft_p99=40ms,tpot_p99=1s"))
+    good = sum(1 for r in recs if r["outcome"] != "cancelled" and rule.is_good(r))
+    assert run["goodput"]["good"] == good
+    live = run["metrics"]["slo_live"]  # counted by the workers as requests finished, merged on the master
+    assert (live["judged"], live["good"]) == (run["goodput"]["judged"], good)
+    assert RunSettings.__dataclass_fields__["slo"].default is None

@@ -104,6 +104,7 @@ def master_command(args: argparse.Namespace) -> int:
             read_timeout=args.read_timeout,
             verify_tls=not args.insecure,
             tokenizer=args.tokenizer,
+            slo=args.slo,
         )
         profile, _ = settings.profile()
         with_judging = getattr(run_cmd, "_with_judging", None)  # --warmup / --cooldown

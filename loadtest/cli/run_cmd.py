@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from loadtest.locust.runtime import RunOutcome
 from loadtest.locust.settings import RunSettings, load_mode
 from loadtest.metrics.judged import aggregate_lines, choose_window, goodput_summary, in_window
-from loadtest.metrics.slo import AnySlo, parse_slos
+from loadtest.metrics.slo import AnySlo, merge_slos
 from loadtest.metrics.summary import build_metrics
 from loadtest.metrics.verdict import ValidityRules, Verdict, judge, junit_xml
 from loadtest.profile.loader import ProfileError, load_profile
@@ -125,6 +125,7 @@ def run_command(args: argparse.Namespace) -> int:
             read_timeout=args.read_timeout,
             verify_tls=not args.insecure,
             tokenizer=args.tokenizer,
+            slo=args.slo,
         )
         profile, _ = settings.profile()
         settings.seed = profile.seed if args.seed is None else args.seed
@@ -327,13 +328,6 @@ def _with_judging(profile: Profile, args: argparse.Namespace) -> Profile:
         if update
         else profile
     )
-
-
-def merge_slos(profile_slos: dict[str, Any], cli: str | None) -> list[AnySlo]:
-    """The profile's SLOs with the command line's on top (same key: the command line wins)."""
-    merged = {s.key: s for s in parse_slos(profile_slos)}
-    merged.update({s.key: s for s in parse_slos(cli)})
-    return list(merged.values())
 
 
 def verdict_line(verdict: Verdict) -> str:

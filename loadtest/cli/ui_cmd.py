@@ -82,6 +82,7 @@ def ui_command(args: argparse.Namespace) -> int:
             read_timeout=args.read_timeout,
             verify_tls=not args.insecure,
             tokenizer=args.tokenizer,
+            slo=args.slo,
         )
         profile, _ = settings.profile()
         settings.seed = profile.seed if args.seed is None else args.seed

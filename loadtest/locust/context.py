@@ -15,6 +15,7 @@ from loadtest.client.openai import OpenAIClient, Timeouts
 from loadtest.client.record import RequestRecord
 from loadtest.locust.settings import RunSettings
 from loadtest.metrics.recorder import Recorder
+from loadtest.metrics.slo import RequestSlo, merge_slos
 from loadtest.results.record_log import RecordLog
 from loadtest.workload.builder import Workload
 
@@ -29,6 +30,9 @@ class RunContext:
         self.profile, self.profile_path = settings.profile()
         self.workload = Workload(self.profile, settings.seed)
         self.recorder = Recorder(per_scenario=len(self.profile.scenarios) > 1)
+        # Per-request SLO (TTFT and TPOT limits) for live attainment and goodput; None without one.
+        rule = RequestSlo.from_slos(merge_slos(self.profile.slos, settings.slo))
+        self.request_slo = rule if rule.ttft_ms is not None or rule.tpot_ms is not None else None
         self.log = RecordLog(Path(settings.out_dir) / log_name)
         self._api_key = os.environ.get(settings.api_key_env) if settings.api_key_env else None
         self._closed_counter = itertools.count()
@@ -73,6 +77,8 @@ class RunContext:
     def finish(self, rec: RequestRecord) -> None:
         """Account one finished (or cancelled) request: metrics, record log, Locust's own stats."""
         self.recorder.add(rec)
+        if self.request_slo is not None and rec.outcome != "cancelled":
+            self.recorder.judge_request(rec, self.request_slo.is_good_record(rec))
         self.log.write(rec)
         if self.env is not None:
             e2e = ((rec.done_ns or rec.sent_ns or rec.scheduled_ns) - rec.scheduled_ns) / 1e6

@@ -219,7 +219,8 @@ class RecordSink:
 
     @property
     def files(self) -> list[str]:
-        return [f"records-w{i}.jsonl" for i in sorted(self._fds)]
+        """Every log written, also after ``close``."""
+        return [f"records-w{i}.jsonl" for i in sorted(self.counts)]
 
     def close(self) -> None:
         for fd in self._fds.values():

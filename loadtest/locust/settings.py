@@ -38,6 +38,7 @@ class RunSettings:
     verify_tls: bool = True
     embedded: bool = False
     tokenizer: str | None = None  # overrides the profile's
+    slo: str | None = None  # the command line's SLO spec, merged over the profile's
 
     def profile(self) -> tuple[Profile, Path]:
         """The profile as this run uses it: the file, with the command line's overrides applied."""

@@ -130,8 +130,19 @@ def scope_stats(agg: Aggregate, now: float) -> dict[str, Any]:
         for o, n in sorted(agg.outcomes.items(), key=lambda kv: -kv[1])
         if o != "ok" and n
     ]
+    judged, good = agg.totals.get("slo_judged", 0), agg.totals.get("slo_good", 0)
+    goodput = {
+        "judged": int(judged),
+        "good": int(good),
+        "attainment": round(good / judged, 4) if judged else None,
+        "good_requests_per_s": round(good / duration, 4) if duration > 0 else 0.0,
+        "good_output_tokens_per_s": round(agg.totals.get("slo_good_output_tokens", 0) / duration, 3)
+        if duration > 0
+        else 0.0,
+    }
     return {
         "latency_ms": latency,
+        "goodput": goodput,
         "output_tokens_per_s_recent": recent_output_tps(agg, now),
         "output_tokens_per_s_avg": round(out_tokens / duration, 3) if duration > 0 else 0.0,
         "requests_per_s": round(req["ok"] / duration, 4) if duration > 0 else 0.0,

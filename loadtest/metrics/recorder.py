@@ -271,6 +271,17 @@ class Recorder:
         """Count an event that is not a request (e.g. a skipped arrival) in the run totals."""
         self.all.note(counter, n)
 
+    def judge_request(self, rec: RequestRecord, good: bool) -> None:
+        """Count a judged request against the per-request SLO (live attainment and goodput)."""
+        tracks = [self.all]
+        if self.per_scenario and rec.scenario in self.scenarios:
+            tracks.append(self.scenarios[rec.scenario])
+        for t in tracks:
+            t.note("slo_judged")
+            if good:
+                t.note("slo_good")
+                t.note("slo_good_output_tokens", rec.output_tokens)
+
     def sample_cpu(self, percent: float) -> None:
         """One sample of this process's CPU use (percent of one core)."""
         self.all.sample("generator_cpu", round(percent * 10))

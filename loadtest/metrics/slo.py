@@ -179,6 +179,20 @@ class RequestSlo:
             tpot_ms=best["tpot"].limit_ms if "tpot" in best else None,
         )
 
+    def is_good_record(self, rec: Any) -> bool:
+        """Judge a live ``RequestRecord`` (the same rule as ``is_good`` on its log line)."""
+        if rec.outcome != "ok":
+            return False
+        if self.ttft_ms is not None:
+            ttft = rec.ttft_us()
+            if ttft is None or ttft > self.ttft_ms * 1000.0:
+                return False
+        if self.tpot_ms is not None:
+            tpot = rec.tpot_us()
+            if tpot is not None and tpot > self.tpot_ms * 1000.0:
+                return False
+        return True
+
     def is_good(self, record: Mapping[str, Any]) -> bool:
         """Judge one record-log line (``outcome``, ``ttft_us``, ``tpot_us``)."""
         if record.get("outcome") != "ok":
@@ -259,3 +273,10 @@ def goodput(records: Iterable[Mapping[str, Any]], slo: RequestSlo, window: tuple
             tokens += _output_tokens(r)
     d = end - start
     return Goodput(judged, good, tokens, d, good / d, tokens / d)
+
+
+def merge_slos(profile_slos: Mapping[str, Any] | None, cli: str | None) -> list[AnySlo]:
+    """The profile's SLOs with the command line's on top (same key: the command line wins)."""
+    merged = {s.key: s for s in parse_slos(dict(profile_slos or {}))}
+    merged.update({s.key: s for s in parse_slos(cli)})
+    return list(merged.values())

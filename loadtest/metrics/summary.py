@@ -73,6 +73,15 @@ def build_metrics(agg: Aggregate) -> dict[str, Any]:
         "series": series,
         "error_samples": agg.error_samples,
         "generator": _generator_health(agg),
+        # Counted live against the per-request SLO (what the web UI shows); run.json's `goodput` is
+        # the same rule applied to the record log, and also covers a judged window.
+        "slo_live": {
+            "judged": int(t.get("slo_judged", 0)),
+            "good": int(t.get("slo_good", 0)),
+            "good_output_tokens": int(t.get("slo_good_output_tokens", 0)),
+        }
+        if t.get("slo_judged")
+        else None,
     }
 
 
