@@ -187,9 +187,15 @@ def test_ui_live_llm_metrics_then_results_and_clean_exit(tmp_path: Path) -> None
             len((out / "records.jsonl").read_text().splitlines()) == run["metrics"]["requests"]["completed"]
         )
 
-        # A new start is a new run (new folder, new numbers); SIGTERM mid-run writes it as interrupted,
-        # then the UI process exits cleanly and takes the engine with it.
-        assert _post(base + "/swarm", {"user_count": 2, "spawn_rate": 2, "host": ""})["success"]
+        # The start form offers the shipped profiles of the same load model.
+        form = urllib.request.urlopen(base + "/", timeout=10).read().decode()
+        assert "llm_profile" in form and "shared-prefix-chat" in form
+        # A new start is a new run (new folder, new numbers, here the profile chosen in the form);
+        # SIGTERM mid-run writes it as interrupted, then the UI exits cleanly and takes the engine with it.
+        assert _post(
+            base + "/swarm",
+            {"user_count": 2, "spawn_rate": 2, "host": "", "llm_profile": "shared-prefix-chat"},
+        )["success"]
         second = _wait_for(
             "the second run",
             lambda: (s := _stats(base))["run"]["id"] != out.name and s["overall"]["requests"]["ok"] > 0 and s,
@@ -203,6 +209,7 @@ def test_ui_live_llm_metrics_then_results_and_clean_exit(tmp_path: Path) -> None
         assert proc.wait(timeout=20) == 0, log.read_text()
         run2 = json.loads((Path(second["run"]["out_dir"]) / "run.json").read_text())
         assert run2["status"] == "interrupted" and run2["interrupted_reason"] == "SIGTERM"
+        assert run2["config"]["profile"] == "shared-prefix-chat"
         gone, alive = psutil.wait_procs(engines, timeout=10)
         assert not alive
     finally:

@@ -165,6 +165,7 @@ def _serve(
 
     # Locust's web UI parses sys.argv for its own options on every page load: hide ours from it.
     sys.argv = sys.argv[:1]
+    _offer_profiles_in_start_form(profile, settings.profile_ref)
     options = get_parser().parse_args([])
     closed = load_mode(profile) == "closed"
     options.num_users = int(profile.load.concurrency or 1) if closed else settings.processes
@@ -173,7 +174,8 @@ def _serve(
     runner = env.create_local_runner()
 
     def finalize(st: RunSettings, prof: Any, workload: Any, outcome: Any, out: Path) -> int:
-        return _write_results(st, prof, workload, outcome, models, engine_info, out, slos, None)
+        run_slos = merge_slos(prof.slos, args.slo)  # the profile chosen for this run may have its own
+        return _write_results(st, prof, workload, outcome, models, engine_info, out, run_slos, None)
 
     ui = LlmWebUi(
         env, settings, profile, describe_load(profile), slos, reports_root, finalize, args.drain_timeout
@@ -207,3 +209,32 @@ def _serve(
     web_ui.stop()
     log.debug("ui stopped in %.1f s", time.monotonic() - started)
     return EXIT_OK
+
+
+def _offer_profiles_in_start_form(profile: Any, profile_ref: str) -> None:
+    """Add a profile choice to Locust's start form: the shipped profiles with the same load model
+    (closed or open loop) as the one the UI started with, since that fixes the Locust user class."""
+    from locust import events as locust_events
+
+    from loadtest.profile.loader import shipped_profiles
+
+    mode = load_mode(profile)
+    choices = []
+    for name in shipped_profiles():
+        try:
+            if load_mode(load_profile(name)[0]) == mode:
+                choices.append(name)
+        except ProfileError:
+            continue
+    default = profile.name if profile.name in choices else profile_ref
+    if default not in choices:
+        choices.insert(0, default)
+
+    @locust_events.init_command_line_parser.add_listener
+    def _profile_arg(parser: Any, **_kw: Any) -> None:
+        parser.add_argument(
+            "--llm-profile",
+            choices=choices,
+            default=default,
+            help=f"Traffic profile of the next run ({mode} loop, like the one the UI started with)",
+        )

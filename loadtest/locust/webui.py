@@ -22,6 +22,7 @@ from loadtest.locust.settings import RunSettings, load_mode
 from loadtest.metrics.hdr import fast_percentiles
 from loadtest.metrics.recorder import Aggregate
 from loadtest.metrics.slo import AnySlo, ErrorRateSlo
+from loadtest.profile.loader import resolve_profile_path
 from loadtest.profile.schema import Profile
 
 if TYPE_CHECKING:  # importing locust monkey-patches the process: only where a run happens
@@ -185,8 +186,19 @@ class LlmWebUi:
     def _on_test_start(self, environment: Environment, **_kw: Any) -> None:
         from loadtest.locust.context import RunContext
 
-        out = new_run_dir(self.reports_root, self.profile.name)
-        settings = dataclasses.replace(self.base, out_dir=str(out), run_id=out.name)
+        chosen = getattr(environment.parsed_options, "llm_profile", None)
+        base = self.base
+        if chosen and chosen != base.profile_ref:  # the start form's profile choice
+            base = dataclasses.replace(base, profile_ref=str(resolve_profile_path(chosen)))
+        profile, _ = base.profile()
+        if profile.name != self.profile.name:
+            from loadtest.cli.run_cmd import describe_load
+            from loadtest.metrics.slo import merge_slos
+
+            self.profile, self.load_description = profile, describe_load(profile)
+            self.slos = merge_slos(profile.slos, base.slo)
+        out = new_run_dir(self.reports_root, profile.name)
+        settings = dataclasses.replace(base, out_dir=str(out), run_id=out.name)
         if environment.host:
             settings.host = environment.host  # the start form's host field
         ctx = RunContext(settings, 0, 1, "records.jsonl")
