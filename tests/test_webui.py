@@ -216,3 +216,61 @@ def test_ui_live_llm_metrics_then_results_and_clean_exit(tmp_path: Path) -> None
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_web_login_guards_the_ui_with_credentials_from_the_environment(tmp_path: Path) -> None:
+    import http.cookiejar
+    import os
+    import urllib.error
+    import urllib.parse
+
+    prof = write_profile(tmp_path / "ui-chat.yaml", name="ui-chat")
+    port = _free_port()
+    base = f"http://127.0.0.1:{port}"
+    env = dict(os.environ, LT_UI_LOGIN="ops:s3cret-pass")
+    log = tmp_path / "ui.log"
+    with log.open("wb") as logf:
+        proc = subprocess.Popen(
+            [
+                *CLI,
+                "ui",
+                "--profile",
+                str(prof),
+                "--web-port",
+                str(port),
+                "--web-login",
+                "LT_UI_LOGIN",
+                "--reports-dir",
+                str(tmp_path / "r"),
+            ],
+            stdout=logf,
+            stderr=subprocess.STDOUT,
+            cwd=tmp_path,
+            env=env,
+        )
+    try:
+        jar = http.cookiejar.CookieJar()
+        opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
+
+        def get(path: str) -> tuple[int, str]:
+            try:
+                with opener.open(base + path, timeout=5) as r:
+                    return r.status, r.geturl()
+            except urllib.error.HTTPError as e:
+                return e.code, ""
+
+        _wait_for("the UI", lambda: get("/login")[0] == 200, 30, proc, log)
+        status, url = get("/llm/stats")
+        assert status == 401 or "/login" in url  # not logged in: sent to the login page, no LLM data
+        bad = urllib.parse.urlencode({"username": "ops", "password": "wrong"}).encode()
+        opener.open(base + "/llm/login", data=bad, timeout=5)
+        assert "/login" in get("/llm/stats")[1]
+        good = urllib.parse.urlencode({"username": "ops", "password": "s3cret-pass"}).encode()
+        opener.open(base + "/llm/login", data=good, timeout=5)
+        status, url = get("/llm/stats")
+        assert status == 200 and url.endswith("/llm/stats")
+        assert "s3cret-pass" not in " ".join(psutil.Process(proc.pid).cmdline())
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=20)
+    assert "s3cret-pass" not in log.read_text()

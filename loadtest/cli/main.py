@@ -114,9 +114,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ui.add_argument("--web-port", type=int, default=8089, help="UI port (default: %(default)s)")
     ui.add_argument(
-        "--web-auth",
-        metavar="USER:PASSWORD",
-        help="protect the UI with HTTP basic auth (use it off loopback)",
+        "--web-login",
+        metavar="VAR",
+        help="require Locust's login page; the environment variable VAR holds USER:PASSWORD (use it off loopback)",
     )
     ui.add_argument(
         "--reports-dir",

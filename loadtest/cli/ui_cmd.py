@@ -33,12 +33,14 @@ from loadtest.workload.builder import Workload
 log = logging.getLogger("loadtest")
 
 
-def _parse_auth(text: str | None) -> tuple[str, str] | None:
-    if text is None:
+def _parse_auth(var: str | None) -> tuple[str, str] | None:
+    """Web-login credentials from the environment variable named by --web-login (never the command line)."""
+    if var is None:
         return None
+    text = os.environ.get(var, "")
     user, sep, password = text.partition(":")
     if not sep or not user or not password:
-        raise UsageError("--web-auth: write USER:PASSWORD")
+        raise UsageError(f"--web-login {var}: set that environment variable to USER:PASSWORD")
     return user, password
 
 
@@ -67,7 +69,7 @@ def ui_command(args: argparse.Namespace) -> int:
         _, profile_path = load_profile(args.profile)
         if args.processes != 1:
             raise UsageError("loadtest ui runs its users in this one process: use --processes 1")
-        auth = _parse_auth(args.web_auth)
+        auth = _parse_auth(args.web_login)
         key_env = _api_key_env(args)
         settings = RunSettings(
             run_id="",
@@ -180,7 +182,7 @@ def _serve(
     ui = LlmWebUi(
         env, settings, profile, describe_load(profile), slos, reports_root, finalize, args.drain_timeout
     )
-    web_ui = env.create_web_ui(args.web_host, args.web_port, delayed_start=True)
+    web_ui = env.create_web_ui(args.web_host, args.web_port, delayed_start=True, web_login=auth is not None)
     ui.install(auth)
     web_ui.start()
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import base64
-import binascii
 import dataclasses
 import hmac
 import json
@@ -399,16 +397,9 @@ class LlmWebUi:
             {"href": "./llm/report", "title": "Run report (after a stop)"},
         ]
 
+        protect = web_ui.auth_required_if_enabled  # Locust's --web-login: its login page guards every view
         if auth is not None:
-            user, password = auth
-
-            @app.before_request
-            def basic_auth() -> Response | None:
-                if _basic_auth_ok(request.headers.get("Authorization", ""), user, password):
-                    return None
-                return Response(
-                    "authentication required", 401, {"WWW-Authenticate": 'Basic realm="loadtest"'}
-                )
+            _install_login(web_ui, *auth)
 
         @app.after_request
         def extend_stats(response: Response) -> Response:
@@ -423,14 +414,17 @@ class LlmWebUi:
             return response
 
         @app.route("/llm/stats")
+        @protect
         def llm_stats() -> Response:
             return jsonify(self.stats())
 
         @app.route("/llm")
+        @protect
         def llm_page() -> Response:
             return Response(LLM_PAGE, mimetype="text/html")
 
         @app.route("/llm/report")
+        @protect
         def llm_report() -> Response:
             run = self.run
             if run is None or run.report is None:
@@ -455,15 +449,31 @@ class LlmWebUi:
         self.wait_finalized(60.0)
 
 
-def _basic_auth_ok(header: str, user: str, password: str) -> bool:
-    if not header.startswith("Basic "):
-        return False
-    try:
-        given = base64.b64decode(header[6:], validate=True).decode()
-    except (binascii.Error, UnicodeDecodeError):
-        return False
-    u, _, p = given.partition(":")
-    return hmac.compare_digest(u, user) & hmac.compare_digest(p, password)
+def _install_login(web_ui: Any, user: str, password: str) -> None:
+    """Locust's web login with one user: its login page posts to /llm/login, which checks the credentials."""
+    from flask import redirect, session, url_for
+    from flask_login import UserMixin, login_user
+
+    class _Operator(UserMixin):
+        def __init__(self, name: str) -> None:
+            self.id = name
+
+    import secrets
+
+    # Sessions need a key; without one Locust's login check fails open (it logs and serves the page).
+    web_ui.app.secret_key = secrets.token_bytes(32)
+    web_ui.login_manager.user_loader(lambda uid: _Operator(uid) if uid == user else None)
+    web_ui.auth_args = {"username_password_callback": "/llm/login"}
+
+    @web_ui.app.route("/llm/login", methods=["POST"])
+    def llm_login() -> Response:
+        ok_user = hmac.compare_digest(request.form.get("username", ""), user)
+        ok_password = hmac.compare_digest(request.form.get("password", ""), password)
+        if ok_user and ok_password:
+            login_user(_Operator(user))
+            return redirect(url_for("locust.index"))
+        session["auth_error"] = "Invalid username or password"
+        return redirect(url_for("locust.login"))
 
 
 LLM_PAGE = """<!doctype html>
