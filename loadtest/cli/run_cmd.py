@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from loadtest.client.preflight import EndpointError, list_models
+from loadtest.cli.endpoint import EndpointSetupError, open_endpoint
 
 if TYPE_CHECKING:
     from loadtest.locust.runtime import RunOutcome
@@ -155,50 +155,13 @@ def run_command(args: argparse.Namespace) -> int:
     duration = settings.duration_s
 
     with contextlib.ExitStack() as stack:
-        engine_info: dict[str, Any] | None = None
-        host = args.host
-        if not host:
-            from loadtest.sim import SimProcess
-
-            gpu = args.engine_gpu or profile.engine.gpu
-            engine_model = args.engine_model or profile.engine.model
-            tp = args.engine_tp or profile.engine.tp
-            from loadtest.sim.presets import get_gpu, get_model
-
-            try:
-                get_gpu(gpu)
-                get_model(engine_model)
-            except ValueError as e:
-                return _fail(
-                    f"embedded engine preset: {e} (--engine-gpu, --engine-model, or the profile's engine)",
-                    EXIT_USAGE,
-                )
-            try:
-                sim = stack.enter_context(
-                    SimProcess(
-                        gpu=gpu,
-                        model=engine_model,
-                        tp=tp,
-                        faults=args.engine_faults or profile.engine.faults,
-                        speedup=args.engine_speedup,
-                        seed=seed,
-                        stderr_path=out / "engine.log",
-                    )
-                )
-            except (RuntimeError, ValueError) as e:
-                return _fail(f"embedded engine did not start: {e}", EXIT_COULD_NOT_RUN)
-            host = sim.base_url
-            engine_info = sim.stats().get("config")
-            gpus = f"{tp}×{gpu}" if tp > 1 else gpu
-            print(f"embedded engine: {engine_model} on {gpus} (speed-up {args.engine_speedup:g}x) at {host}")
         try:
-            models = list_models(
-                host, os.environ.get(key_env) if key_env else None, timeout=args.connect_timeout
-            )
-        except EndpointError as e:
-            return _fail(str(e), EXIT_COULD_NOT_RUN)
-        model = args.model or profile.model or (models[0] if models else None)
-        settings.host, settings.model, settings.embedded = host, model, engine_info is not None
+            ep = open_endpoint(stack, args, profile, seed, key_env, out / "engine.log")
+        except EndpointSetupError as e:
+            return _fail(str(e), EXIT_USAGE if e.usage else EXIT_COULD_NOT_RUN)
+        models, engine_info = ep.models, ep.engine_info
+        model = ep.model
+        settings.host, settings.model, settings.embedded = ep.host, model, engine_info is not None
         print(
             f"running {profile.name} for {duration:g}s: {describe_load(profile)}, "
             f"{args.processes} process(es), model {model}; writing {out}/"

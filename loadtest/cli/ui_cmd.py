@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from loadtest.cli.endpoint import EndpointSetupError, open_endpoint
 from loadtest.cli.run_cmd import (
     EXIT_COULD_NOT_RUN,
     EXIT_OK,
@@ -24,7 +25,6 @@ from loadtest.cli.run_cmd import (
     describe_load,
     merge_slos,
 )
-from loadtest.client.preflight import EndpointError, list_models
 from loadtest.locust.settings import RunSettings, load_mode
 from loadtest.profile.loader import ProfileError, load_profile
 from loadtest.traces import TraceFormatError
@@ -104,45 +104,12 @@ def ui_command(args: argparse.Namespace) -> int:
         return _fail(str(e), EXIT_USAGE)
 
     with contextlib.ExitStack() as stack:
-        engine_info: dict[str, Any] | None = None
-        host = args.host
-        if not host:
-            from loadtest.sim import SimProcess
-            from loadtest.sim.presets import get_gpu, get_model
-
-            gpu = args.engine_gpu or profile.engine.gpu
-            engine_model = args.engine_model or profile.engine.model
-            tp = args.engine_tp or profile.engine.tp
-            try:
-                get_gpu(gpu)
-                get_model(engine_model)
-            except ValueError as e:
-                return _fail(f"embedded engine preset: {e}", EXIT_USAGE)
-            try:
-                sim = stack.enter_context(
-                    SimProcess(
-                        gpu=gpu,
-                        model=engine_model,
-                        tp=tp,
-                        faults=args.engine_faults or profile.engine.faults,
-                        speedup=args.engine_speedup,
-                        seed=settings.seed,
-                    )
-                )
-            except (RuntimeError, ValueError) as e:
-                return _fail(f"embedded engine did not start: {e}", EXIT_COULD_NOT_RUN)
-            host = sim.base_url
-            engine_info = sim.stats().get("config")
-            print(f"embedded engine: {engine_model} on {gpu} (speed-up {args.engine_speedup:g}x) at {host}")
         try:
-            models = list_models(
-                host, os.environ.get(key_env) if key_env else None, timeout=args.connect_timeout
-            )
-        except EndpointError as e:
-            return _fail(str(e), EXIT_COULD_NOT_RUN)
-        settings.host = host
-        settings.model = args.model or profile.model or (models[0] if models else None)
-        settings.embedded = engine_info is not None
+            ep = open_endpoint(stack, args, profile, settings.seed, key_env)
+        except EndpointSetupError as e:
+            return _fail(str(e), EXIT_USAGE if e.usage else EXIT_COULD_NOT_RUN)
+        models, engine_info = ep.models, ep.engine_info
+        settings.host, settings.model, settings.embedded = ep.host, ep.model, engine_info is not None
         return _serve(args, settings, profile, slos, models, engine_info, reports_root, auth)
     return EXIT_COULD_NOT_RUN  # pragma: no cover
 
