@@ -326,7 +326,7 @@ def test_pass() -> None:
         "min_duration",
         "min_queries",
         "schedule_lag_p99",
-        "cpu_max",
+        "generator_cpu",
         "ttft_p99",
         "early_stopping.ttft_p99",
         "tpot_p99",

@@ -256,7 +256,7 @@ def _write_results(
     health = {
         "schedule_lag_p99_ms": metrics["generator"]["schedule_lag_p99_ms"],
         # Sustained load, not a start-up spike: the 90th percentile of the per-second samples.
-        "cpu_max_percent": doc["metrics"]["generator"]["cpu_p90_percent"],
+        "cpu_percent": doc["metrics"]["generator"]["cpu_p90_percent"],
     }
     rules = ValidityRules(min_duration_s=judging.min_duration_s, min_queries=judging.min_queries)
     verdict = judge(metrics, hists, slos, rules, health)
