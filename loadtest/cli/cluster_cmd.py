@@ -73,10 +73,7 @@ def master_command(args: argparse.Namespace) -> int:
     from loadtest.cli import run_cmd
     from loadtest.cli.run_cmd import EXIT_COULD_NOT_RUN, EXIT_USAGE, UsageError, _fail
     from loadtest.client.preflight import EndpointError, list_models
-    from loadtest.locust.settings import RunSettings
     from loadtest.profile.loader import ProfileError, load_profile
-    from loadtest.traces import TraceFormatError
-    from loadtest.workload.builder import Workload
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     n = args.expect_workers
@@ -88,44 +85,15 @@ def master_command(args: argparse.Namespace) -> int:
             raise UsageError("--concurrency must be ≥ 1")
         if args.rate is not None and args.rate <= 0:
             raise UsageError("--rate must be > 0")
-        key_env = run_cmd._api_key_env(args)
-        settings = RunSettings(
-            run_id="",
-            profile_ref=str(profile_path),
-            host=args.host,
-            out_dir="",
-            duration_s=0.0,
-            seed=0,
-            concurrency=args.concurrency,
-            rate=args.rate,
-            api_key_env=key_env,
-            processes=n,
-            connect_timeout=args.connect_timeout,
-            read_timeout=args.read_timeout,
-            verify_tls=not args.insecure,
-            tokenizer=args.tokenizer,
-            slo=args.slo,
+        prepared = run_cmd.prepare_run(args, profile_path, processes=n, host=args.host)
+        settings, profile, workload, slos = (
+            prepared.settings,
+            prepared.profile,
+            prepared.workload,
+            prepared.slos,
         )
-        profile, _ = settings.profile()
-        with_judging = getattr(run_cmd, "_with_judging", None)  # --warmup / --cooldown
-        if with_judging is not None:
-            profile = with_judging(profile, args)
-        settings.seed = profile.seed if args.seed is None else args.seed
-        try:
-            workload = Workload(profile, settings.seed)
-        except (ValueError, OSError, TraceFormatError) as e:
-            raise UsageError(f"{profile_path}: {e}") from e
-        try:
-            slos = run_cmd.merge_slos(profile.slos, args.slo)
-        except ValueError as e:
-            raise UsageError(f"SLOs ({'--slo' if args.slo else profile_path}): {e}") from e
-        span = workload.schedule_span_s
-        if args.duration:
-            settings.duration_s = run_cmd.parse_duration(args.duration)
-        elif span is not None:
-            settings.duration_s = span + 0.001
-        else:
-            settings.duration_s = profile.duration_s
+        key_env = settings.api_key_env
+        settings.duration_s = run_cmd.run_duration(args, profile, workload)
         out = run_cmd._out_dir(args, profile.name)
         settings.out_dir, settings.run_id = str(out), out.name
     except (ProfileError, UsageError) as e:

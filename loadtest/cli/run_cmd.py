@@ -10,6 +10,7 @@ import re
 import socket
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -61,16 +62,21 @@ def _fail(msg: str, code: int) -> int:
     return code
 
 
-def _out_dir(args: argparse.Namespace, profile_name: str) -> Path:
-    out = Path(args.out) if args.out else Path("reports") / f"{time.strftime('%Y%m%d-%H%M%S')}-{profile_name}"
+def ensure_writable(folder: Path, what: str) -> Path:
+    """Create ``folder`` and prove it takes a file, before any run starts (a clear error otherwise)."""
     try:
-        out.mkdir(parents=True, exist_ok=True)
-        probe = out / ".write-test"
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = folder / ".write-test"
         probe.write_bytes(b"x")
         probe.unlink()
     except OSError as e:
-        raise UsageError(f"output folder {out} is not writable: {e.strerror or e}") from e
-    return out
+        raise UsageError(f"{what} {folder} is not writable: {e.strerror or e}") from e
+    return folder
+
+
+def _out_dir(args: argparse.Namespace, profile_name: str) -> Path:
+    out = Path(args.out) if args.out else Path("reports") / f"{time.strftime('%Y%m%d-%H%M%S')}-{profile_name}"
+    return ensure_writable(out, "output folder")
 
 
 def _api_key_env(args: argparse.Namespace) -> str | None:
@@ -109,42 +115,15 @@ def run_command(args: argparse.Namespace) -> int:
             raise UsageError("--concurrency must be ≥ 1")
         if args.rate is not None and args.rate <= 0:
             raise UsageError("--rate must be > 0")
-        key_env = _api_key_env(args)
-        settings = RunSettings(
-            run_id="",
-            profile_ref=str(profile_path),
-            host="",
-            out_dir="",
-            duration_s=0.0,
-            seed=0,
-            concurrency=args.concurrency,
-            rate=args.rate,
-            api_key_env=key_env,
-            processes=args.processes,
-            connect_timeout=args.connect_timeout,
-            read_timeout=args.read_timeout,
-            verify_tls=not args.insecure,
-            tokenizer=args.tokenizer,
-            slo=args.slo,
+        prepared = prepare_run(args, profile_path, processes=args.processes)
+        settings, profile, workload, slos = (
+            prepared.settings,
+            prepared.profile,
+            prepared.workload,
+            prepared.slos,
         )
-        profile, _ = settings.profile()
-        settings.seed = profile.seed if args.seed is None else args.seed
-        try:
-            workload = Workload(profile, settings.seed)  # checks the tokenizer and reads any trace now
-        except (ValueError, OSError, TraceFormatError) as e:
-            raise UsageError(f"{profile_path}: {e}") from e
-        profile = _with_judging(profile, args)
-        try:
-            slos = merge_slos(profile.slos, args.slo)
-        except ValueError as e:
-            raise UsageError(f"SLOs ({'--slo' if args.slo else profile_path}): {e}") from e
-        span = workload.schedule_span_s
-        if args.duration:
-            settings.duration_s = parse_duration(args.duration)
-        elif span is not None:
-            settings.duration_s = span + 0.001  # the schedule ends by itself
-        else:
-            settings.duration_s = profile.duration_s
+        key_env = settings.api_key_env
+        settings.duration_s = run_duration(args, profile, workload)
         out = _out_dir(args, profile.name)
         settings.out_dir, settings.run_id = str(out), out.name
     except ProfileError as e:
@@ -280,10 +259,68 @@ def _write_results(
     return verdict.exit_code
 
 
+@dataclass
+class PreparedRun:
+    """A run's inputs, checked: settings (no host or output folder yet), the effective profile, its
+    workload (tokenizer and any trace already loaded) and the SLOs to judge."""
+
+    settings: RunSettings
+    profile: Profile
+    workload: Workload
+    slos: list[AnySlo]
+
+
+def prepare_run(
+    args: argparse.Namespace, profile_path: Path, *, processes: int, host: str = ""
+) -> PreparedRun:
+    """What `run`, `master` and `ui` share: settings from the command line, the profile with its
+    overrides, the workload and the SLOs; UsageError or ProfileError with one line on bad input."""
+    settings = RunSettings(
+        run_id="",
+        profile_ref=str(profile_path),
+        host=host,
+        out_dir="",
+        duration_s=0.0,
+        seed=0,
+        concurrency=getattr(args, "concurrency", None),
+        rate=getattr(args, "rate", None),
+        api_key_env=_api_key_env(args),
+        processes=processes,
+        connect_timeout=args.connect_timeout,
+        read_timeout=args.read_timeout,
+        verify_tls=not args.insecure,
+        tokenizer=args.tokenizer,
+        slo=args.slo,
+    )
+    profile, _ = settings.profile()
+    settings.seed = profile.seed if args.seed is None else args.seed
+    try:
+        workload = Workload(profile, settings.seed)  # checks the tokenizer and reads any trace now
+    except (ValueError, OSError, TraceFormatError) as e:
+        raise UsageError(f"{profile_path}: {e}") from e
+    profile = _with_judging(profile, args)
+    try:
+        slos = merge_slos(profile.slos, args.slo)
+    except ValueError as e:
+        raise UsageError(f"SLOs ({'--slo' if args.slo else profile_path}): {e}") from e
+    return PreparedRun(settings, profile, workload, slos)
+
+
+def run_duration(args: argparse.Namespace, profile: Profile, workload: Workload) -> float:
+    """--duration, else the length of a schedule that ends by itself (trace, stages), else the profile's."""
+    if args.duration:
+        return parse_duration(args.duration)
+    span = workload.schedule_span_s
+    return span + 0.001 if span is not None else profile.duration_s
+
+
 def _with_judging(profile: Profile, args: argparse.Namespace) -> Profile:
-    """The profile with --warmup / --cooldown applied."""
+    """The profile with --warmup / --cooldown applied (commands without them leave it as it is)."""
     update: dict[str, Any] = {}
-    for flag, key in ((args.warmup, "warmup_s"), (args.cooldown, "cooldown_s")):
+    for flag, key in (
+        (getattr(args, "warmup", None), "warmup_s"),
+        (getattr(args, "cooldown", None), "cooldown_s"),
+    ):
         if flag:
             update[key] = "auto" if flag.strip() == "auto" else parse_duration(flag)
     return (

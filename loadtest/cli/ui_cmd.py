@@ -19,16 +19,15 @@ from loadtest.cli.run_cmd import (
     EXIT_OK,
     EXIT_USAGE,
     UsageError,
-    _api_key_env,
     _fail,
     _write_results,
     describe_load,
+    ensure_writable,
     merge_slos,
+    prepare_run,
 )
 from loadtest.locust.settings import RunSettings, load_mode
 from loadtest.profile.loader import ProfileError, load_profile
-from loadtest.traces import TraceFormatError
-from loadtest.workload.builder import Workload
 
 log = logging.getLogger("loadtest")
 
@@ -53,16 +52,6 @@ def _check_port(host: str, port: int) -> None:
             raise UsageError(f"--web-host/--web-port {host}:{port}: {e.strerror or e}") from e
 
 
-def _check_reports_dir(path: Path) -> None:
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        probe = path / ".write-test"
-        probe.write_bytes(b"x")
-        probe.unlink()
-    except OSError as e:
-        raise UsageError(f"reports folder {path} is not writable: {e.strerror or e}") from e
-
-
 def ui_command(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
@@ -70,35 +59,11 @@ def ui_command(args: argparse.Namespace) -> int:
         if args.processes != 1:
             raise UsageError("loadtest ui runs its users in this one process: use --processes 1")
         auth = _parse_auth(args.web_login)
-        key_env = _api_key_env(args)
-        settings = RunSettings(
-            run_id="",
-            profile_ref=str(profile_path),
-            host="",
-            out_dir="",
-            duration_s=0.0,
-            seed=0,
-            api_key_env=key_env,
-            processes=1,
-            connect_timeout=args.connect_timeout,
-            read_timeout=args.read_timeout,
-            verify_tls=not args.insecure,
-            tokenizer=args.tokenizer,
-            slo=args.slo,
-        )
-        profile, _ = settings.profile()
-        settings.seed = profile.seed if args.seed is None else args.seed
+        prepared = prepare_run(args, profile_path, processes=1)
+        settings, profile, slos = prepared.settings, prepared.profile, prepared.slos
+        key_env = settings.api_key_env
         settings.duration_s = profile.duration_s  # informational: a UI run lasts until it is stopped
-        try:
-            Workload(profile, settings.seed)  # checks the tokenizer and reads any trace now
-        except (ValueError, OSError, TraceFormatError) as e:
-            raise UsageError(f"{profile_path}: {e}") from e
-        try:
-            slos = merge_slos(profile.slos, args.slo)
-        except ValueError as e:
-            raise UsageError(f"SLOs ({'--slo' if args.slo else profile_path}): {e}") from e
-        reports_root = Path(args.reports_dir)
-        _check_reports_dir(reports_root)
+        reports_root = ensure_writable(Path(args.reports_dir), "reports folder")
         _check_port(args.web_host, args.web_port)
     except (ProfileError, UsageError) as e:
         return _fail(str(e), EXIT_USAGE)
