@@ -42,7 +42,6 @@ class _Chunk(msgspec.Struct, gc=False):
 
 _bulk_decoder = msgspec.json.Decoder(list[_Chunk])
 _one_decoder = msgspec.json.Decoder(_Chunk)
-_line_decoder = _one_decoder
 
 
 @dataclass(slots=True)
@@ -172,7 +171,7 @@ def _fast_split(buf: bytes) -> tuple[list[_Chunk], np.ndarray, bool] | None:
     if buf.count(_PREFIX, 0, size) != n_events:
         return None
     try:
-        decoded = _line_decoder.decode_lines(memoryview(buf.replace(_PREFIX, _BLANK_PREFIX))[:size])
+        decoded = _one_decoder.decode_lines(memoryview(buf.replace(_PREFIX, _BLANK_PREFIX))[:size])
     except (msgspec.DecodeError, msgspec.ValidationError):
         return None  # a comment, another field or bad JSON: let the general path say which
     return decoded, ends, saw_done
