@@ -107,7 +107,11 @@ def test_open_loop_schedule_is_the_same_for_any_number_of_workers(tmp_path: Path
 def test_signal_ends_run_cleanly_with_results(
     tmp_path: Path, sig: signal.Signals, procs: int, code: int
 ) -> None:
-    prof = write_profile(tmp_path / "p.yaml", output_tokens={"dist": "fixed", "value": 400}, duration_s=60)
+    # Mixed lengths keep the streams out of step, so some are always in flight when the signal lands
+    # (equal lengths finish together, and could all end in the moment between the signal and the stop).
+    prof = write_profile(
+        tmp_path / "p.yaml", output_tokens={"dist": "uniform", "min": 100, "max": 800}, duration_s=60
+    )
     out = tmp_path / "out"
     proc = subprocess.Popen(
         CLI + ["run", "--profile", str(prof), "--processes", str(procs), "--out", str(out)],
