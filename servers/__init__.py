@@ -1,0 +1,1 @@
+"""Reference servers and launchers for real hardware (not part of the installed loadtest package)."""

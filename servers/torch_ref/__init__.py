@@ -1,0 +1,1 @@
+"""A self-contained PyTorch continuous-batching server speaking loadtest's OpenAI API."""
