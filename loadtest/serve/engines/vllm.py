@@ -1,0 +1,101 @@
+"""vLLM: `vllm serve` aggregated, or NIXL prefill/decode instances behind `vllm-router`."""
+
+from __future__ import annotations
+
+import json
+
+from loadtest.serve.plan import (
+    LaunchOptions,
+    LaunchPlan,
+    ProcSpec,
+    assign_gpus,
+    layout_dict,
+    local_url,
+    program,
+)
+from loadtest.serve.presets import Instance, Layout, Preset
+
+NIXL_SIDE_CHANNEL_BASE = 5600  # VLLM_NIXL_SIDE_CHANNEL_PORT: one per instance on a host (vLLM's default)
+
+
+def engine_flags(preset: Preset, inst: Instance) -> list[str]:
+    """vLLM engine arguments for one instance (also what `python -m dynamo.vllm` takes)."""
+    s = preset.serving
+    f = [
+        "--tensor-parallel-size", str(inst.tp),  # GPUs one instance shards every layer over
+        "--max-num-seqs", str(s.max_num_seqs),  # most requests in one scheduler step (batch size)
+        "--max-num-batched-tokens", str(s.max_num_batched_tokens),  # token budget of a step
+        "--enable-chunked-prefill",  # long prompts prefill in chunks that share steps with decodes
+        "--gpu-memory-utilization", f"{s.gpu_memory_utilization:g}",  # weights + KV share of GPU memory
+        "--enable-prefix-caching" if s.prefix_caching else "--no-enable-prefix-caching",
+    ]  # fmt: skip
+    if inst.ep:
+        f.append("--enable-expert-parallel")  # MoE experts split over the instance's GPUs, not sharded
+    if s.kv_cache_dtype != "auto":
+        f += ["--kv-cache-dtype", s.kv_cache_dtype]  # fp8 halves KV memory per token
+    if preset.max_model_len:
+        f += ["--max-model-len", str(preset.max_model_len)]  # longest prompt + output served
+    if parser := preset.reasoning_parser.get("vllm"):
+        f += ["--reasoning-parser", parser]  # thinking text goes to reasoning_content
+    return f + preset.engine_args.get("vllm", [])
+
+
+def kv_transfer_config(role: str) -> str:
+    return json.dumps(
+        {"kv_connector": "NixlConnector", "kv_role": "kv_producer" if role == "prefill" else "kv_consumer"},
+        separators=(",", ":"),
+    )
+
+
+def build(preset: Preset, layout: Layout, opts: LaunchOptions) -> LaunchPlan:
+    vllm = program(opts, ["vllm", "serve"])
+    gpu_sets = assign_gpus(layout, opts.gpu_ids)
+    url = local_url(opts.host, opts.port)
+    common = dict(
+        engine="vllm", preset=preset.name, model=preset.model, mode=layout.mode, gpus=layout.gpus, url=url,
+        version_cmd=program(opts, ["vllm", "--version"]), layout=layout_dict(preset, layout),
+    )  # fmt: skip
+    if layout.instance is not None:
+        argv = [*vllm, preset.model, "--host", opts.host, "--port", str(opts.port)]
+        argv += engine_flags(preset, layout.instance) + opts.extra_args
+        proc = ProcSpec(
+            "server", "server", argv, {"CUDA_VISIBLE_DEVICES": ",".join(gpu_sets[0])}, opts.port,
+            url + "/health", url + "/metrics", gpu_sets[0],
+        )  # fmt: skip
+        return LaunchPlan(
+            processes=[proc], metrics_urls=[url + "/metrics"], version_urls=[url + "/version"], **common
+        )
+    procs: list[ProcSpec] = []
+    roles = ["prefill"] * len(layout.prefill) + ["decode"] * len(layout.decode)
+    for i, (role, inst, gpus) in enumerate(
+        zip(roles, [*layout.prefill, *layout.decode], gpu_sets, strict=True)
+    ):
+        port = opts.port + 1 + i
+        wurl = local_url("127.0.0.1", port)
+        argv = [*vllm, preset.model, "--host", "127.0.0.1", "--port", str(port)]
+        argv += (
+            engine_flags(preset, inst) + ["--kv-transfer-config", kv_transfer_config(role)] + opts.extra_args
+        )
+        env = {
+            "CUDA_VISIBLE_DEVICES": ",".join(gpus),
+            # NIXL handshake port, unique per instance on this host (TP ranks add their DP rank to it)
+            "VLLM_NIXL_SIDE_CHANNEL_PORT": str(NIXL_SIDE_CHANNEL_BASE + 16 * i),
+        }
+        n = i if role == "prefill" else i - len(layout.prefill)
+        procs.append(
+            ProcSpec(f"{role}-{n}", role, argv, env, port, wurl + "/health", wurl + "/metrics", gpus)
+        )
+    router = [*program(opts, ["vllm-router"]), "--vllm-pd-disaggregation"]
+    for p in procs:
+        router += ["--prefill" if p.role == "prefill" else "--decode", local_url("127.0.0.1", p.port or 0)]
+    router += ["--host", opts.host, "--port", str(opts.port)] + opts.router_args
+    procs.append(ProcSpec("router", "router", router, {}, opts.port, url + "/health"))
+    workers = [p for p in procs if p.metrics_url]
+    return LaunchPlan(
+        processes=procs,
+        metrics_urls=[p.metrics_url for p in workers if p.metrics_url],
+        version_urls=[local_url("127.0.0.1", workers[0].port or 0) + "/version"],
+        ready="models",
+        notes=["router: vllm-router (pip install vllm-router); KV moves over NIXL (pip install nixl)"],
+        **common,
+    )

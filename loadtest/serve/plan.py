@@ -1,0 +1,134 @@
+"""A launch plan: the processes (argv, env additions, ports, health and metrics URLs) and files of a server."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from loadtest.serve.presets import Instance, Layout, Preset
+
+
+@dataclass
+class LaunchOptions:
+    """What the command line adds to a preset."""
+
+    gpus: int | None = None
+    mode: str = "aggregated"
+    host: str = "127.0.0.1"  # the address the front server binds; workers behind a router bind loopback
+    port: int = 8000
+    extra_args: list[str] = field(default_factory=list)  # appended to every engine instance's argv
+    router_args: list[str] = field(default_factory=list)  # appended to the router / frontend argv
+    executable: str | None = None  # replaces the program of every process (a stand-in, or another venv)
+    python: str = "python3"  # the interpreter for `python -m ...` engines
+    gpu_ids: list[str] | None = None  # physical GPU ids to hand out (default: 0..N-1)
+    dynamo_backend: str = "vllm"
+    workdir: Path = Path(".")  # where config files and logs go
+
+
+@dataclass
+class ProcSpec:
+    """One process of a server."""
+
+    name: str  # server, prefill-0, decode-1, router, frontend
+    role: str  # server | prefill | decode | router | frontend
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)  # additions to the launcher's environment
+    port: int | None = None
+    health_url: str | None = None
+    metrics_url: str | None = None
+    gpus: list[str] = field(default_factory=list)
+
+    def shell(self) -> str:
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env.items())
+        return (env + " " if env else "") + shlex.join(self.argv)
+
+
+@dataclass
+class LaunchPlan:
+    """Everything `loadtest serve ENGINE` starts, in start order; ``url`` is the OpenAI endpoint."""
+
+    engine: str
+    preset: str
+    model: str
+    mode: str
+    gpus: int
+    url: str
+    processes: list[ProcSpec]
+    metrics_urls: list[str]
+    ready: str = "status"  # status: every health URL answers 200; models: and /v1/models lists a model
+    files: dict[str, str] = field(default_factory=dict)  # file name in workdir -> content
+    version_urls: list[str] = field(default_factory=list)
+    version_cmd: list[str] | None = None
+    layout: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def render(self, workdir: Path) -> str:
+        """The dry-run text: each process as a shell line, then the files it reads."""
+        lines = [
+            f"# {self.engine} {self.preset} ({self.mode}, {self.gpus} GPU{'s' if self.gpus != 1 else ''}): "
+            f"{self.model}",
+            f"# endpoint {self.url}; metrics {' '.join(self.metrics_urls) or '-'}",
+        ]
+        lines += [f"# {n}" for n in self.notes]
+        for p in self.processes:
+            gpu = f", GPUs {','.join(p.gpus)}" if p.gpus else ""
+            health = f", health {p.health_url}" if p.health_url else ""
+            lines.append(f"# {p.name} ({p.role}{gpu}{health})")
+            lines.append(p.shell())
+        for name, content in self.files.items():
+            lines.append(f"# file {workdir / name}:")
+            lines += [f"#   {line}" for line in content.rstrip().splitlines()]
+        return "\n".join(lines)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2)
+
+
+def local_url(host: str, port: int) -> str:
+    """The URL this host reaches a server bound to ``host`` at (wildcard binds answer on loopback)."""
+    reach = "127.0.0.1" if host in ("0.0.0.0", "::", "", "localhost") else host
+    if ":" in reach:
+        reach = f"[{reach}]"
+    return f"http://{reach}:{port}"
+
+
+def assign_gpus(layout: Layout, gpu_ids: list[str] | None) -> list[list[str]]:
+    """GPU ids per instance, in order (aggregated: one; disagg: prefill instances, then decode)."""
+    instances: list[Instance] = [layout.instance] if layout.instance else [*layout.prefill, *layout.decode]
+    ids = gpu_ids if gpu_ids is not None else [str(i) for i in range(layout.gpus)]
+    if len(ids) < layout.gpus:
+        raise ValueError(
+            f"the layout needs {layout.gpus} GPUs but only {len(ids)} are given ({','.join(ids)})"
+        )
+    out, at = [], 0
+    for inst in instances:
+        out.append(ids[at : at + inst.tp])
+        at += inst.tp
+    return out
+
+
+def layout_dict(preset: Preset, layout: Layout) -> dict[str, Any]:
+    d: dict[str, Any] = {
+        "gpus": layout.gpus,
+        "mode": layout.mode,
+        "fits": list(layout.fits),
+        "why": layout.why,
+    }
+    if layout.instance:
+        d["tp"], d["ep"] = layout.instance.tp, layout.instance.ep
+    else:
+        d["prefill"] = [asdict(i) for i in layout.prefill]
+        d["decode"] = [asdict(i) for i in layout.decode]
+    d["weights_gb"] = preset.weights_gb
+    return d
+
+
+def program(opts: LaunchOptions, default: list[str]) -> list[str]:
+    """The program words of a command: ``--executable`` replaces the first one (`vllm`, `python3`...)."""
+    return [opts.executable, *default[1:]] if opts.executable else list(default)

@@ -1,0 +1,50 @@
+"""Server telemetry: the endpoint's Prometheus metrics polled each second into run.json series."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from loadtest.telemetry.names import ENGINE_SERIES, SERIES, detect_engine
+from loadtest.telemetry.poller import TelemetryPoller
+from loadtest.telemetry.scrape import parse
+
+
+def metrics_urls(host: str, override: str | None, server: dict[str, Any] | None) -> list[str]:
+    """``--metrics-url`` (comma-separated), else the URLs the launcher recorded, else HOST/metrics."""
+    if override:
+        return [u.strip() for u in override.split(",") if u.strip()]
+    if server and server.get("metrics_urls"):
+        return list(server["metrics_urls"])
+    return [host.rstrip("/") + "/metrics"]
+
+
+def start_for_run(
+    host: str,
+    *,
+    override: str | None = None,
+    server: dict[str, Any] | None = None,
+    embedded: bool = False,
+    api_key: str | None = None,
+) -> TelemetryPoller:
+    """A started poller for a run against ``host`` (the embedded engine is named loadtest-sim)."""
+    hint = "loadtest-sim" if embedded else (server or {}).get("engine")
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
+    return TelemetryPoller(metrics_urls(host, override, server), engine_hint=hint, headers=headers).start()
+
+
+def attach(
+    doc: dict[str, Any], poller: TelemetryPoller | None, run_started_epoch: float | None = None
+) -> None:
+    """Stop ``poller`` and put its series into run.json ``doc`` (or one line in ``notes``); ``t`` counts
+    from ``run_started_epoch`` when given."""
+    if poller is None:
+        return
+    poller.stop()
+    result = poller.result(run_started_epoch)
+    if result is not None:
+        doc["telemetry"] = result
+    elif poller.note:
+        doc.setdefault("notes", []).append(poller.note)
+
+
+__all__ = ["ENGINE_SERIES", "SERIES", "TelemetryPoller", "attach", "detect_engine", "parse", "start_for_run"]

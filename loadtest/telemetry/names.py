@@ -1,0 +1,143 @@
+"""Each engine's Prometheus names for the common telemetry series, and engine detection from the names."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+SERIES = (
+    "requests_running",
+    "requests_waiting",
+    "kv_cache_usage",
+    "preemptions",
+    "prefix_cache_hit_rate",
+    "generation_tokens_per_s",
+    "prompt_tokens_per_s",
+)
+
+
+@dataclass(frozen=True)
+class Gauge:
+    """A level read each tick; ``fraction`` levels (0..1) are averaged across sources, counts summed."""
+
+    name: str
+    fraction: bool = False
+
+
+@dataclass(frozen=True)
+class Delta:
+    """A counter: its increase in each interval (``per_s``: divided by the interval's seconds)."""
+
+    name: str
+    per_s: bool = False
+
+
+@dataclass(frozen=True)
+class Ratio:
+    """Increase of ``num`` over the increase of the sum of ``den`` counters in each interval (0..1)."""
+
+    num: str
+    den: tuple[str, ...]
+
+
+Source = Gauge | Delta | Ratio
+
+# Candidates per series, first present wins. Sample names as exposed (counters with `_total`,
+# histogram sums with `_sum`). Sources: vLLM vllm/v1/metrics/loggers.py; SGLang
+# sglang/srt/metrics/collector.py; TensorRT-LLM tensorrt_llm/metrics/collector.py; Dynamo
+# docs/observability/metrics.md (frontend `dynamo_frontend_*`, worker `dynamo_component_kvstats_*`).
+ENGINE_SERIES: dict[str, dict[str, list[Source]]] = {
+    "vllm": {
+        "requests_running": [Gauge("vllm:num_requests_running")],
+        "requests_waiting": [Gauge("vllm:num_requests_waiting")],
+        "kv_cache_usage": [Gauge("vllm:kv_cache_usage_perc", True), Gauge("vllm:gpu_cache_usage_perc", True)],
+        "preemptions": [Delta("vllm:num_preemptions_total")],
+        "prefix_cache_hit_rate": [
+            Ratio("vllm:prefix_cache_hits_total", ("vllm:prefix_cache_queries_total",)),
+            Ratio("vllm:gpu_prefix_cache_hits_total", ("vllm:gpu_prefix_cache_queries_total",)),
+            Gauge("vllm:gpu_prefix_cache_hit_rate", True),
+        ],
+        "generation_tokens_per_s": [Delta("vllm:generation_tokens_total", True)],
+        "prompt_tokens_per_s": [Delta("vllm:prompt_tokens_total", True)],
+    },
+    "sglang": {
+        "requests_running": [Gauge("sglang:num_running_reqs")],
+        "requests_waiting": [Gauge("sglang:num_queue_reqs")],
+        "kv_cache_usage": [Gauge("sglang:token_usage", True)],
+        "preemptions": [Delta("sglang:num_retracted_requests_total")],  # SGLang calls preemption retraction
+        "prefix_cache_hit_rate": [Gauge("sglang:cache_hit_rate", True)],
+        "generation_tokens_per_s": [Delta("sglang:generation_tokens_total", True)],
+        "prompt_tokens_per_s": [Delta("sglang:prompt_tokens_total", True)],
+    },
+    "trtllm": {
+        "requests_running": [Gauge("trtllm_num_requests_running")],
+        "requests_waiting": [Gauge("trtllm_num_requests_waiting")],
+        "kv_cache_usage": [Gauge("trtllm_kv_cache_utilization", True)],
+        "prefix_cache_hit_rate": [
+            Ratio(
+                "trtllm_kv_cache_reused_blocks_total",
+                ("trtllm_kv_cache_reused_blocks_total", "trtllm_kv_cache_missed_blocks_total"),
+            ),
+            Gauge("trtllm_kv_cache_hit_rate", True),
+        ],
+        "generation_tokens_per_s": [Delta("trtllm_generation_tokens_total", True)],
+        "prompt_tokens_per_s": [Delta("trtllm_prompt_tokens_total", True)],
+    },
+    "dynamo": {
+        "requests_running": [Gauge("dynamo_frontend_inflight_requests")],
+        "requests_waiting": [Gauge("dynamo_frontend_queued_requests")],
+        "kv_cache_usage": [Gauge("dynamo_component_kvstats_gpu_cache_usage_percent", True)],
+        "prefix_cache_hit_rate": [
+            Gauge("dynamo_component_kvstats_gpu_prefix_cache_hit_rate", True),
+            Ratio("dynamo_frontend_cached_tokens_sum", ("dynamo_frontend_input_sequence_tokens_sum",)),
+        ],
+        "generation_tokens_per_s": [
+            Delta("dynamo_frontend_output_tokens_total", True),
+            Delta("dynamo_frontend_output_sequence_tokens_sum", True),
+        ],
+        "prompt_tokens_per_s": [Delta("dynamo_frontend_input_sequence_tokens_sum", True)],
+    },
+}
+# The embedded engine (loadtest/sim/prom.py) speaks vLLM's names.
+ENGINE_SERIES["loadtest-sim"] = ENGINE_SERIES["vllm"]
+DETECT_ORDER = ("dynamo", "trtllm", "sglang", "vllm")
+PREFIX = {"dynamo": "dynamo_", "trtllm": "trtllm_", "sglang": "sglang:", "vllm": "vllm:"}
+
+
+def source_names(src: Source) -> tuple[str, ...]:
+    if isinstance(src, Ratio):
+        return (src.num, *src.den)
+    return (src.name,)
+
+
+def wanted_names() -> frozenset[str]:
+    """Every sample name any mapping reads (counters also without `_total`, as older exporters wrote)."""
+    names = {
+        n
+        for table in ENGINE_SERIES.values()
+        for srcs in table.values()
+        for s in srcs
+        for n in source_names(s)
+    }
+    return frozenset(names | {n.removesuffix("_total") for n in names})
+
+
+def detect_engine(text: str) -> str:
+    """Which engine exposes these metrics, from the prefixes of its sample names."""
+    for engine in DETECT_ORDER:
+        if re.search("^" + re.escape(PREFIX[engine]), text, re.MULTILINE):
+            return engine
+    return "unknown"
+
+
+def candidates(engine: str) -> dict[str, list[Source]]:
+    """Per series: the engine's own names first, then every other engine's (a Dynamo worker port
+    also shows its backend's names, for instance)."""
+    own = ENGINE_SERIES.get(engine, {})
+    out: dict[str, list[Source]] = {}
+    for series in SERIES:
+        srcs = list(own.get(series, []))
+        for other in DETECT_ORDER:
+            srcs += [s for s in ENGINE_SERIES[other].get(series, []) if s not in srcs]
+        out[series] = srcs
+    return out

@@ -1,0 +1,211 @@
+"""Poll server metrics once per interval during a run (a thread, a greenlet under gevent) into series."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+from loadtest.telemetry.names import SERIES, Delta, Gauge, Source, candidates, source_names
+from loadtest.telemetry.scrape import Scrape, ScrapeError, scrape
+
+log = logging.getLogger(__name__)
+BASELINE_TRIES = 5  # ticks to get a first answer from a URL before it is given up (404 at once)
+TRTLLM_PATH = "/prometheus/metrics"
+
+
+def combine(scrapes: list[Scrape]) -> Scrape:
+    """Several endpoints (prefill and decode workers, a frontend): totals add, means weigh by label sets."""
+    if len(scrapes) == 1:
+        return scrapes[0]
+    engines = [s.engine for s in scrapes if s.engine != "unknown"]
+    out = Scrape(engine=engines[0] if engines else "unknown")
+    if "dynamo" in engines:
+        out.engine = "dynamo"
+    for s in scrapes:
+        for name, total in s.total.items():
+            n_old, n_new = out.groups.get(name, 0), s.groups[name]
+            out.mean[name] = (out.mean.get(name, 0.0) * n_old + s.mean[name] * n_new) / (n_old + n_new)
+            out.total[name] = out.total.get(name, 0.0) + total
+            out.groups[name] = n_old + n_new
+    return out
+
+
+def _fraction(v: float) -> float:
+    """0..1; an exporter that reports percent (values above 1) is scaled down."""
+    if v > 1.0 + 1e-9:
+        v /= 100.0
+    return round(min(max(v, 0.0), 1.0), 4)
+
+
+def _delta(prev: Scrape, cur: Scrape, name: str) -> float | None:
+    if name not in prev.total or name not in cur.total:
+        return None
+    d = cur.total[name] - prev.total[name]
+    return cur.total[name] if d < 0 else d  # a restarted server starts its counters again
+
+
+def value_of(src: Source, prev: Scrape, cur: Scrape, dt: float) -> float | None:
+    if isinstance(src, Gauge):
+        if src.name not in cur.total:
+            return None
+        return _fraction(cur.mean[src.name]) if src.fraction else round(cur.total[src.name], 3)
+    if isinstance(src, Delta):
+        d = _delta(prev, cur, src.name)
+        if d is None:
+            return None
+        return round(d / dt, 3) if src.per_s else round(d, 3)
+    num = _delta(prev, cur, src.num)
+    dens = [_delta(prev, cur, n) for n in src.den]
+    if num is None or any(d is None for d in dens):
+        return None
+    den = sum(d for d in dens if d is not None)
+    return _fraction(num / den) if den > 0 else None
+
+
+class TelemetryPoller:
+    """``start()`` before the load, ``stop()`` after; ``result()`` is run.json's ``telemetry`` block (or
+    None, with ``note`` saying why). Each tick has a bounded timeout and is skipped when it fails."""
+
+    def __init__(
+        self,
+        urls: list[str],
+        interval_s: float = 1.0,
+        timeout_s: float | None = None,
+        engine_hint: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        self.urls = list(urls)
+        self.interval_s = interval_s
+        self.timeout_s = timeout_s if timeout_s is not None else min(2.0, 0.8 * interval_s)
+        self.engine_hint = engine_hint
+        self.headers = headers
+        self.t: list[float] = []
+        self.rows: list[dict[str, float | None]] = []
+        self.seen: set[str] = set()
+        self.chosen: dict[str, Source] = {}
+        self.engine = engine_hint or "unknown"
+        self.errors: dict[str, str] = {}
+        self.failed_ticks = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._t0 = 0.0
+        self.started_epoch = 0.0
+
+    # ---- lifecycle -----------------------------------------------------------------------------
+    def start(self) -> TelemetryPoller:
+        self._t0, self.started_epoch = time.monotonic(), time.time()
+        self._thread = threading.Thread(target=self._run, name="loadtest-telemetry", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self.timeout_s * max(1, len(self.urls)) + 2.0)
+
+    # ---- polling -------------------------------------------------------------------------------
+    def _scrape_all(self) -> Scrape | None:
+        got = []
+        for url in self.urls:
+            try:
+                got.append(scrape(url, self.timeout_s, self.headers))
+            except ScrapeError as e:
+                self.errors[url] = str(e)
+                return None
+            except Exception as e:  # a malformed exposition: skip the tick, never break the run
+                self.errors[url] = f"unreadable metrics: {e}"
+                return None
+        return combine(got)
+
+    def _baseline(self) -> Scrape | None:
+        """The first answer of every URL. A URL that answers 404 is dropped at once (trying TensorRT-LLM's
+        /prometheus/metrics in place of /metrics first), one that does not answer in BASELINE_TRIES ticks
+        too; the others must answer in the same tick."""
+        misses: dict[str, int] = {}
+        tick = 0
+        while not self._stop.is_set() and self.urls:
+            got, keep = [], []
+            for url in self.urls:
+                try:
+                    got.append(scrape(url, self.timeout_s, self.headers))
+                except ScrapeError as e:
+                    self.errors[url] = str(e)
+                    misses[url] = misses.get(url, 0) + 1
+                    if e.status == 404 and url.endswith("/metrics") and not url.endswith(TRTLLM_PATH):
+                        keep.append(url.removesuffix("/metrics") + TRTLLM_PATH)
+                    elif e.status != 404 and misses[url] < BASELINE_TRIES:
+                        keep.append(url)
+                    continue
+                except Exception as e:  # not a Prometheus exposition
+                    self.errors[url] = f"unreadable metrics: {e}"
+                    continue
+                keep.append(url)
+            if keep == self.urls and len(got) == len(keep):
+                return combine(got)
+            self.urls = keep
+            tick += 1
+            if not any(u.endswith(TRTLLM_PATH) and u not in misses for u in keep):
+                self._stop.wait(self._next_tick(tick))
+        return None
+
+    def _next_tick(self, k: int) -> float:
+        return max(0.0, self._t0 + k * self.interval_s - time.monotonic())
+
+    def _run(self) -> None:
+        prev = self._baseline()
+        if prev is None:
+            return
+        if not self.engine_hint and prev.engine != "unknown":
+            self.engine = prev.engine
+        prev_t = time.monotonic()
+        k = max(1, round((prev_t - self._t0) / self.interval_s) + 1)
+        while not self._stop.wait(self._next_tick(k)):
+            k = max(k + 1, int((time.monotonic() - self._t0) / self.interval_s) + 1)
+            cur = self._scrape_all()
+            now = time.monotonic()
+            if cur is None:
+                self.failed_ticks += 1
+                continue
+            self._record(prev, cur, now - prev_t, now - self._t0)
+            prev, prev_t = cur, now
+
+    def _record(self, prev: Scrape, cur: Scrape, dt: float, t: float) -> None:
+        row: dict[str, float | None] = {}
+        for series, srcs in candidates(self.engine).items():
+            src = self.chosen.get(series)
+            if src is None:
+                src = next((s for s in srcs if all(n in cur.total for n in source_names(s))), None)
+                if src is None:
+                    continue
+                self.chosen[series] = src
+            self.seen.add(series)
+            row[series] = value_of(src, prev, cur, dt)
+        self.t.append(round(t, 3))
+        self.rows.append(row)
+
+    # ---- result --------------------------------------------------------------------------------
+    @property
+    def note(self) -> str | None:
+        if self.t:
+            return None
+        why = "; ".join(f"{u}: {e}" for u, e in self.errors.items()) or "no answer during the run"
+        return f"server telemetry: no metrics recorded ({why})"
+
+    def result(self, run_started_epoch: float | None = None) -> dict[str, Any] | None:
+        """run.json ``telemetry``: url, engine, interval_s, t, series. ``t`` counts seconds from
+        ``run_started_epoch`` (the load's start) when given, else from the poller's start; points
+        before the load started are dropped."""
+        if not self.t:
+            return None
+        shift = self.started_epoch - run_started_epoch if run_started_epoch else 0.0
+        keep = [i for i, t in enumerate(self.t) if t + shift >= 0]
+        series = {s: [self.rows[i].get(s) for i in keep] for s in SERIES if s in self.seen}
+        return {
+            "url": ",".join(self.urls),
+            "engine": self.engine,
+            "interval_s": self.interval_s,
+            "t": [round(self.t[i] + shift, 3) for i in keep],
+            "series": series,
+        }
