@@ -1,0 +1,160 @@
+"""Seeded, vectorized bootstrap estimates: percentiles, inter-token gaps, rates and proportions, and deltas."""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+REPLICATES = 1000
+CONFIDENCE = 0.95
+BOOT_SEED = 7
+# Bootstrap weight matrices are built in batches of at most this many cells (bounded memory).
+_CELLS = 4_000_000
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A point estimate, its bootstrap replicates and its confidence interval."""
+
+    value: float
+    reps: np.ndarray
+
+    @property
+    def ci(self) -> tuple[float, float]:
+        return _interval(self.reps)
+
+
+@dataclass(frozen=True)
+class Delta:
+    """Other minus baseline, absolute and relative, with confidence intervals from the replicates."""
+
+    abs: float
+    abs_ci: tuple[float, float]
+    pct: float | None
+    pct_ci: tuple[float, float] | None
+
+    @property
+    def significant(self) -> bool:
+        lo, hi = self.abs_ci
+        return bool(lo > 0 or hi < 0)
+
+
+def _interval(reps: np.ndarray) -> tuple[float, float]:
+    a = (1 - CONFIDENCE) / 2 * 100
+    lo, hi = np.nanpercentile(reps, [a, 100 - a])
+    return float(lo), float(hi)
+
+
+def rng_for(*keys: str) -> np.random.Generator:
+    """A generator seeded from the bootstrap seed and stable names, so reruns give the same intervals."""
+    return np.random.default_rng([BOOT_SEED, *(zlib.crc32(k.encode()) for k in keys)])
+
+
+def _rank_pos(cum: np.ndarray, q: float) -> np.ndarray:
+    """Per row, the index of the nearest-rank q-th percentile given cumulative weights."""
+    total = cum[:, -1]
+    k = np.maximum(np.ceil(q / 100.0 * total), 1)
+    return (cum < k[:, None]).sum(axis=1)
+
+
+def percentiles(
+    x: np.ndarray, qs: tuple[float, ...], rng: np.random.Generator
+) -> dict[float, Estimate] | None:
+    """Nearest-rank percentiles of ``x`` (NaNs dropped), each with a bootstrap over the values."""
+    xs = np.sort(x[~np.isnan(x)])
+    n = xs.size
+    if n == 0:
+        return None
+    reps = np.empty((REPLICATES, len(qs)))
+    batch = max(1, _CELLS // n)
+    for b0 in range(0, REPLICATES, batch):
+        b = min(batch, REPLICATES - b0)
+        draws = rng.integers(0, n, size=(b, n)) + (np.arange(b) * n)[:, None]
+        cum = np.bincount(draws.ravel(), minlength=b * n).reshape(b, n).cumsum(axis=1)
+        for j, q in enumerate(qs):
+            reps[b0 : b0 + b, j] = xs[np.minimum(_rank_pos(cum, q), n - 1)]
+    out = {}
+    for j, q in enumerate(qs):
+        point = xs[min(max(int(np.ceil(q / 100.0 * n)), 1), n) - 1]
+        out[q] = Estimate(float(point), reps[:, j])
+    return out
+
+
+def clustered_percentiles(
+    x: np.ndarray, owner: np.ndarray, n_owners: int, qs: tuple[float, ...], rng: np.random.Generator
+) -> dict[float, Estimate] | None:
+    """Percentiles of pooled values (inter-token gaps), bootstrapped over their owners (requests)."""
+    if x.size == 0 or n_owners == 0:
+        return None
+    order = np.argsort(x, kind="stable")
+    xs, own = x[order], owner[order]
+    g = xs.size
+    reps = np.empty((REPLICATES, len(qs)))
+    batch = max(1, _CELLS // max(g, n_owners))
+    for b0 in range(0, REPLICATES, batch):
+        b = min(batch, REPLICATES - b0)
+        draws = rng.integers(0, n_owners, size=(b, n_owners)) + (np.arange(b) * n_owners)[:, None]
+        w = np.bincount(draws.ravel(), minlength=b * n_owners).reshape(b, n_owners)
+        cum = w[:, own].cumsum(axis=1)
+        for j, q in enumerate(qs):
+            reps[b0 : b0 + b, j] = xs[np.minimum(_rank_pos(cum, q), g - 1)]
+    out = {}
+    for j, q in enumerate(qs):
+        point = xs[min(max(int(np.ceil(q / 100.0 * g)), 1), g) - 1]
+        out[q] = Estimate(float(point), reps[:, j])
+    return out
+
+
+def batches_for(duration_s: float) -> int:
+    """Batch-means batches: one per second of run, at least 10 and at most 30."""
+    return int(min(30, max(10, round(duration_s))))
+
+
+def rate(
+    times: np.ndarray, weights: np.ndarray, start: float, end: float, rng: np.random.Generator
+) -> Estimate | None:
+    """Sum of ``weights`` per second over [start, end], with a batch-means bootstrap.
+
+    The window is cut into equal batches; each item counts in the batch it completed in. The point
+    estimate is the total over the duration; the replicates resample whole batches, which keeps the
+    correlation between neighbouring seconds inside each batch.
+    """
+    dur = end - start
+    if dur <= 0:
+        return None
+    k = batches_for(dur)
+    idx = np.clip(((times - start) / dur * k).astype(np.int64), 0, k - 1)
+    per = np.bincount(idx, weights=weights, minlength=k) / (dur / k)
+    reps = per[rng.integers(0, k, size=(REPLICATES, k))].mean(axis=1)
+    return Estimate(float(weights.sum() / dur), reps)
+
+
+def proportion(flags: np.ndarray, rng: np.random.Generator) -> Estimate | None:
+    """A fraction of true flags with a bootstrap over the items (binomial resampling)."""
+    n = flags.size
+    if n == 0:
+        return None
+    p = float(flags.mean())
+    return Estimate(p, rng.binomial(n, p, size=REPLICATES) / n)
+
+
+def transform(est: Estimate | None, fn: Callable[[np.ndarray], np.ndarray]) -> Estimate | None:
+    """An estimate of fn(value), with the vectorized fn applied to every replicate."""
+    if est is None:
+        return None
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return Estimate(float(fn(np.array([est.value]))[0]), np.asarray(fn(est.reps), dtype=float))
+
+
+def delta(base: Estimate, other: Estimate) -> Delta:
+    """other − base from independent replicates of each run."""
+    d = other.reps - base.reps
+    pct: float | None = None
+    pct_ci: tuple[float, float] | None = None
+    if base.value != 0 and np.all(base.reps != 0):
+        pct = (other.value / base.value - 1.0) * 100.0
+        pct_ci = _interval((other.reps / base.reps - 1.0) * 100.0)
+    return Delta(other.value - base.value, _interval(d), pct, pct_ci)

@@ -1,0 +1,449 @@
+"""`loadtest compare`: H100 against H200, workload refusal, token normalization, sweeps, headless chromium."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import fcntl
+import json
+import os
+import select
+import shutil
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from tokenizers import Tokenizer as HfTokenizer
+from tokenizers import decoders, models, pre_tokenizers, trainers
+
+from loadtest.cli.main import main
+from loadtest.compare import stats
+from tests.conftest import CLI, run_cli, write_profile
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+ARTIFACTS = Path(__file__).parent / "artifacts"
+SPEEDUP = "2"  # engine clock 2× faster: decode steps stay well above the client's own per-token cost
+
+
+def _start(prof: Path, out: Path, gpu: str, *extra: str, concurrency: int = 8, duration: str = "2.5") -> Any:
+    args = ["run", "--profile", str(prof), "--concurrency", str(concurrency), "--duration", duration]
+    args += ["--engine-gpu", gpu, "--engine-speedup", SPEEDUP, "--out", str(out), *extra]
+    return subprocess.Popen(CLI + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _run_together(runs: dict[str, tuple[Any, ...]]) -> dict[str, Path]:
+    """Start the runs at once (they share whatever load the machine has), wait, and check each."""
+    procs: dict[str, subprocess.Popen[str]] = {}
+    try:
+        for key, (prof, out, gpu, extra, kw) in runs.items():
+            procs[key] = _start(prof, out, gpu, *extra, **kw)
+        for key, p in procs.items():
+            stdout, stderr = p.communicate(timeout=180)
+            assert p.returncode == 0, (key, stdout[-2000:], stderr[-2000:])
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.kill()
+                p.wait(timeout=30)
+    return {key: r[1] for key, r in runs.items()}
+
+
+def _verbose_tokenizer(path: Path) -> Path:
+    """A byte-level tokenizer with no merges: one token per character, about 4× llama3's count."""
+    tok = HfTokenizer(models.BPE(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=260, special_tokens=["<unk>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
+    tok.train_from_iterator(["a"], trainer)
+    tok.save(str(path))
+    return path
+
+
+def _point(i: int, conc: int, run_dir: Path, root: Path) -> dict[str, Any]:
+    run = json.loads((run_dir / "run.json").read_text())
+    m = run["metrics"]
+    lat, thr = m["latency_ms"], m["throughput"]
+    return {
+        "index": i,
+        "label": f"c={conc}",
+        "concurrency": conc,
+        "rate": None,
+        "dir": str(run_dir.relative_to(root)),
+        "status": run["status"],
+        "exit_code": run["verdict"]["exit_code"],
+        "verdict": run["verdict"]["status"],
+        "output_tps": thr["output_tokens_per_s"],
+        "requests_per_s": thr["requests_per_s"],
+        "tps_per_user": thr["tps_per_user"],
+        "ttft_p50_ms": lat["ttft"]["p50"],
+        "ttft_p90_ms": lat["ttft"]["p90"],
+        "ttft_p99_ms": lat["ttft"]["p99"],
+        "tpot_p50_ms": lat["tpot"]["p50"],
+        "tpot_p90_ms": lat["tpot"]["p90"],
+        "e2e_p90_ms": lat["e2e"]["p90"],
+        "goodput_rps": None,
+        "slo_attainment": None,
+        "error_rate": m["requests"]["error_rate"],
+    }
+
+
+def _write_sweep(root: Path, points: list[tuple[int, Path]], knee: int | None, best: int | None) -> Path:
+    """A sweep folder by the sweep.json contract, over run folders made by real `loadtest run`s."""
+    first = json.loads((points[0][1] / "run.json").read_text())
+    doc = {
+        "schema_version": 1,
+        "kind": "sweep",
+        "mode": "concurrency",
+        "status": "completed",
+        "profile": first["config"]["profile"],
+        "fingerprint": first["workload"]["fingerprint"],
+        "endpoint": first["endpoint"],
+        "slo": {},
+        "points": [_point(i, c, d, root) for i, (c, d) in enumerate(points)],
+        "knee": knee,
+        "best_under_slo": best,
+    }
+    (root / "sweep.json").write_text(json.dumps(doc))
+    return root
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("compare")
+    prof = write_profile(root / "chat.yaml")
+    verbose = _verbose_tokenizer(root / "verbose-tokenizer.json")
+    sa, sb = root / "sweep-h100", root / "sweep-h200"
+    # The runs whose numbers are compared start together, so machine load falls on both sides alike.
+    out = _run_together(
+        {
+            "h100": (prof, sa / "c8", "H100-SXM", (), {}),
+            "h200": (prof, sb / "c8", "H200", (), {}),
+            "verbose": (prof, root / "verbose", "H100-SXM", ("--tokenizer", str(verbose)), {}),
+        }
+    )
+    short = {"concurrency": 2, "duration": "1"}
+    out |= _run_together(
+        {
+            "h100_c2": (prof, sa / "c2", "H100-SXM", (), short),
+            "h200_c2": (prof, sb / "c2", "H200", (), short),
+            "seed2": (prof, root / "seed2", "H100-SXM", ("--seed", "2"), {"duration": "1"}),
+        }
+    )
+    out["sweep_a"] = _write_sweep(sa, [(2, out["h100_c2"]), (8, out["h100"])], knee=1, best=None)
+    out["sweep_b"] = _write_sweep(sb, [(2, out["h200_c2"]), (8, out["h200"])], knee=1, best=1)
+    out["root"] = root
+    return out
+
+
+def _compare(*args: str) -> subprocess.CompletedProcess[str]:
+    return run_cli(["compare", *args], timeout=120)
+
+
+def _rows(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {r["key"]: r for r in doc["metrics"]}
+
+
+def test_h200_beats_h100_with_significant_deltas(runs: dict[str, Path], tmp_path: Path) -> None:
+    r = _compare(str(runs["h100"]), str(runs["h200"]), "--names", "H100,H200", "--out", str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    assert "H200 vs H100" in r.stdout
+    doc = json.loads((tmp_path / "compare.json").read_text())
+    assert doc["workload"]["same"] and not doc["workload"]["allowed_different"]
+    rows = _rows(doc)
+    # H200 has 4.8 TB/s of HBM against 3.35: decode steps are shorter, so more tokens/s at equal concurrency.
+    for key, sign in (("output_tps", +1), ("tps_per_user", +1), ("tpot_p50", -1), ("itl_p50", -1)):
+        d = rows[key]["deltas"][1]
+        assert d["abs"] * sign > 0, (key, d)
+        assert d["significant"] and d["better"], (key, d)
+        lo, hi = d["abs_ci"]
+        assert lo <= d["abs"] <= hi
+    # Each value's interval contains the value, and the baseline's matches its run.json within HDR precision.
+    for row in rows.values():
+        for v in row["values"]:
+            if v is not None:
+                assert v["ci_lo"] <= v["value"] <= v["ci_hi"], row["key"]
+    h100 = json.loads((runs["h100"] / "run.json").read_text())
+    tpot = h100["metrics"]["latency_ms"]["tpot"]["p50"]
+    assert rows["tpot_p50"]["values"][0]["value"] == pytest.approx(tpot, rel=0.02, abs=0.01)
+    assert rows["output_tps"]["values"][0]["value"] == pytest.approx(
+        h100["metrics"]["throughput"]["output_tokens_per_s"], rel=0.02
+    )
+    html = (tmp_path / "compare.html").read_text()
+    assert "Verdicts" in html and "Deltas against H100" in html and "PASS" in html
+    assert not doc["tokens"]["active"]
+
+
+def test_different_workloads_refused_then_allowed_loudly(runs: dict[str, Path], tmp_path: Path) -> None:
+    a, b = str(runs["h100"]), str(runs["seed2"])
+    r = _compare(a, b, "--out", str(tmp_path / "refused"))
+    assert r.returncode == 3
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in r.stderr
+    assert (
+        a in lines[0] and b in lines[0] and "--allow-different-workloads" in lines[0] and "seed" in lines[0]
+    )
+    assert not (tmp_path / "refused").exists()
+
+    r = _compare(a, b, "--allow-different-workloads", "--out", str(tmp_path / "allowed.html"))
+    assert r.returncode == 0, r.stderr
+    assert "WARNING: different workloads" in r.stderr
+    html = (tmp_path / "allowed.html").read_text()
+    assert "DIFFERENT WORKLOADS" in html
+    doc = json.loads((tmp_path / "allowed.json").read_text())
+    assert doc["workload"]["allowed_different"] and not doc["workload"]["same"]
+
+
+def test_tokenizers_differ_throughput_is_normalized(runs: dict[str, Path], tmp_path: Path) -> None:
+    r = _compare(str(runs["h100"]), str(runs["verbose"]), "--names", "llama3,verbose", "--out", str(tmp_path))
+    assert r.returncode == 0, r.stderr  # the same profile and seed: not refused
+    doc = json.loads((tmp_path / "compare.json").read_text())
+    tok = doc["tokens"]
+    assert tok["active"] and tok["tokenizers_differ"] and tok["unit"] == "llama3 tokens"
+    base, verbose = tok["runs"]
+    assert base["factor"] == 1.0 and 0.15 < verbose["factor"] < 0.4
+    rows = _rows(doc)
+    raw, norm, usage = rows["output_tps"], rows["output_tps_norm"], rows["output_tps_usage"]
+    assert norm["values"][1]["value"] == pytest.approx(raw["values"][1]["value"] * verbose["factor"])
+    # The engine's own tokens (server usage) are one word each in both runs, so they measure the work
+    # done. One character per client token inflates the raw count about 4×; normalized, it is near 1×.
+    raw_v, norm_v, usage_v = (row["values"][1]["value"] for row in (raw, norm, usage))
+    assert raw["values"][0]["value"] == pytest.approx(usage["values"][0]["value"])  # llama3 = engine's count
+    assert raw_v / usage_v > 2.5, raw_v / usage_v
+    assert 0.6 < norm_v / usage_v < 1.5, norm_v / usage_v
+    html = (tmp_path / "compare.html").read_text()
+    assert "Token counts are normalized" in html and "Output tokens/s, normalized" in html
+
+
+def test_sweeps_overlaid_and_representative_points(runs: dict[str, Path], tmp_path: Path) -> None:
+    r = _compare(str(runs["sweep_a"]), str(runs["sweep_b"]), "--out", str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    doc = json.loads((tmp_path / "compare.json").read_text())
+    a, b = doc["sides"]
+    assert a["kind"] == b["kind"] == "sweep"
+    assert a["sweep"]["compared_point"] == "c=8" and "knee" in a["sweep"]["compared_because"]
+    assert b["sweep"]["compared_point"] == "c=8" and "best" in b["sweep"]["compared_because"]
+    assert [len(p["points"]) for p in doc["pareto"]] == [2, 2]
+    assert doc["pareto"][1]["points"][1]["best"] and doc["pareto"][0]["points"][1]["knee"]
+    assert _rows(doc)["tpot_p50"]["deltas"][1]["abs"] < 0
+    html = (tmp_path / "compare.html").read_text()
+    assert "Pareto: system output tokens/s against tokens/s per user" in html
+
+
+def test_bad_inputs_are_one_clear_line(
+    runs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    h100, h200 = str(runs["h100"]), str(runs["h200"])
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "no-records").mkdir()
+    shutil.copy(runs["h100"] / "run.json", tmp_path / "no-records" / "run.json")
+    cases = [
+        ([h100, str(tmp_path / "missing")], "no such file or folder"),
+        ([h100, str(tmp_path / "empty")], "no run.json there"),
+        ([h100, str(tmp_path / "no-records")], "no record log"),
+        ([h100], "at least two"),
+        ([h100, h200, "--names", "only-one"], "one name per path"),
+        ([h100, h200, "--baseline", "7"], "--baseline 7"),
+    ]
+    for args, want in cases:
+        assert main(["compare", *args, "--out", str(tmp_path / "out")]) == 2, args
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and want in err[0], (args, err)
+    assert not (tmp_path / "out").exists()
+
+
+def test_bootstrap_intervals_cover_and_detect() -> None:
+    rng = np.random.default_rng(1)
+    same_a = rng.lognormal(3, 0.5, 4000)
+    same_b = rng.lognormal(3, 0.5, 4000)
+    slower = same_b * 1.1
+    pa = stats.percentiles(same_a, (50.0, 90.0), stats.rng_for("a"))
+    pb = stats.percentiles(same_b, (50.0, 90.0), stats.rng_for("b"))
+    ps = stats.percentiles(slower, (50.0, 90.0), stats.rng_for("s"))
+    assert pa and pb and ps
+    true_median = float(np.exp(3))
+    lo, hi = pa[50.0].ci
+    assert lo <= true_median <= hi
+    assert not stats.delta(pa[50.0], pb[50.0]).significant
+    d = stats.delta(pa[50.0], ps[50.0])
+    assert d.significant and d.abs > 0 and 5 < (d.pct or 0) < 15
+    # Seeded: the same inputs give the same interval.
+    again = stats.percentiles(same_a, (50.0, 90.0), stats.rng_for("a"))
+    assert again and again[90.0].ci == pa[90.0].ci
+    # Gaps bootstrapped by request: equal to the plain percentile as a point estimate.
+    owner = np.repeat(np.arange(400), 10)
+    itl = stats.clustered_percentiles(same_a, owner, 400, (50.0,), stats.rng_for("i"))
+    assert itl and itl[50.0].value == pa[50.0].value
+
+
+# ---- headless chromium over the DevTools pipe: console errors, network requests, charts, screenshot ----
+
+
+class _Cdp:
+    """Chrome DevTools Protocol over --remote-debugging-pipe (fd 3 in, fd 4 out, NUL-separated JSON)."""
+
+    def __init__(self, profile_dir: Path) -> None:
+        assert CHROMIUM is not None
+        cmd_r, cmd_w = os.pipe()
+        evt_r, evt_w = os.pipe()
+        hi_r, hi_w = fcntl.fcntl(cmd_r, fcntl.F_DUPFD, 100), fcntl.fcntl(evt_w, fcntl.F_DUPFD, 100)
+        for fd in (cmd_r, evt_w):
+            os.close(fd)
+
+        def wire() -> None:
+            os.dup2(hi_r, 3)
+            os.dup2(hi_w, 4)
+
+        args = [
+            CHROMIUM,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--no-first-run",
+            f"--user-data-dir={profile_dir}",
+            "--remote-debugging-pipe",
+            "about:blank",
+        ]
+        self.proc = subprocess.Popen(
+            args, pass_fds=(3, 4), preexec_fn=wire, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        os.close(hi_r)
+        os.close(hi_w)
+        self.w, self.r = cmd_w, evt_r
+        self.buf = b""
+        self.next_id = 0
+        self.events: list[dict[str, Any]] = []
+
+    def _read(self, deadline: float) -> dict[str, Any]:
+        while b"\0" not in self.buf:
+            left = deadline - time.monotonic()
+            ready, _, _ = select.select([self.r], [], [], max(0.0, left))
+            if not ready:
+                raise TimeoutError("no answer from chromium")
+            chunk = os.read(self.r, 1 << 20)
+            if not chunk:
+                raise EOFError("chromium closed the pipe")
+            self.buf += chunk
+        msg, self.buf = self.buf.split(b"\0", 1)
+        return json.loads(msg)
+
+    def call(
+        self, method: str, session: str | None = None, timeout: float = 60, **params: Any
+    ) -> dict[str, Any]:
+        self.next_id += 1
+        msg: dict[str, Any] = {"id": self.next_id, "method": method, "params": params}
+        if session:
+            msg["sessionId"] = session
+        os.write(self.w, json.dumps(msg).encode() + b"\0")
+        deadline = time.monotonic() + timeout
+        while True:
+            m = self._read(deadline)
+            if m.get("id") == self.next_id:
+                assert "error" not in m, (method, m["error"])
+                return m.get("result", {})
+            self.events.append(m)
+
+    def wait_event(self, method: str, timeout: float = 60) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        for m in self.events:
+            if m.get("method") == method:
+                return m
+        while True:
+            m = self._read(deadline)
+            self.events.append(m)
+            if m.get("method") == method:
+                return m
+
+    def close(self) -> None:
+        with contextlib.suppress(TimeoutError, EOFError, OSError, AssertionError):
+            self.call("Browser.close", timeout=10)
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+        os.close(self.w)
+        os.close(self.r)
+
+
+def _open_in_chromium(page: Path, shot: Path, profile_dir: Path, expect_plots: int) -> dict[str, Any]:
+    cdp = _Cdp(profile_dir)
+    try:
+        target = cdp.call("Target.createTarget", url="about:blank")["targetId"]
+        sid = cdp.call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
+        for domain in ("Runtime", "Log", "Network", "Page"):
+            cdp.call(f"{domain}.enable", sid)
+        cdp.call(
+            "Emulation.setDeviceMetricsOverride",
+            sid,
+            width=1280,
+            height=900,
+            deviceScaleFactor=1,
+            mobile=False,
+        )
+        url = page.resolve().as_uri()
+        cdp.call("Page.navigate", sid, url=url)
+        cdp.wait_event("Page.loadEventFired")
+        probe = (
+            "JSON.stringify({plots: document.querySelectorAll('.js-plotly-plot').length,"
+            " svgs: document.querySelectorAll('.js-plotly-plot .main-svg').length,"
+            " titles: [...document.querySelectorAll('.js-plotly-plot .gtitle')].map(e => e.textContent),"
+            " cards: document.querySelectorAll('.card').length})"
+        )
+        found: dict[str, Any] = {}
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            found = json.loads(cdp.call("Runtime.evaluate", sid, expression=probe)["result"]["value"])
+            if len(found["titles"]) >= expect_plots:
+                break
+            time.sleep(0.2)
+        size = cdp.call("Page.getLayoutMetrics", sid)["cssContentSize"]
+        clip = {"x": 0, "y": 0, "width": size["width"], "height": size["height"], "scale": 1}
+        png = cdp.call("Page.captureScreenshot", sid, format="png", captureBeyondViewport=True, clip=clip)
+        shot.parent.mkdir(parents=True, exist_ok=True)
+        shot.write_bytes(base64.b64decode(png["data"]))
+        cdp.call("Runtime.evaluate", sid, expression="1")  # drain late events
+        ev = cdp.events
+        found["requests"] = [
+            e["params"]["request"]["url"] for e in ev if e.get("method") == "Network.requestWillBeSent"
+        ]
+        found["errors"] = [
+            e["params"]
+            for e in ev
+            if e.get("method") == "Runtime.exceptionThrown"
+            or (e.get("method") == "Runtime.consoleAPICalled" and e["params"]["type"] in ("error", "assert"))
+            or (e.get("method") == "Log.entryAdded" and e["params"]["entry"]["level"] == "error")
+        ]
+        found["url"] = url
+        return found
+    finally:
+        cdp.close()
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="needs a headless chromium")
+def test_compare_html_in_headless_chromium(runs: dict[str, Path], tmp_path: Path) -> None:
+    out = tmp_path / "report"
+    r = _compare(str(runs["sweep_a"]), str(runs["sweep_b"]), "--names", "H100,H200", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    html = (out / "compare.html").read_text()
+    low = html.lower()
+    for bad in ('src="http', "src='http", 'href="http', "href='http", 'src="//', "src='//", 'href="//'):
+        assert bad not in low, bad
+    shot = ARTIFACTS / "compare.png"
+    page = _open_in_chromium(out / "compare.html", shot, tmp_path / "chromium", expect_plots=5)
+    assert page["errors"] == [], page["errors"]
+    assert [u for u in page["requests"] if not u.startswith("data:")] == [page["url"]]
+    assert page["cards"] == 2
+    titles = page["titles"]
+    for want in ("Pareto", "Change against the baseline", "TTFT", "TPOT and ITL", "E2E"):
+        assert any(want in t for t in titles), (want, titles)
+    assert page["svgs"] >= 5
+    assert shot.stat().st_size > 20_000
