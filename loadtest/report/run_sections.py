@@ -1,0 +1,455 @@
+"""The run report's sections as template data: headline, charts with captions, tables from run.json and the log."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from markupsafe import Markup
+from pydantic import TypeAdapter, ValidationError
+
+from loadtest.profile.dists import Length
+from loadtest.report import charts, facts
+from loadtest.report.fmt import NA, fmt_int, fmt_ms, fmt_num, fmt_pct
+from loadtest.results.log_stats import LogSummary
+from loadtest.results.percentiles import HEADLINE_METRICS, decode, percentile_table
+from loadtest.workload.lengths import sample_length
+
+MAX_SERIES_POINTS = 1200
+MAX_PROFILE_DRAWS = 20_000
+MAX_ERROR_ROWS = 50
+_LENGTH = TypeAdapter(Length)
+
+
+@dataclass
+class Chart:
+    """One chart of the page: a title with units, the figure (or why there is none) and a caption."""
+
+    id: str
+    title: str
+    caption: str
+    html: Markup | None = None
+    nodata: str = "No data."
+
+
+def series_width(run: dict[str, Any]) -> float:
+    """Bucket width (s) for time series: 1 s, coarser for long runs so a chart holds ≤ MAX_SERIES_POINTS."""
+    duration = float(facts.section(run, "metrics", "window").get("duration_s") or 0.0)
+    return float(max(1, math.ceil(duration / MAX_SERIES_POINTS)))
+
+
+def html(fig: Any) -> Markup | None:
+    """The figure for the page, whose heading carries the title (the chart keeps its axis titles)."""
+    if fig is None:
+        return None
+    fig.update_layout(title=None, margin={"t": 40})
+    return Markup(charts.figure_html(fig))
+
+
+# ---- headline ----
+
+
+def headline_cards(run: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """(label, value, note) for the numbers at the top of the page."""
+    m = facts.metrics_of(run)
+    req, thr = m.get("requests", {}), m.get("throughput", {})
+    gp = run.get("goodput")
+    duration = facts.section(run, "metrics", "window").get("duration_s")
+    cards = [
+        (
+            "Output tokens/s",
+            fmt_num(thr.get("output_tokens_per_s"), 1),
+            "client tokenizer, successful requests",
+        ),
+        ("Requests/s", fmt_num(thr.get("requests_per_s"), 3), "successful requests per second"),
+    ]
+    if gp:
+        cards += [
+            (
+                "Goodput",
+                f"{fmt_num(gp.get('good_requests_per_s'), 3)} req/s",
+                f"{fmt_num(gp.get('good_output_tokens_per_s'), 1)} good output tokens/s",
+            ),
+            (
+                "SLO attainment",
+                fmt_pct(gp.get("attainment")),
+                f"{fmt_int(gp.get('good'))} of {fmt_int(gp.get('judged'))} requests good",
+            ),
+        ]
+    else:
+        cards += [
+            ("Goodput", NA, "no per-request TTFT/TPOT SLO"),
+            ("SLO attainment", NA, "no per-request SLO"),
+        ]
+    cards += [
+        (
+            "Error rate",
+            fmt_pct(req.get("error_rate")),
+            f"{fmt_int(req.get('failed'))} failed of {fmt_int(req.get('completed'))}",
+        ),
+        ("Duration", f"{fmt_num(duration, 1)} s", "first scheduled request to last answer"),
+    ]
+    return cards
+
+
+def headline_latency(run: dict[str, Any]) -> dict[str, Any]:
+    """TTFT/TPOT/ITL/E2E at p50/p90/p99/p99.9: measured and early-stopping estimate, in ms."""
+    rows = []
+    pcts: list[float] = []
+    for key, label in HEADLINE_METRICS:
+        table = percentile_table(decode(run, key))
+        pcts = [c["p"] for c in table]
+        cells = []
+        for c in table:
+            est = c["estimate_us"]
+            cells.append(
+                {
+                    "value": fmt_ms(None if c["value_us"] is None else c["value_us"] / 1000),
+                    "estimate": fmt_ms(est / 1000) if est is not None else None,
+                    "needs": c["needs"] if c["count"] else None,
+                }
+            )
+        rows.append({"label": label, "count": fmt_int(table[0]["count"]), "cells": cells})
+    return {"cols": [f"p{p:g}" for p in pcts], "rows": rows}
+
+
+def goodput_text(run: dict[str, Any]) -> str | None:
+    """SLO attainment and goodput in one sentence (None without a per-request SLO)."""
+    gp = run.get("goodput")
+    if not isinstance(gp, dict):
+        return None
+    rule = gp.get("rule") or {}
+    limits = ", ".join(
+        f"{name} ≤ {fmt_num(rule.get(key), 1)} ms"
+        for key, name in (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT"))
+        if rule.get(key) is not None
+    )
+    return (
+        f"SLO attainment {fmt_pct(gp.get('attainment'))} of {fmt_int(gp.get('judged'))} requests"
+        f"{f' ({limits})' if limits else ''}; goodput {fmt_num(gp.get('good_requests_per_s'), 3)} req/s, "
+        f"{fmt_num(gp.get('good_output_tokens_per_s'), 1)} output tokens/s."
+    )
+
+
+def judged_text(run: dict[str, Any]) -> str | None:
+    """The judged window in one sentence (None when the whole run is judged)."""
+    w = facts.section(run, "judged", "window")
+    if not w:
+        return None
+    n = facts.section(run, "judged", "metrics", "requests").get("completed")
+    auto = ", steady state detected" if w.get("automatic") else ""
+    return (
+        f"Judged window: {fmt_num(w.get('duration_s'), 1)} s (warm-up {fmt_num(w.get('warmup_s'), 1)} s, "
+        f"cool-down {fmt_num(w.get('cooldown_s'), 1)} s{auto}); the verdict judges the {fmt_int(n)} requests "
+        "scheduled inside it."
+    )
+
+
+# ---- time series ----
+
+
+def time_series_charts(run: dict[str, Any], log: LogSummary | None) -> list[Chart]:
+    if log is None or not log.records:
+        fig = charts.throughput_figure(facts.metrics_of(run).get("series") or {})
+        return [
+            Chart(
+                "throughput",
+                charts.THROUGHPUT_TITLE + " (tokens/s, requests/s)",
+                "From run.json alone (no record log): output tokens per second (left axis) and completed "
+                "requests and errors per second (right axis), per wall-clock second since the start.",
+                html(fig),
+                "No data: no request finished during the run.",
+            )
+        ]
+    s, w, x = log.series, log.width_s, log.series["t"]
+    per = "second" if w == 1 else f"{w:g}-second bucket"
+    xt = charts.x_title(w)
+    no_ok = "No data: no successful streamed request."
+    return [
+        Chart(
+            "throughput",
+            "Throughput over time (output tokens/s, requests/s)",
+            f"For each {per} since the first scheduled request: output tokens per second counted in the "
+            "bucket their chunks arrived in (left axis) and successful requests per second by the bucket "
+            "they completed in (right axis). The last bucket's rates use the part of it the run covered.",
+            html(charts.log_throughput_figure(s, w, "Throughput over time")),
+        ),
+        Chart(
+            "in-flight",
+            "Requests in flight (requests)",
+            f"Time-averaged number of requests sent and not yet finished over each {per}: the concurrency "
+            "the endpoint actually saw.",
+            html(
+                charts.lines_figure(x, [("in flight", s["in_flight"])], "Requests in flight", "requests", xt)
+            ),
+        ),
+        Chart(
+            "ttft-series",
+            "TTFT percentiles over time (ms)",
+            f"p50, p90 and p99 time to first token (from the scheduled time) of the successful requests whose "
+            f"first token arrived in each {per}; exact nearest-rank percentiles; gaps mean no such request.",
+            html(
+                charts.lines_figure(
+                    x,
+                    [(f"TTFT {p}", s[f"ttft_{p}_ms"]) for p in ("p50", "p90", "p99")],
+                    "TTFT percentiles over time",
+                    "TTFT (ms)",
+                    xt,
+                    "ms",
+                )
+            ),
+            no_ok,
+        ),
+        Chart(
+            "itl-series",
+            "ITL percentiles over time (ms)",
+            f"p50, p90 and p99 of the gaps between consecutive token-carrying chunks that arrived in each {per} "
+            "(successful requests), from log-spaced bins (each value within ±3 %).",
+            html(
+                charts.lines_figure(
+                    x,
+                    [(f"ITL {p}", s[f"itl_{p}_ms"]) for p in ("p50", "p90", "p99")],
+                    "ITL percentiles over time",
+                    "inter-token latency (ms)",
+                    xt,
+                    "ms",
+                )
+            ),
+            no_ok,
+        ),
+        Chart(
+            "errors-series",
+            "Failed requests over time (requests/s)",
+            f"Requests that ended in each {per} with an outcome other than ok, per second and stacked by "
+            "outcome class (cancelled requests are those the generator stopped at the end of the run).",
+            html(
+                charts.errors_figure(x, log.errors_by_outcome, s["bucket_s"], w, "Failed requests over time")
+            ),
+            "No failed or cancelled request.",
+        ),
+        Chart(
+            "lag-series",
+            "Load generator lag over time (ms)",
+            f"Schedule lag (send time − scheduled time) of the requests scheduled in each {per}: p50, p99 "
+            "and max. A rising lag means the generator, not the endpoint, was falling behind.",
+            html(
+                charts.lines_figure(
+                    x,
+                    [
+                        ("lag p50", s["schedule_lag_p50_ms"]),
+                        ("lag p99", s["schedule_lag_p99_ms"]),
+                        ("lag max", s["schedule_lag_max_ms"]),
+                    ],
+                    "Load generator lag over time",
+                    "schedule lag (ms)",
+                    xt,
+                    "ms",
+                )
+            ),
+            "No request was sent.",
+        ),
+    ]
+
+
+# ---- per scenario ----
+
+
+def scenario_rows(run: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per scenario from run.json's ``scenarios`` (present when the profile mixes several)."""
+    per = run.get("scenarios") or {}
+    declared = {s.get("name"): s for s in facts.section(run, "config").get("scenarios") or []}
+    goodput = facts.section(run, "goodput", "scenarios")
+    rows = []
+    for name, m in per.items():
+        req, thr, lat = m.get("requests", {}), m.get("throughput", {}), m.get("latency_ms", {})
+        d = declared.get(name, {})
+        rows.append(
+            {
+                "name": name,
+                "kind": d.get("kind", NA),
+                "weight": fmt_num(d.get("weight"), 1) if d.get("weight") is not None else NA,
+                "completed": fmt_int(req.get("completed")),
+                "ok": fmt_int(req.get("ok")),
+                "error_rate": fmt_pct(req.get("error_rate")),
+                "rps": fmt_num(thr.get("requests_per_s"), 3),
+                "tps": fmt_num(thr.get("output_tokens_per_s"), 1),
+                "lat": [
+                    f"{fmt_ms((lat.get(k) or {}).get('p50'))} / {fmt_ms((lat.get(k) or {}).get('p99'))}"
+                    for k in ("ttft", "tpot", "e2e")
+                ],
+                "attainment": fmt_pct((goodput.get(name) or {}).get("attainment")),
+            }
+        )
+    return rows
+
+
+# ---- errors ----
+
+
+def error_class_rows(log: LogSummary | None) -> dict[str, Any]:
+    if log is None:
+        return {"rows": [], "more": 0, "total": 0}
+    total = sum(c.count for c in log.error_classes)
+    rows = [
+        {
+            "outcome": c.outcome,
+            "status": str(c.status) if c.status else NA,
+            "message": c.message,
+            "count": fmt_int(c.count),
+            "share": fmt_pct(c.count / total) if total else NA,
+            "seen": f"{fmt_num(c.first_s, 1)} – {fmt_num(c.last_s, 1)} s",
+            "samples": c.samples,
+        }
+        for c in log.error_classes[:MAX_ERROR_ROWS]
+    ]
+    return {"rows": rows, "more": max(0, len(log.error_classes) - MAX_ERROR_ROWS), "total": total}
+
+
+# ---- lengths ----
+
+
+def _scenario_specs(run: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    scs = facts.section(run, "config", "profile_resolved").get("scenarios") or []
+    return {s.get("name"): s for s in scs if isinstance(s, dict)}
+
+
+def profile_input_draws(run: dict[str, Any], log: LogSummary) -> dict[str, np.ndarray]:
+    """Per single-request scenario: input lengths drawn from the profile's spec, as many as were sent
+    (at most MAX_PROFILE_DRAWS in all, keeping the scenarios' proportions)."""
+    specs = _scenario_specs(run)
+    sent = {name: int(v["input"].size) for name, v in log.lengths.items()}
+    total = sum(sent.values())
+    scale = min(1.0, MAX_PROFILE_DRAWS / total) if total else 0.0
+    seed = facts.section(run, "config").get("seed", 0)
+    out = {}
+    for name, n in sent.items():
+        spec = specs.get(name) or {}
+        if spec.get("kind", "chat") != "chat" or not spec.get("input_tokens"):
+            continue
+        try:
+            length = _LENGTH.validate_python(spec["input_tokens"])
+        except ValidationError:
+            continue
+        rng = random.Random(f"report:{seed}:{name}")
+        k = max(1, round(n * scale)) if n else 0
+        out[name] = np.array([sample_length(length, rng) for _ in range(k)], dtype=np.float64)
+    return out
+
+
+def _stats(v: np.ndarray) -> str:
+    v = v[~np.isnan(v)]
+    if not v.size:
+        return NA
+    return f"{np.median(v):,.0f} / {v.mean():,.1f} / {np.percentile(v, 99):,.0f}"
+
+
+def lengths_section(run: dict[str, Any], log: LogSummary | None) -> dict[str, Any]:
+    if log is None or not log.records:
+        return {"chart": None, "rows": []}
+    draws = profile_input_draws(run, log)
+    specs = _scenario_specs(run)
+
+    def cat(key: str) -> np.ndarray:
+        parts = [v[key] for v in log.lengths.values()]
+        return np.concatenate(parts) if parts else np.zeros(0)
+
+    drawn = np.concatenate(list(draws.values())) if draws else np.zeros(0)
+    fig = charts.lengths_figure(
+        [
+            (
+                "Input tokens per request",
+                [("sent (client tokenizer)", cat("input")), ("profile's distribution", drawn)],
+            ),
+            (
+                "Output tokens per successful request",
+                [
+                    ("received (client tokenizer)", cat("output")),
+                    ("requested (max_tokens)", cat("requested")),
+                ],
+            ),
+        ],
+        "Input and output lengths against the profile",
+    )
+    rows = []
+    for name, v in log.lengths.items():
+        out, req = v["output"], v["requested"]
+        both = ~np.isnan(out) & ~np.isnan(req)
+        exact = fmt_pct(float(np.mean(out[both] == req[both]))) if both.any() else NA
+        kind = (specs.get(name) or {}).get("kind", NA)
+        rows.append(
+            {
+                "name": name,
+                "kind": kind,
+                "profile_input": _stats(draws[name])
+                if name in draws
+                else "per turn; context grows"
+                if kind in ("multi_turn", "agent")
+                else NA,
+                "sent_input": _stats(v["input"]),
+                "requested_output": _stats(req),
+                "received_output": _stats(out),
+                "exact": exact,
+            }
+        )
+    chart = Chart(
+        "lengths",
+        "Input and output lengths against the profile (tokens)",
+        "Left: the input length of every sent request (client tokenizer, chat template included) against "
+        "lengths drawn from the profile's input distribution for single-request chat scenarios (sessions "
+        "and agents add their growing context, so they have no drawn curve). Right: output tokens received by "
+        "each successful request against the max_tokens it asked for. Each curve is the fraction of its "
+        "requests per length bin (bins shared within a panel).",
+        html(fig),
+        "No data: no request was sent.",
+    )
+    return {"chart": chart, "rows": rows}
+
+
+# ---- tokens, telemetry, configuration ----
+
+
+def token_chart(log: LogSummary | None) -> Chart:
+    fig = (
+        charts.token_diff_figure(log.token_diff, log.token_diff_labels, "Server usage vs client tokenizer")
+        if log
+        else None
+    )
+    return Chart(
+        "token-diff",
+        "Server usage vs client tokenizer (requests per token difference)",
+        "For every successful request that carried server usage: the server's count minus the client "
+        "tokenizer's, for output tokens and for input tokens (log-scale request counts). A single bar at 0 "
+        "means the two agree; differences beyond ±10 tokens are pooled in the end bins.",
+        html(fig),
+        "No data: the server sent no usage.",
+    )
+
+
+def telemetry_section(run: dict[str, Any]) -> dict[str, Any] | None:
+    tel = run.get("telemetry")
+    if not isinstance(tel, dict):
+        return None
+    fig = charts.telemetry_figure(tel, "Server telemetry")
+    panels = [p[0].lower() for p in charts.TELEMETRY_PANELS]
+    return {
+        "source": f"{tel.get('engine') or 'unknown engine'} metrics from {tel.get('url') or 'unknown URL'}, "
+        f"every {fmt_num(tel.get('interval_s'), 1)} s",
+        "chart": Chart(
+            "telemetry",
+            "Server telemetry (requests, percent, tokens/s, preemptions)",
+            "The engine's own metrics, polled during the run: " + ", ".join(panels) + " (panels without "
+            "data are left out; gaps are polls the engine did not answer). Preemptions are counted per "
+            "polling interval.",
+            html(fig),
+            "No data: the telemetry block holds no values.",
+        ),
+    }
+
+
+def engine_json(run: dict[str, Any]) -> str | None:
+    engine = facts.section(run, "endpoint").get("engine")
+    return json.dumps(engine, indent=2, sort_keys=True, default=str, ensure_ascii=False) if engine else None
