@@ -1,0 +1,290 @@
+"""Misbehaving OpenAI-style servers on loopback: per request a behaviour from a schedule, with their own truth.
+
+What proxies and broken servers do, which the embedded engine does not: an HTML 502 page, redirects,
+a JSON body where a stream was asked for, invalid UTF-8 in the stream, one 10 MB event, a request that
+is accepted and never answered, a key echoed back in a 401, TLS with a self-signed certificate, and a
+listener that goes away mid-run (connections refused from then on). Each connection is served by a
+thread; the n-th request received gets ``schedule[n % len(schedule)]``; ``truth`` maps each request id
+(``X-Request-Id``) to the behaviour it got.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import ssl
+import subprocess
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+BEHAVIOURS = (
+    "ok",
+    "html_502",
+    "redirect_301",
+    "redirect_307",
+    "json_not_sse",
+    "invalid_utf8",
+    "big_event",
+    "never_answer",
+    "auth_echo",
+)
+BIG_EVENT_BYTES = 10 * 1024 * 1024
+MODEL = "fault-model"
+
+
+def self_signed_cert(folder: Path) -> tuple[Path, Path]:
+    """A throw-away self-signed certificate for 127.0.0.1 (openssl CLI): (cert, key)."""
+    cert, key = folder / "cert.pem", folder / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+        + ["-keyout", str(key), "-out", str(cert), "-days", "1", "-subj", "/CN=127.0.0.1"]
+        + ["-addext", "subjectAltName=IP:127.0.0.1"],
+        check=True,
+        capture_output=True,
+        timeout=30,
+    )
+    return cert, key
+
+
+def _chunk(data: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+def _event(obj: dict) -> bytes:
+    return b"data: " + json.dumps(obj).encode() + b"\n\n"
+
+
+def _delta(text: str, finish: str | None = None) -> dict:
+    return {
+        "object": "chat.completion.chunk",
+        "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": finish}],
+    }
+
+
+class FaultServer:
+    """A threaded HTTP/1.1 server that misbehaves on schedule; ``stop_accepting()`` refuses new connections."""
+
+    def __init__(self, schedule: list[str], tls: tuple[Path, Path] | None = None) -> None:
+        for b in schedule:
+            if b not in BEHAVIOURS:
+                raise ValueError(f"unknown behaviour {b!r}")
+        self.schedule = schedule
+        self.truth: dict[str, str] = {}
+        self.authorization: list[str] = []
+        self._lock = threading.Lock()
+        self._n = 0
+        self._stopping = threading.Event()
+        self._closed = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._ctx: ssl.SSLContext | None = None
+        if tls is not None:
+            self._ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            self._ctx.load_cert_chain(str(tls[0]), str(tls[1]))
+        self._listener = socket.create_server(("127.0.0.1", 0), backlog=128)
+        self.port = self._listener.getsockname()[1]
+        scheme = "https" if tls else "http"
+        self.base_url = f"{scheme}://127.0.0.1:{self.port}"
+        self._acceptor = threading.Thread(target=self._accept, daemon=True)
+        self._acceptor.start()
+
+    # ---- life cycle --------------------------------------------------------------------------
+    def stop_accepting(self) -> None:
+        """From now on connections are refused; idle keep-alive connections are closed, requests in
+        progress are answered as scheduled."""
+        self._stopping.set()
+        self._listener.close()
+
+    def close(self) -> None:
+        self.stop_accepting()
+        self._closed.set()
+        for t in self._threads:
+            t.join(timeout=5)
+
+    def __enter__(self) -> FaultServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def counts(self) -> Counter[str]:
+        with self._lock:
+            return Counter(self.truth.values())
+
+    # ---- serving -----------------------------------------------------------------------------
+    def _accept(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                conn, _ = self._listener.accept()
+            except OSError:
+                return
+            t = threading.Thread(target=self._serve, args=(conn,), daemon=True)
+            self._threads.append(t)
+            t.start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        try:
+            if self._ctx is not None:
+                conn.settimeout(10)
+                conn = self._ctx.wrap_socket(conn, server_side=True)
+            conn.settimeout(0.2)
+            buf = b""
+            while True:
+                req = self._read_request(conn, buf)
+                if req is None:
+                    return
+                head, body, buf = req
+                if not self._answer(conn, head, body):
+                    return
+        except (OSError, ssl.SSLError):
+            return
+        finally:
+            with contextlib.suppress(OSError):
+                conn.close()
+
+    def _read_request(self, conn: socket.socket, buf: bytes) -> tuple[str, bytes, bytes] | None:
+        while b"\r\n\r\n" not in buf:
+            if not buf and (self._stopping.is_set() or self._closed.is_set()):
+                return None  # idle keep-alive connection of a server that went away
+            try:
+                data = conn.recv(65536)
+            except TimeoutError:
+                continue
+            if not data:
+                return None
+            buf += data
+        head, _, rest = buf.partition(b"\r\n\r\n")
+        text = head.decode("latin-1")
+        length = 0
+        for line in text.split("\r\n")[1:]:
+            name, _, value = line.partition(":")
+            if name.strip().lower() == "content-length":
+                length = int(value.strip())
+        while len(rest) < length:
+            try:
+                data = conn.recv(65536)
+            except TimeoutError:
+                continue
+            if not data:
+                return None
+            rest += data
+        return text, rest[:length], rest[length:]
+
+    def _answer(self, conn: socket.socket, head: str, body: bytes) -> bool:
+        """Serve one request; False when the connection must end."""
+        lines = head.split("\r\n")
+        method, path = lines[0].split(" ")[:2]
+        headers = {k.strip().lower(): v.strip() for k, _, v in (ln.partition(":") for ln in lines[1:])}
+        if method == "GET" and path.endswith("/models"):
+            payload = json.dumps({"object": "list", "data": [{"id": MODEL, "object": "model"}]}).encode()
+            conn.sendall(self._head(200, "application/json", len(payload)) + payload)
+            return True
+        if method != "POST" or not path.endswith("/completions"):  # e.g. a metrics poll: not scheduled
+            conn.sendall(self._head(404, "text/plain", 9) + b"not found")
+            return True
+        with self._lock:
+            behaviour = self.schedule[self._n % len(self.schedule)]
+            self._n += 1
+            self.truth[headers.get("x-request-id", f"anon-{self._n}")] = behaviour
+            self.authorization.append(headers.get("authorization", ""))
+        return getattr(self, f"_b_{behaviour}")(conn, headers)
+
+    @staticmethod
+    def _head(status: int, ctype: str | None, length: int | None, extra: str = "") -> bytes:
+        reason = {
+            200: "OK",
+            301: "Moved Permanently",
+            307: "Temporary Redirect",
+            401: "Unauthorized",
+            404: "Not Found",
+        }
+        text = f"HTTP/1.1 {status} {reason.get(status, 'Bad Gateway')}\r\n"
+        if ctype:
+            text += f"Content-Type: {ctype}\r\n"
+        text += f"Content-Length: {length}\r\n" if length is not None else "Transfer-Encoding: chunked\r\n"
+        return (text + extra + "\r\n").encode()
+
+    def _stream(self, conn: socket.socket, events: list[bytes]) -> bool:
+        conn.sendall(self._head(200, "text/event-stream", None, "Cache-Control: no-cache\r\n"))
+        for ev in events:
+            conn.sendall(_chunk(ev))
+        conn.sendall(b"0\r\n\r\n")
+        return True
+
+    def _ok_events(self, n: int = 4) -> list[bytes]:
+        events = [_event(_delta(" hello")) for _ in range(n)]
+        events.append(_event(_delta("", "stop")))
+        usage = {"prompt_tokens": 10, "completion_tokens": n, "total_tokens": 10 + n}
+        events.append(_event({"object": "chat.completion.chunk", "choices": [], "usage": usage}))
+        return [*events, b"data: [DONE]\n\n"]
+
+    def _b_ok(self, conn: socket.socket, _h: dict[str, str]) -> bool:
+        return self._stream(conn, self._ok_events())
+
+    def _b_html_502(self, conn: socket.socket, _h: dict[str, str]) -> bool:
+        page = b"<html><head><title>502 Bad Gateway</title></head><body><center><h1>502 Bad Gateway</h1></center><hr><center>nginx</center></body></html>\n"
+        conn.sendall(self._head(502, "text/html", len(page)) + page)
+        return True
+
+    def _redirect(self, conn: socket.socket, status: int) -> bool:
+        where = f"Location: http://127.0.0.1:{self.port}/elsewhere/v1/chat/completions\r\n"
+        conn.sendall(self._head(status, None, 0, where))
+        return True
+
+    def _b_redirect_301(self, conn: socket.socket, _h: dict[str, str]) -> bool:
+        return self._redirect(conn, 301)
+
+    def _b_redirect_307(self, conn: socket.socket, _h: dict[str, str]) -> bool:
+        return self._redirect(conn, 307)
+
+    def _b_json_not_sse(self, conn: socket.socket, _h: dict[str, str]) -> bool:
+        obj = {
+            "object": "chat.completion",
+            "choices": [
+                {"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}
+            ],
+        }
+        payload = json.dumps(obj).encode()
+        conn.sendall(self._head(200, "application/json", len(payload)) + payload)
+        return True
+
+    def _b_invalid_utf8(self, conn: socket.socket, _h: dict[str, str]) -> bool:
+        events = self._ok_events()
+        events[1] = (
+            b'data: {"choices":[{"index":0,"delta":{"content":" \xff\xfe\xc3("},"finish_reason":null}]}\n\n'
+        )
+        return self._stream(conn, events)
+
+    def _b_big_event(self, conn: socket.socket, _h: dict[str, str]) -> bool:
+        events = self._ok_events()
+        pad = "x" * BIG_EVENT_BYTES
+        events[0] = _event({**_delta(" hello"), "padding": pad})
+        return self._stream(conn, events)
+
+    def _b_never_answer(self, conn: socket.socket, _h: dict[str, str]) -> bool:
+        """Accept the request, answer nothing; the connection ends when the client gives up."""
+        while not self._closed.is_set():
+            try:
+                if not conn.recv(65536):
+                    return False
+            except TimeoutError:
+                continue
+        return False
+
+    def _b_auth_echo(self, conn: socket.socket, h: dict[str, str]) -> bool:
+        msg = {"error": {"message": f"invalid credentials: {h.get('authorization', '')}", "code": 401}}
+        payload = json.dumps(msg).encode()
+        conn.sendall(self._head(401, "application/json", len(payload)) + payload)
+        return True
+
+
+def wait_until(check: object, timeout: float, what: str) -> None:
+    """Poll ``check()`` until true (AssertionError naming ``what`` after ``timeout`` seconds)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():  # type: ignore[operator]
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")

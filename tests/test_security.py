@@ -1,0 +1,138 @@
+"""Secrets and untrusted input: a planted API key appears nowhere a run writes or serves; profiles are data."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from loadtest.client.secrets import REDACTED, install_redaction
+from tests.conftest import CLI, read_lines, run_cli, write_profile
+from tests.fault_servers import FaultServer
+from tests.test_webui import CHROMIUM, _dump_dom, _free_port, _get, _post, _wait_for
+
+KEY = "sk-PLANTED-4c0ffee-9d1e-5ec2e7-do-not-leak"
+SCHEDULE = ["ok", "ok", "auth_echo"]  # the 401 echoes the Authorization header back, key included
+
+
+def _files_text(folder: Path) -> str:
+    return "".join(p.read_text(errors="replace") for p in sorted(folder.rglob("*")) if p.is_file())
+
+
+@pytest.mark.parametrize(("source", "processes"), [("file", 1), ("env", 2)])
+def test_planted_key_never_leaks_from_a_run(tmp_path: Path, source: str, processes: int) -> None:
+    prof = write_profile(tmp_path / "p.yaml", load={"concurrency": 3}, duration_s=1.5)
+    key_file = tmp_path / "key.txt"
+    key_file.write_text(KEY + "\n")
+    env = dict(os.environ, LT_PLANTED_KEY=KEY)
+    env.pop("OPENAI_API_KEY", None)
+    how = ["--api-key-file", str(key_file)] if source == "file" else ["--api-key-env", "LT_PLANTED_KEY"]
+    out = tmp_path / "out"
+    with FaultServer(SCHEDULE) as srv:
+        res = subprocess.run(
+            [*CLI, "run", "--profile", str(prof), "--host", srv.base_url, *how]
+            + ["--processes", str(processes), "--out", str(out)],
+            capture_output=True,
+            text=True,
+            timeout=90,
+            env=env,
+        )
+        seen = list(srv.authorization)
+    assert res.returncode == 0, res.stderr
+    assert seen and all(a == f"Bearer {KEY}" for a in seen)  # the key was used on every request
+    echoed = [r for r in read_lines(sorted(out.glob("records*.jsonl"))) if r["status"] == 401]
+    assert echoed and all(REDACTED in r["error"] for r in echoed)  # the server's echo, redacted
+    for text, where in ((res.stdout + res.stderr, "console"), (_files_text(out), "run folder")):
+        assert KEY not in text, where
+    run = json.loads((out / "run.json").read_text())
+    assert run["config"]["api_key_file" if source == "file" else "api_key_env"]
+
+
+def test_planted_key_never_leaks_from_the_web_ui(tmp_path: Path) -> None:
+    prof = write_profile(tmp_path / "ui-chat.yaml", name="ui-chat", load={"concurrency": 2})
+    key_file = tmp_path / "key.txt"
+    key_file.write_text(KEY)
+    port = _free_port()
+    base = f"http://127.0.0.1:{port}"
+    log = tmp_path / "ui.log"
+    reports = tmp_path / "reports"
+    responses: list[str] = []
+    with FaultServer(SCHEDULE) as srv, log.open("wb") as logf:
+        proc = subprocess.Popen(
+            [*CLI, "ui", "--profile", str(prof), "--host", srv.base_url, "--api-key-file", str(key_file)]
+            + ["--web-port", str(port), "--reports-dir", str(reports)],
+            stdout=logf,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            _wait_for("the UI", lambda: _get(base + "/")[0] == 200, 30, proc, log)
+            assert _post(base + "/swarm", {"user_count": 2, "spawn_rate": 2, "host": ""})["success"]
+            _wait_for("some requests", lambda: len(srv.truth) >= 6, 30, proc, log)
+            for path in ("/", "/llm", "/llm/stats", "/stats/requests", "/stats/report"):
+                with urllib.request.urlopen(base + path, timeout=10) as r:
+                    responses.append(r.read().decode(errors="replace"))
+            if CHROMIUM is not None:
+                responses.append(_dump_dom(base + "/llm", tmp_path / "chromium"))
+            assert _post(base + "/stop")["success"]
+            _wait_for("the run's folder", lambda: list(reports.glob("*/run.json")), 60, proc, log)
+            with urllib.request.urlopen(base + "/llm/report", timeout=10) as r:
+                responses.append(r.read().decode(errors="replace"))
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=30)
+        assert any(a == f"Bearer {KEY}" for a in srv.authorization)
+    assert any(b == "auth_echo" for b in srv.truth.values())
+    assert all(KEY not in r for r in responses)
+    assert KEY not in log.read_text(errors="replace")
+    assert KEY not in _files_text(reports)
+
+
+def test_redaction_covers_every_logger_and_exception(caplog: pytest.LogCaptureFixture) -> None:
+    install_redaction("sk-unit-redaction-secret")
+    with caplog.at_level(logging.WARNING):
+        logging.getLogger("locust.runners").warning("header Bearer %s", "sk-unit-redaction-secret")
+        try:
+            raise ValueError("bad key sk-unit-redaction-secret")
+        except ValueError:
+            logging.getLogger("any.other").exception("failed")
+    text = caplog.text
+    assert "sk-unit-redaction-secret" not in text and text.count(REDACTED) >= 2
+
+
+def test_web_ui_off_loopback_needs_a_login(tmp_path: Path) -> None:
+    prof = write_profile(tmp_path / "p.yaml")
+    res = run_cli(["ui", "--profile", str(prof), "--web-host", "0.0.0.0", "--reports-dir", str(tmp_path)])
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert res.stderr.strip().count("\n") == 0 and "--web-login" in res.stderr
+
+
+def test_profiles_are_data_not_code(tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"
+    evil = tmp_path / "evil.yaml"
+    evil.write_text(f"name: !!python/object/apply:os.system ['touch {marker}']\nload: {{concurrency: 1}}\n")
+    res = run_cli(["run", "--profile", str(evil), "--out", str(tmp_path / "o")])
+    assert res.returncode == 2 and str(evil) in res.stderr and "Traceback" not in res.stderr
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("load.trace.path", {"load": {"trace": {"path": "../../../etc/passwd", "format": "azure"}}}),
+        ("tokenizer", {"tokenizer": "../elsewhere/tokenizer.json"}),
+    ],
+)
+def test_profile_paths_may_not_leave_the_profile_folder(tmp_path: Path, field: str, value: dict) -> None:
+    folder = tmp_path / "profiles"
+    folder.mkdir()
+    prof = write_profile(folder / "p.yaml", **value)
+    res = run_cli(["profiles", "validate", str(prof)])
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    msg = res.stdout + res.stderr
+    assert str(prof) in msg and field in msg and "leaves the profile's folder" in msg
