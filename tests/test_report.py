@@ -1,25 +1,40 @@
-"""Tests for the HTML run report and the console summary, on synthetic run directories."""
+"""The run report, the console summary, mlperf_log_summary.txt and the exports: synthetic run folders and
+real runs against the embedded engine, rendered in headless chromium."""
 
 from __future__ import annotations
 
+import asyncio
+import base64
+import itertools
 import json
+import os
 import random
+import re
+import shutil
+import signal
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
+import aiohttp
+import pandas as pd
 import plotly.offline
 import pytest
+from markupsafe import escape
 
 from loadtest.client.record import RequestRecord
 from loadtest.metrics import hdr
 from loadtest.metrics.recorder import Recorder
 from loadtest.metrics.summary import build_metrics
 from loadtest.report import format_summary, render_run_report
-from loadtest.report.charts import CDF_TITLE, THROUGHPUT_TITLE
+from loadtest.report.charts import CDF_TITLE
 from loadtest.report.fmt import fmt_ms
+from loadtest.results.mlperf_summary import SUMMARY_NAME
+from tests.conftest import CLI, read_lines, run_cli
 
-CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+ARTIFACTS = Path(__file__).parent / "artifacts"
 EPOCH = 1_795_000_000.0
 FINGERPRINT = "ab12cd34" * 8
 
@@ -130,7 +145,7 @@ def test_report_written_and_self_contained(normal_run: tuple[dict[str, Any], str
 def test_report_contents(normal_run: tuple[dict[str, Any], str, Path]) -> None:
     run, html, _ = normal_run
     lat = run["metrics"]["latency_ms"]
-    assert CDF_TITLE in html and THROUGHPUT_TITLE in html
+    assert CDF_TITLE in html and "Throughput over time" in html
     assert "interactive-chat" in html and run["run_id"] in html
     for key in ("ttft", "itl", "tpot", "e2e", "schedule_lag"):
         assert fmt_ms(lat[key]["p99"]) in html
@@ -144,7 +159,9 @@ def test_report_contents(normal_run: tuple[dict[str, Any], str, Path]) -> None:
     assert "<script>alert(1)</script>" not in html
     assert "http_5xx" in html
     assert 'class="main-svg"' not in html  # charts are drawn by the browser, not pre-rendered
-    assert html.count("Plotly.newPlot(") == 2
+    # CDF, six time series, lengths and token agreement; no telemetry block, so no telemetry chart.
+    assert html.count("Plotly.newPlot(") == 9
+    assert 'id="telemetry-section"' not in html
 
 
 def test_interrupted_open_loop(tmp_path: Path) -> None:
@@ -196,26 +213,400 @@ def test_format_summary(normal_run: tuple[dict[str, Any], str, Path]) -> None:
     assert f"{tok['mismatched_requests']} with a different output count" in text
 
 
-@pytest.mark.skipif(not CHROMIUM.exists(), reason="chromium is not installed")
-def test_renders_in_headless_chromium(normal_run: tuple[dict[str, Any], str, Path], tmp_path: Path) -> None:
-    _, _, path = normal_run
-    cmd = [
-        str(CHROMIUM),
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-dev-shm-usage",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--no-first-run",
-        f"--user-data-dir={tmp_path / 'profile'}",
-        "--virtual-time-budget=5000",
-        "--dump-dom",
-        path.resolve().as_uri(),
-    ]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
-    assert out.returncode == 0, out.stderr[-2000:]
-    dom = out.stdout
-    assert dom.count('class="main-svg"') >= 2, out.stderr[-2000:]
-    assert CDF_TITLE in dom
+# ---- real runs against the embedded engine ----
+
+FAULTS = "http_503=6%,error_frame=4%"
+SCENARIOS = [
+    {
+        "name": "short",
+        "weight": 2,
+        "input_tokens": {"dist": "lognormal", "median": 100, "sigma": 0.5, "min": 10, "max": 400},
+        "output_tokens": {"dist": "uniform", "min": 8, "max": 40},
+    },
+    {
+        "name": "long",
+        "weight": 1,
+        "input_tokens": {"dist": "fixed", "value": 600},
+        "output_tokens": {"dist": "normal", "mean": 60, "std": 10, "min": 20, "max": 100},
+    },
+]
+
+
+def _mix_profile(path: Path, **overrides: Any) -> Path:
+    prof = {
+        "name": "report-mix",
+        "api": "chat",
+        "scenarios": SCENARIOS,
+        "slos": {"ttft_p99": "2s", "tpot_p99": "100ms"},
+        "load": {"concurrency": 6},
+        "duration_s": 3,
+        "seed": 1,
+        **overrides,
+    }
+    path.write_text(json.dumps(prof))
+    return path
+
+
+@pytest.fixture(scope="module")
+def mix_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A short two-scenario run with SLOs and injected faults; its folder."""
+    tmp = tmp_path_factory.mktemp("mix")
+    prof = _mix_profile(tmp / "mix.yaml")
+    out = tmp / "run"
+    res = run_cli(
+        ["run", "--profile", str(prof), "--duration", "3", "--out", str(out)]
+        + ["--engine-speedup", "4", "--engine-faults", FAULTS],
+        timeout=180,
+    )
+    assert res.returncode in (0, 10, 11, 12), res.stderr
+    assert "Traceback" not in res.stderr
+    return out
+
+
+def _section(html: str, sid: str) -> str:
+    """The HTML of the element with this id, up to the next section."""
+    start = html.index(f'id="{sid}"')
+    end = html.find("<section", start)
+    return html[start : end if end > 0 else len(html)]
+
+
+def test_every_section_on_a_real_mixed_run(mix_run: Path) -> None:
+    run = json.loads((mix_run / "run.json").read_text())
+    html = (mix_run / "report.html").read_text()
+    _assert_offline(html)
+    # Verdict with its reasons at the top, before the headline numbers.
+    assert html.index('id="verdict"') < html.index('id="headline"')
+    label = {"pass": "PASS", "slo_missed": "SLO MISSED", "invalid": "RUN INVALID", "error_rate": "ERROR RATE"}
+    assert f"Verdict: {label[run['verdict']['status']]}" in html
+    for reason in run["verdict"]["reasons"]:
+        assert str(escape(reason)) in _section(html, "verdict")
+    # Headline: throughput, goodput, attainment, and the four latencies at p50..p99.9 with ES estimates.
+    head = _section(html, "headline")
+    for card in ("Output tokens/s", "Requests/s", "Goodput", "SLO attainment", "Error rate"):
+        assert card in head
+    assert f"{run['goodput']['attainment'] * 100:.2f}%" in head
+    for col in ("p50", "p90", "p99", "p99.9"):
+        assert f">{col}<" in head
+    for metric in ("TTFT", "TPOT", "ITL", "E2E"):
+        assert f"<strong>{metric}</strong>" in head
+    assert "(ES)" in head  # p50/p90 have enough samples for an early-stopping estimate
+    assert fmt_ms(run["metrics"]["latency_ms"]["ttft"]["p99_9"]) in html
+    # Every chart: a heading, a drawn figure and a caption.
+    for cid in ("latency-cdf", "throughput", "in-flight", "ttft-series", "itl-series", "errors-series"):
+        fig = _section(html, cid)
+        assert "<h3>" in fig and "Plotly.newPlot(" in fig and "<figcaption" in fig, cid
+    for cid in ("lag-series", "lengths", "token-diff"):
+        assert "Plotly.newPlot(" in _section(html, cid), cid
+    # Per-scenario breakdown: both scenarios with their own request counts.
+    table = _section(html, "scenario-table")
+    for name in ("short", "long"):
+        n = run["scenarios"][name]["requests"]["completed"]
+        assert f"<code>{name}</code>" in table and f">{n:,}<" in table
+    # Error classes from the record log, with the injected faults' messages.
+    records = read_lines([mix_run / "records.jsonl"])
+    errors = _section(html, "error-classes")
+    assert "Injected fault http_503" in errors and "Injected fault error_frame" in errors
+    failed = sum(1 for r in records if r["outcome"] != "ok")
+    assert f"{failed:,} in all" in html
+    # Lengths against the profile, server-vs-client tokens, and the run's identity.
+    lengths = _section(html, "lengths-table")
+    assert "<code>short</code>" in lengths and "600 / 600.0 / 600" in lengths  # the fixed 600-token input
+    assert "profile's distribution (n=" in html and "requested (max_tokens)" in html
+    details = _section(html, "run-details")
+    assert run["workload"]["fingerprint"] in details and f"loadtest {run['tool']['version']}" in details
+    assert run["endpoint"]["url"] in details and f"<td>{run['config']['seed']}</td>" in details
+    assert f"{len(records):,} records read from records.jsonl" in details
+    assert str(escape('"name": "long"')) in details  # the resolved profile
+
+
+def test_summary_text_fields(mix_run: Path) -> None:
+    run = json.loads((mix_run / "run.json").read_text())
+    text = (mix_run / SUMMARY_NAME).read_text()
+    fields = dict(
+        (k.strip(), v.strip())
+        for k, _, v in (ln.partition(":") for ln in text.splitlines() if " : " in ln or ": " in ln)
+    )
+    assert text.startswith("=" * 48 + "\nMLPerf Results Summary\n")
+    assert fields["Scenario"] == "Concurrency (6 streams)"
+    assert fields["Mode"] == "PerformanceOnly"
+    assert fields["SUT name"].startswith(f"{run['config']['model']} @ {run['endpoint']['url']}")
+    assert fields["Result is"] == ("VALID" if run["verdict"]["status"] == "pass" else "INVALID")
+    assert float(fields["Completed tokens per second"]) == pytest.approx(
+        run["metrics"]["throughput"]["output_tokens_per_s"], abs=0.01
+    )
+    assert float(fields["Completed samples per second"]) == pytest.approx(
+        run["metrics"]["throughput"]["requests_per_s"], abs=0.01
+    )
+    es_ok = all(c["passed"] for c in run["verdict"]["checks"] if c["name"].startswith("early_stopping."))
+    assert fields["Early stopping satisfied"] == ("Yes" if es_ok else "NO")
+    for label in ("latency", "first token latency", "time to output token"):
+        for p in ("50.00", "90.00", "95.00", "97.00", "99.00", "99.90"):
+            assert int(fields[f"{p} percentile {label} (ns)"]) > 0
+    # The p50 TTFT in ns is run.json's p50 (ms) at µs resolution.
+    assert int(fields["50.00 percentile first token latency (ns)"]) == round(
+        run["metrics"]["latency_ms"]["ttft"]["p50"] * 1e6
+    )
+    assert fields["ttft_latency (ns)"] == "2000000000" and fields["tpot_latency (ns)"] == "100000000"
+    assert fields["target_concurrency"] == "6" and fields["schedule_rng_seed"] == str(run["config"]["seed"])
+    assert fields["workload_fingerprint"] == run["workload"]["fingerprint"]
+    assert "TTFT Early Stopping Result:" in text and "Early stopping 90th percentile estimate (ns)" in text
+    failed = run["metrics"]["requests"]["failed"]
+    assert f"{failed} errors encountered during test" in text
+
+
+def test_exports_read_back(mix_run: Path, tmp_path: Path) -> None:
+    run = json.loads((mix_run / "run.json").read_text())
+    res = run_cli(["export", str(mix_run), "--out", str(tmp_path)])
+    assert res.returncode == 0, res.stderr
+    req = run["metrics"]["requests"]
+    frames = {
+        "csv": pd.read_csv(tmp_path / "requests.csv"),
+        "parquet": pd.read_parquet(tmp_path / "requests.parquet"),
+    }
+    for fmt, df in frames.items():
+        assert len(df) == req["completed"], fmt
+        assert df["outcome"].value_counts().to_dict() == {o: n for o, n in req["by_outcome"].items() if n}, (
+            fmt
+        )
+        assert set(df["scenario"]) == {"short", "long"}
+        ok = df[df["outcome"] == "ok"]
+        assert int(ok["output_tokens"].sum()) == run["metrics"]["tokens"]["output_total"]
+        assert ok["ttft_ms"].notna().all() and ok["itl_mean_ms"].notna().all()
+        assert (ok["itl_max_ms"] >= ok["itl_mean_ms"] - 1e-6).all()
+        assert df.loc[df["outcome"] != "ok", "error"].str.contains("Injected fault").all()
+    for name in ("series.csv", "series.parquet"):
+        s = pd.read_csv(tmp_path / name) if name.endswith("csv") else pd.read_parquet(tmp_path / name)
+        assert int(s["completed"].sum()) == req["completed"]
+        assert int(s["errors"].sum()) == req["failed"]
+        assert (s["bucket_s"] <= 1.0).all() and s["time_s"].is_monotonic_increasing
+    bad = run_cli(["export", str(tmp_path / "nowhere")])
+    assert bad.returncode == 2 and "not a folder" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_rebuild_from_a_log_cut_mid_line(mix_run: Path, tmp_path: Path) -> None:
+    copy = tmp_path / "cut"
+    shutil.copytree(mix_run, copy)
+    (copy / "report.html").unlink()
+    (copy / SUMMARY_NAME).unlink()
+    log = copy / "records.jsonl"
+    data = log.read_bytes()
+    lines = data.count(b"\n")
+    log.write_bytes(data[: data.rstrip(b"\n").rfind(b"\n") + 40])  # last line cut after 39 bytes
+    res = run_cli(["report", str(copy)])
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == [str(copy / "report.html"), str(copy / SUMMARY_NAME)]
+    html = (copy / "report.html").read_text()
+    assert f"{lines - 1:,} records read from records.jsonl; 1 unreadable or cut line(s) skipped" in html
+    assert "Plotly.newPlot(" in _section(html, "ttft-series")
+    assert (copy / SUMMARY_NAME).read_text().count("MLPerf Results Summary") == 1
+    missing = run_cli(["report", str(tmp_path)])
+    assert missing.returncode == 2 and "run.json not found" in missing.stderr
+
+
+def test_interrupted_run_says_so_in_its_verdict(tmp_path: Path) -> None:
+    prof = _mix_profile(tmp_path / "p.yaml", duration_s=60)
+    out = tmp_path / "out"
+    proc = subprocess.Popen(
+        CLI + ["run", "--profile", str(prof), "--out", str(out), "--engine-speedup", "2"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            log = out / "records.jsonl"
+            if log.exists() and log.read_bytes().count(b"\n") >= 20:
+                break
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, stderr
+    html = (out / "report.html").read_text()
+    verdict = _section(html, "verdict")
+    assert "INTERRUPTED · " in verdict
+    assert "INTERRUPTED (SIGINT): results cover the requests finished before the stop" in verdict
+    text = (out / SUMMARY_NAME).read_text()
+    assert "Result is : INVALID" in text and "Run completed (not interrupted) : NO (SIGINT)" in text
+    assert "the run was interrupted (SIGINT)" in text
+
+
+TELEMETRY = {
+    "url": "http://127.0.0.1:9/metrics",
+    "engine": "loadtest-sim",
+    "interval_s": 1.0,
+    "t": [0.0, 1.0, 2.0, 3.0],
+    "series": {
+        "requests_running": [1, 6, 6, None],
+        "requests_waiting": [0, 2, 1, 0],
+        "kv_cache_usage": [0.01, 0.2, None, 0.05],
+        "preemptions": [0, 1, 0, 0],
+        "generation_tokens_per_s": [100.0, 2500.0, 2600.0, 400.0],
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def telemetry_run(mix_run: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The mixed run with a hand-made server telemetry block, report rebuilt."""
+    copy = tmp_path_factory.mktemp("telemetry") / "run"
+    shutil.copytree(mix_run, copy)
+    run = json.loads((copy / "run.json").read_text())
+    run["telemetry"] = TELEMETRY
+    (copy / "run.json").write_text(json.dumps(run))
+    render_run_report(copy)
+    return copy
+
+
+def test_telemetry_drawn_when_present(telemetry_run: Path, mix_run: Path) -> None:
+    html = (telemetry_run / "report.html").read_text()
+    tel = _section(html, "telemetry-section")
+    assert "loadtest-sim metrics from http://127.0.0.1:9/metrics, every 1.0 s" in tel
+    assert "Plotly.newPlot(" in tel and "<figcaption" in tel
+    for name in ("running", "waiting", "KV cache used", "generation", "preemptions per interval"):
+        assert f'"name":"{name}"' in tel, name
+    assert '"name":"prefix cache hit rate"' not in tel and '"name":"prompt"' not in tel  # absent series
+    assert '"y":[1.0,20.0,null,5.0]' in tel  # KV cache use in percent; the missing poll stays a gap
+    # Whatever the real run's own telemetry holds, the report shows it exactly when run.json has it.
+    real = json.loads((mix_run / "run.json").read_text())
+    assert ('id="telemetry-section"' in (mix_run / "report.html").read_text()) == ("telemetry" in real)
+
+
+# ---- headless chromium over the DevTools protocol ----
+
+
+async def _devtools(ws_url: str, url: str, shot: Path) -> dict[str, Any]:
+    """Open ``url`` in a new tab; collect network requests, console messages and errors; screenshot."""
+    seen: dict[str, Any] = {"requests": [], "console": [], "errors": []}
+    loop = asyncio.get_running_loop()
+    pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
+    loaded: asyncio.Future[bool] = loop.create_future()
+    ids = itertools.count(1)
+    async with aiohttp.ClientSession() as http, http.ws_connect(ws_url, max_msg_size=0) as ws:
+
+        async def read() -> None:
+            async for msg in ws:
+                data = json.loads(msg.data)
+                if data.get("id") in pending:
+                    pending.pop(data["id"]).set_result(data)
+                    continue
+                method, p = data.get("method"), data.get("params", {})
+                if method == "Network.requestWillBeSent":
+                    seen["requests"].append(p["request"]["url"])
+                elif method == "Runtime.consoleAPICalled":
+                    texts = [str(a.get("value", a.get("description", ""))) for a in p.get("args", [])]
+                    seen["console"].append((p["type"], " ".join(texts)))
+                elif method == "Runtime.exceptionThrown":
+                    seen["errors"].append(p["exceptionDetails"].get("text", "exception"))
+                elif method == "Log.entryAdded" and p["entry"]["level"] == "error":
+                    seen["errors"].append(p["entry"]["text"])
+                elif method == "Page.loadEventFired" and not loaded.done():
+                    loaded.set_result(True)
+
+        reader = asyncio.create_task(read())
+
+        async def call(method: str, params: dict[str, Any] | None = None, sid: str | None = None) -> Any:
+            key = next(ids)
+            pending[key] = loop.create_future()
+            msg: dict[str, Any] = {"id": key, "method": method, "params": params or {}}
+            if sid:
+                msg["sessionId"] = sid
+            await ws.send_str(json.dumps(msg))
+            res = await asyncio.wait_for(pending[key], 60)
+            assert "error" not in res, (method, res["error"])
+            return res.get("result", {})
+
+        async def evaluate(expr: str, sid: str) -> Any:
+            r = await call("Runtime.evaluate", {"expression": expr, "returnByValue": True}, sid)
+            return r["result"].get("value")
+
+        target = (await call("Target.createTarget", {"url": "about:blank"}))["targetId"]
+        sid = (await call("Target.attachToTarget", {"targetId": target, "flatten": True}))["sessionId"]
+        for domain in ("Page", "Runtime", "Log", "Network"):
+            await call(f"{domain}.enable", sid=sid)
+        metrics = {"width": 1200, "height": 900, "deviceScaleFactor": 1, "mobile": False}
+        await call("Emulation.setDeviceMetricsOverride", metrics, sid)
+        await call("Page.navigate", {"url": url}, sid)
+        await asyncio.wait_for(loaded, 60)
+        want = await evaluate("document.querySelectorAll('figure.chart .plotly-graph-div').length", sid)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            drawn = await evaluate("document.querySelectorAll('.js-plotly-plot .main-svg').length", sid)
+            if drawn and drawn >= want:
+                break
+            await asyncio.sleep(0.2)
+        seen["figures"] = want
+        seen["plots"] = await evaluate(
+            "document.querySelectorAll('figure.chart .js-plotly-plot').length", sid
+        )
+        seen["traces"] = await evaluate(
+            "Array.from(document.querySelectorAll('.js-plotly-plot')).map(g => g.data.length)", sid
+        )
+        height = min(int(await evaluate("document.documentElement.scrollHeight", sid)), 16000)
+        await call("Emulation.setDeviceMetricsOverride", {**metrics, "height": height}, sid)
+        await asyncio.sleep(0.5)
+        png = await call("Page.captureScreenshot", {"format": "png"}, sid)
+        shot.write_bytes(base64.b64decode(png["data"]))
+        await call("Browser.close")
+        reader.cancel()
+    return seen
+
+
+def open_in_chromium(page: Path, shot: Path, profile_dir: Path) -> dict[str, Any]:
+    """Load a local page in headless chromium (the flags test_webui uses) and report what happened."""
+    assert CHROMIUM is not None
+    proc = subprocess.Popen(
+        [
+            CHROMIUM,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--no-first-run",
+            f"--user-data-dir={profile_dir}",
+            "--remote-debugging-port=0",
+            "about:blank",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        assert proc.stderr is not None
+        ws_url = None
+        for line in proc.stderr:
+            m = re.search(r"DevTools listening on (ws://\S+)", line)
+            if m:
+                ws_url = m.group(1)
+                break
+        assert ws_url, "chromium did not open its DevTools port"
+        seen = asyncio.run(_devtools(ws_url, page.resolve().as_uri(), shot))
+        proc.wait(timeout=30)
+        return seen
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)  # chromium and its helper processes (own session)
+            proc.wait(timeout=30)
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="needs a headless chromium")
+def test_report_renders_in_headless_chromium(telemetry_run: Path, tmp_path: Path) -> None:
+    page = telemetry_run / "report.html"
+    ARTIFACTS.mkdir(exist_ok=True)
+    shot = ARTIFACTS / "run-report.png"
+    seen = open_in_chromium(page, shot, tmp_path / "chromium")
+    assert seen["requests"] == [page.resolve().as_uri()]  # nothing fetched beyond the file itself
+    assert not seen["errors"]
+    assert not [c for c in seen["console"] if c[0] in ("error", "warning", "assert")]
+    html = page.read_text()
+    assert seen["figures"] == seen["plots"] == html.count("Plotly.newPlot(") == 10
+    assert all(n >= 1 for n in seen["traces"])
+    assert shot.stat().st_size > 50_000 and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 
 DEFAULT_MASTER_PORT = 5557
 
@@ -42,6 +41,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         metavar="VAR",
         help="name of the variable holding the API key; each worker reads its own (default: OPENAI_API_KEY if set)",
     )
+    m.add_argument(
+        "--api-key-file", metavar="PATH", help="file holding the API key (the same path on every worker host)"
+    )
     m.add_argument("--duration", help="how long to issue requests: 90, 90s, 5m, 1h (default: the profile's)")
     load = m.add_mutually_exclusive_group()
     load.add_argument("--concurrency", type=int, metavar="N", help="closed loop: N concurrent streams in all")
@@ -57,8 +59,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     m.add_argument("--cooldown", metavar="S|auto", help="and before this long before the last one")
     m.add_argument("--junit", metavar="PATH", help="write the verdict as JUnit XML")
     m.add_argument("--out", help="output folder (default: reports/<timestamp>-<profile>/)")
-    m.add_argument("--connect-timeout", type=float, default=10.0, metavar="S")
-    m.add_argument("--read-timeout", type=float, default=300.0, metavar="S")
+    m.add_argument("--connect-timeout", type=float, metavar="S", help="default: the profile's client policy")
+    m.add_argument("--read-timeout", type=float, metavar="S", help="default: the profile's client policy")
+    m.add_argument("--total-timeout", type=float, metavar="S", help="default: the profile's client policy")
+    m.add_argument("--retries", type=int, metavar="N", help="resend 429/503 up to N times (default: 0)")
     m.add_argument("--insecure", action="store_true", help="do not verify TLS certificates")
 
     w = sub.add_parser("worker", help="run users for a `loadtest master`; settings come from the master")
@@ -92,7 +96,7 @@ def master_command(args: argparse.Namespace) -> int:
             prepared.workload,
             prepared.slos,
         )
-        key_env = settings.api_key_env
+        api_key = prepared.api_key
         settings.duration_s = run_cmd.run_duration(args, profile, workload)
         out = run_cmd._out_dir(args, profile.name)
         settings.out_dir, settings.run_id = str(out), out.name
@@ -100,7 +104,7 @@ def master_command(args: argparse.Namespace) -> int:
         return _fail(str(e), EXIT_USAGE)
     try:
         models = list_models(
-            args.host, os.environ.get(key_env) if key_env else None, timeout=args.connect_timeout
+            args.host, api_key, timeout=settings.connect_timeout, verify_tls=settings.verify_tls
         )
     except EndpointError as e:
         return _fail(str(e), EXIT_COULD_NOT_RUN)

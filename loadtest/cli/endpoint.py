@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ class Endpoint:
     models: list[str]
     model: str | None
     engine_info: dict[str, Any] | None  # the embedded engine's configuration, when one was started
+    server: dict[str, Any] | None = None  # what `loadtest serve` started there (engine, version, argv)
 
 
 def open_endpoint(
@@ -34,7 +34,7 @@ def open_endpoint(
     args: argparse.Namespace,
     profile: Profile,
     seed: int,
-    key_env: str | None,
+    api_key: str | None,
     engine_log: Path | None = None,
 ) -> Endpoint:
     """``args.host``, or the embedded engine with the profile's preset (stopped when ``stack`` closes),
@@ -73,9 +73,20 @@ def open_endpoint(
         engine_info = sim.stats().get("config")
         gpus = f"{tp}×{gpu}" if tp > 1 else gpu
         print(f"embedded engine: {engine_model} on {gpus} (speed-up {args.engine_speedup:g}x) at {host}")
+    from loadtest.serve.state import server_info_for
+
     try:
-        models = list_models(host, os.environ.get(key_env) if key_env else None, timeout=args.connect_timeout)
+        server = None if engine_info is not None else server_info_for(host, getattr(args, "server_info", None))
+    except ValueError as e:
+        raise EndpointSetupError(str(e), usage=True) from e
+    try:
+        models = list_models(
+            host,
+            api_key,
+            timeout=args.connect_timeout or 10.0,
+            verify_tls=not getattr(args, "insecure", False),
+        )
     except EndpointError as e:
         raise EndpointSetupError(str(e), usage=False) from e
     model = args.model or profile.model or (models[0] if models else None)
-    return Endpoint(host, models, model, engine_info)
+    return Endpoint(host, models, model, engine_info, server)

@@ -5,6 +5,11 @@ import sys
 
 from loadtest import __version__
 from loadtest.cli.cluster_cmd import add_parsers as add_cluster_parsers
+from loadtest.cli.compare_cmd import add_parser as add_compare_parser
+from loadtest.cli.export_cmd import add_parser as add_export_parser
+from loadtest.cli.sweep_cmd import add_parser as add_sweep_parser
+from loadtest.client.balancer import HostAction, add_fleet_options
+from loadtest.economics.spec import add_endpoint_options
 
 # Commands that run Locust: gevent must patch the process before ssl, socket or threading are used.
 GEVENT_COMMANDS = {"run", "ui", "master", "worker"}
@@ -25,8 +30,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="shipped profile name or YAML path (default: %(default)s)",
     )
     run.add_argument(
-        "--host", help="endpoint base URL, e.g. http://10.0.0.5:8000 (default: start the embedded engine)"
+        "--host",
+        action=HostAction,
+        help="endpoint base URL, e.g. http://10.0.0.5:8000; give it again for each replica "
+        "(default: start the embedded engine)",
     )
+    add_fleet_options(run)  # --hosts-file, --balance (docs/multi-endpoint.md)
+    add_endpoint_options(run)  # --gpu-kind, --gpu-count, prices, --endpoint-file (docs/economics.md)
     run.add_argument(
         "--model", help="model name to request (default: the profile's, else the endpoint's first model)"
     )
@@ -35,6 +45,9 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="VAR",
         default=None,
         help="name of the environment variable holding the API key (default: OPENAI_API_KEY if set)",
+    )
+    run.add_argument(
+        "--api-key-file", metavar="PATH", help="file holding the API key (instead of --api-key-env)"
     )
     run.add_argument(
         "--duration", help="how long to issue requests: 90, 90s, 5m, 1h (default: the profile's)"
@@ -66,11 +79,43 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--processes", type=int, default=1, metavar="N", help="Locust worker processes on this host"
     )
-    run.add_argument("--connect-timeout", type=float, default=10.0, metavar="S")
     run.add_argument(
-        "--read-timeout", type=float, default=300.0, metavar="S", help="longest silence within a response"
+        "--connect-timeout",
+        type=float,
+        metavar="S",
+        help="default: the profile's client.connect_timeout_s (10)",
     )
-    run.add_argument("--insecure", action="store_true", help="do not verify TLS certificates")
+    run.add_argument(
+        "--read-timeout",
+        type=float,
+        metavar="S",
+        help="longest silence within a response (default: the profile's client.read_timeout_s, 300)",
+    )
+    run.add_argument(
+        "--total-timeout",
+        type=float,
+        metavar="S",
+        help="longest whole request, 0 = none (default: the profile's client.total_timeout_s, 0)",
+    )
+    run.add_argument(
+        "--retries",
+        type=int,
+        metavar="N",
+        help="resend a 429/503 answer up to N times, each a separate record (default: the profile's, 0)",
+    )
+    run.add_argument(
+        "--insecure", action="store_true", help="do not verify TLS certificates (recorded in the verdict)"
+    )
+    tele = run.add_argument_group("server telemetry and record (docs/telemetry.md)")
+    tele.add_argument("--no-telemetry", action="store_true", help="do not poll the endpoint's /metrics")
+    tele.add_argument(
+        "--metrics-url", metavar="URL", help="Prometheus URL(s) to poll, comma-separated (default: HOST/metrics)"
+    )
+    tele.add_argument(
+        "--server-info",
+        metavar="FILE",
+        help="server.json of the server under test (default: the one `loadtest serve` keeps for --host)",
+    )
     eng = run.add_argument_group("embedded engine (only without --host)")
     eng.add_argument("--engine-gpu", help="GPU preset (default: the profile's engine.gpu, else H100)")
     eng.add_argument(
@@ -101,6 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--model", help="model name to request (default: the profile's, else the endpoint's first)"
     )
     ui.add_argument("--api-key-env", metavar="VAR", help="environment variable holding the API key")
+    ui.add_argument("--api-key-file", metavar="PATH", help="file holding the API key")
     ui.add_argument(
         "--slo", metavar="SPEC", help="SLOs to judge, merged over the profile's (ttft_p99=2s,...)"
     )
@@ -110,7 +156,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--processes", type=int, default=1, metavar="N", help="Locust processes (the UI supports 1 for now)"
     )
     ui.add_argument(
-        "--web-host", default="127.0.0.1", help="interface the UI listens on (default: %(default)s)"
+        "--web-host",
+        default="127.0.0.1",
+        help="interface the UI listens on (default: %(default)s; any other needs --web-login)",
     )
     ui.add_argument("--web-port", type=int, default=8089, help="UI port (default: %(default)s)")
     ui.add_argument(
@@ -130,8 +178,8 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="S",
         help="on stop, let in-flight requests end (s)",
     )
-    ui.add_argument("--connect-timeout", type=float, default=10.0, metavar="S")
-    ui.add_argument("--read-timeout", type=float, default=300.0, metavar="S")
+    ui.add_argument("--connect-timeout", type=float, metavar="S", help="default: the profile's client policy")
+    ui.add_argument("--read-timeout", type=float, metavar="S", help="default: the profile's client policy")
     ui.add_argument("--insecure", action="store_true", help="do not verify TLS certificates")
     eng = ui.add_argument_group("embedded engine (only without --host)")
     eng.add_argument("--engine-gpu", help="GPU preset (default: the profile's engine.gpu)")
@@ -143,9 +191,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     add_cluster_parsers(sub)  # master, worker
+    add_compare_parser(sub)  # compare
+    add_sweep_parser(sub)  # sweep
 
-    rep = sub.add_parser("report", help="rebuild report.html of a run folder from its run.json")
+    rep = sub.add_parser(
+        "report", help="rebuild report.html of a run folder from its run.json (sweep.html of a sweep folder)"
+    )
     rep.add_argument("run_dir")
+    add_export_parser(sub)  # export
 
     prof = sub.add_parser("profiles", help="list, show or validate traffic profiles (docs/profiles.md)")
     psub = prof.add_subparsers(dest="profiles_command", required=True)
@@ -157,10 +210,16 @@ def build_parser() -> argparse.ArgumentParser:
         "files", nargs="+", metavar="FILE"
     )
 
-    serve = sub.add_parser("serve", help="run a server standalone (the embedded engine: `serve sim`)")
-    serve.add_argument("engine", choices=["sim"], help="which server")
+    serve = sub.add_parser(
+        "serve", help="run a server: the embedded engine (`serve sim`) or a real engine with a preset"
+    )
     serve.add_argument(
-        "sim_args", nargs=argparse.REMAINDER, help="options of `python -m loadtest.sim` (--help)"
+        "engine",
+        choices=["sim", "vllm", "sglang", "trtllm", "dynamo", "presets"],
+        help="which server (`presets` lists the real engines' model presets; docs/serving.md)",
+    )
+    serve.add_argument(
+        "sim_args", nargs=argparse.REMAINDER, help="that server's options (`loadtest serve ENGINE --help`)"
     )
     return ap
 
@@ -171,6 +230,10 @@ def main(argv: list[str] | None = None) -> int:
         from gevent import monkey
 
         monkey.patch_all()
+    if args.command == "serve" and args.engine != "sim":
+        from loadtest.cli.serve_cmd import serve_command
+
+        return serve_command(args.engine, args.sim_args)
     if args.command == "serve":
         from loadtest.sim.__main__ import main as sim_main
 
@@ -199,6 +262,18 @@ def main(argv: list[str] | None = None) -> int:
         from loadtest.cli.report_cmd import report_command
 
         return report_command(args)
+    if args.command == "export":
+        from loadtest.cli.export_cmd import export_command
+
+        return export_command(args)
+    if args.command == "sweep":
+        from loadtest.cli.sweep_cmd import sweep_command
+
+        return sweep_command(args)
+    if args.command == "compare":
+        from loadtest.cli.compare_cmd import compare_command
+
+        return compare_command(args)
     return 2
 
 

@@ -1,21 +1,45 @@
-"""``loadtest report RUN_DIR``: rebuild a run's HTML report from run.json."""
+"""``loadtest report DIR``: rebuild a run's report.html from run.json, or a sweep's sweep.html from sweep.json."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
 from loadtest.report import render_run_report
+from loadtest.results.mlperf_summary import SUMMARY_NAME
 
 
 def report_command(args: argparse.Namespace) -> int:
     run_dir = Path(args.run_dir)
+    if (run_dir / "sweep.json").is_file():
+        from loadtest.report.sweep_report import render_sweep_report
+        from loadtest.sweep import SweepFormatError
+
+        try:
+            print(render_sweep_report(run_dir))
+        except SweepFormatError as e:
+            print(f"loadtest: error: {e}", file=sys.stderr)
+            return 2
+        return 0
     if not (run_dir / "run.json").is_file():
         print(
             f"loadtest: error: {run_dir}/run.json not found: give a run folder written by 'loadtest run'",
             file=sys.stderr,
         )
         return 2
-    print(render_run_report(run_dir))
+    try:
+        report = render_run_report(run_dir)
+    except json.JSONDecodeError as e:
+        print(
+            f"loadtest: error: {run_dir}/run.json is not valid JSON ({e}): rerun the test or restore the file",
+            file=sys.stderr,
+        )
+        return 2
+    except OSError as e:
+        print(f"loadtest: error: cannot write the report into {run_dir}: {e.strerror or e}", file=sys.stderr)
+        return 1
+    print(report)
+    print(run_dir / SUMMARY_NAME)
     return 0

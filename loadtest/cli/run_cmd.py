@@ -7,6 +7,7 @@ import contextlib
 import logging
 import os
 import re
+import shutil
 import socket
 import sys
 import time
@@ -14,7 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from loadtest.cli import run_extras
 from loadtest.cli.endpoint import EndpointSetupError, open_endpoint
+from loadtest.client.failures import failure_note
+from loadtest.client.secrets import KeySourceError, install_redaction, load_api_key
 
 if TYPE_CHECKING:
     from loadtest.locust.runtime import RunOutcome
@@ -34,6 +38,7 @@ EXIT_OK = 0
 EXIT_COULD_NOT_RUN = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = {"SIGINT": 130, "SIGTERM": 143}
+MIN_FREE_BYTES = 64 * 2**20  # refuse to start a run on a (nearly) full disk
 
 
 class UsageError(Exception):
@@ -71,6 +76,12 @@ def ensure_writable(folder: Path, what: str) -> Path:
         probe.unlink()
     except OSError as e:
         raise UsageError(f"{what} {folder} is not writable: {e.strerror or e}") from e
+    free = shutil.disk_usage(folder).free
+    if free < MIN_FREE_BYTES:
+        raise UsageError(
+            f"{what} {folder} has only {free / 2**20:.1f} MiB free: a run needs at least "
+            f"{MIN_FREE_BYTES // 2**20} MiB for its records and report (free space, or choose --out elsewhere)"
+        )
     return folder
 
 
@@ -80,6 +91,10 @@ def _out_dir(args: argparse.Namespace, profile_name: str) -> Path:
 
 
 def _api_key_env(args: argparse.Namespace) -> str | None:
+    if getattr(args, "api_key_file", None):
+        if args.api_key_env:
+            raise UsageError("give the API key by --api-key-env or --api-key-file, not both")
+        return None
     if args.api_key_env:
         if not os.environ.get(args.api_key_env):
             raise UsageError(
@@ -116,13 +131,17 @@ def run_command(args: argparse.Namespace) -> int:
         if args.rate is not None and args.rate <= 0:
             raise UsageError("--rate must be > 0")
         prepared = prepare_run(args, profile_path, processes=args.processes)
+        try:  # several endpoints, hardware and price (cli/run_extras.py)
+            run_extras.setup(args, prepared.settings)
+        except ValueError as e:
+            raise UsageError(str(e)) from e
         settings, profile, workload, slos = (
             prepared.settings,
             prepared.profile,
             prepared.workload,
             prepared.slos,
         )
-        key_env = settings.api_key_env
+        api_key = prepared.api_key
         settings.duration_s = run_duration(args, profile, workload)
         out = _out_dir(args, profile.name)
         settings.out_dir, settings.run_id = str(out), out.name
@@ -135,16 +154,31 @@ def run_command(args: argparse.Namespace) -> int:
 
     with contextlib.ExitStack() as stack:
         try:
-            ep = open_endpoint(stack, args, profile, seed, key_env, out / "engine.log")
+            ep = open_endpoint(stack, args, profile, seed, api_key, out / "engine.log")
         except EndpointSetupError as e:
             return _fail(str(e), EXIT_USAGE if e.usage else EXIT_COULD_NOT_RUN)
         models, engine_info = ep.models, ep.engine_info
         model = ep.model
         settings.host, settings.model, settings.embedded = ep.host, model, engine_info is not None
+        replica_error = run_extras.check_replicas(settings, api_key, args)
+        if replica_error:
+            return _fail(replica_error, EXIT_COULD_NOT_RUN)
         print(
             f"running {profile.name} for {duration:g}s: {describe_load(profile)}, "
             f"{args.processes} process(es), model {model}; writing {out}/"
         )
+        telemetry = None
+        if not getattr(args, "no_telemetry", False):
+            from loadtest.telemetry import start_for_run
+
+            telemetry = start_for_run(
+                ep.host,
+                override=getattr(args, "metrics_url", None),
+                server=ep.server,
+                embedded=engine_info is not None,
+                api_key=api_key,
+            )
+            stack.callback(telemetry.stop)
         from loadtest.locust import runtime
 
         try:
@@ -154,9 +188,12 @@ def run_command(args: argparse.Namespace) -> int:
                 outcome = runtime.run_local(settings)
         except RuntimeError as e:
             return _fail(str(e), EXIT_COULD_NOT_RUN)
+        if telemetry is not None:
+            telemetry.stop()
         return _write_results(
-            settings, profile, workload, outcome, models, engine_info, out, slos, args.junit
-        )
+            settings, profile, workload, outcome, models, engine_info, out, slos, args.junit,
+            server=ep.server, telemetry=telemetry,
+        )  # fmt: skip
     return EXIT_COULD_NOT_RUN  # pragma: no cover
 
 
@@ -170,6 +207,8 @@ def _write_results(
     out: Path,
     slos: list[AnySlo],
     junit: str | None,
+    server: dict[str, Any] | None = None,
+    telemetry: Any = None,
 ) -> int:
     from loadtest.report import format_summary, render_run_report
     from loadtest.results.run_json import build_run_document, write_run_json
@@ -199,12 +238,27 @@ def _write_results(
         "model": settings.model,
         "api": profile.api,
         "api_key_env": settings.api_key_env,
-        "timeouts": {"connect_s": settings.connect_timeout, "read_s": settings.read_timeout},
+        "api_key_file": settings.api_key_file,
+        "timeouts": {
+            "connect_s": settings.connect_timeout,
+            "read_s": settings.read_timeout,
+            "total_s": settings.total_timeout,
+        },
+        "retries": settings.retries,
+        "tls_verify": settings.verify_tls,
     }
     endpoint = {"url": settings.host, "embedded": settings.embedded, "models": models, "engine": engine_info}
-    notes = [
-        f"worker {w} was lost; its requests up to its last report are included" for w in outcome.workers_lost
-    ]
+    if server is not None:
+        endpoint["server"] = server  # engine, version and flags of a server `loadtest serve` started
+    endpoint.update(run_extras.endpoint_extras(settings, engine_info))  # replicas, hardware, price
+    notes = [f"worker {w} was lost; every request it reported is included" for w in outcome.workers_lost]
+    if not settings.verify_tls:
+        notes.append("note: TLS certificates were not verified (--insecure)")
+    if settings.retries and settings.retries.get("max"):
+        notes.append(
+            f"note: retries on (up to {settings.retries['max']} for HTTP {settings.retries['on']}): "
+            "each attempt is its own record and counts in every metric"
+        )
     doc = build_run_document(
         run_id=settings.run_id,
         status=status,
@@ -219,6 +273,9 @@ def _write_results(
     metrics, hists = doc["metrics"], outcome.aggregates.all.hists
     judging = profile.judging
     lines = list(read_records([out / f for f in outcome.record_files]))
+    failed = failure_note(lines)
+    if failed:
+        doc["notes"].append(failed)
     if lines and (judging.warmup_s or judging.cooldown_s):
         try:
             window = choose_window(lines, judging.warmup_s, judging.cooldown_s)
@@ -239,10 +296,16 @@ def _write_results(
     }
     rules = ValidityRules(min_duration_s=judging.min_duration_s, min_queries=judging.min_queries)
     verdict = judge(metrics, hists, slos, rules, health)
+    run_extras.results(doc, verdict, lines, settings)  # per-endpoint, embeddings, economics
     for note in doc["notes"]:
         verdict.reasons.append(note)
     doc["verdict"] = verdict.to_dict()
     doc["config"]["slos"] = {s.key: getattr(s, "limit_ms", getattr(s, "limit", None)) for s in slos}
+    if telemetry is not None:
+        from loadtest.telemetry import attach
+
+        # after the verdict: a missing /metrics is a note, not a reason; t counts from the load's start
+        attach(doc, telemetry, outcome.started_epoch or None)
     write_run_json(out, doc)
     report = render_run_report(out)
     print(format_summary(doc))
@@ -268,6 +331,7 @@ class PreparedRun:
     profile: Profile
     workload: Workload
     slos: list[AnySlo]
+    api_key: str | None = None  # read once to check it; never stored in settings or files
 
 
 def prepare_run(
@@ -285,14 +349,21 @@ def prepare_run(
         concurrency=getattr(args, "concurrency", None),
         rate=getattr(args, "rate", None),
         api_key_env=_api_key_env(args),
+        api_key_file=str(Path(args.api_key_file).expanduser().resolve())
+        if getattr(args, "api_key_file", None)
+        else None,
         processes=processes,
-        connect_timeout=args.connect_timeout,
-        read_timeout=args.read_timeout,
         verify_tls=not args.insecure,
         tokenizer=args.tokenizer,
         slo=args.slo,
     )
+    try:
+        api_key = load_api_key(settings.api_key_env, settings.api_key_file)
+    except KeySourceError as e:
+        raise UsageError(str(e)) from e
+    install_redaction(api_key)
     profile, _ = settings.profile()
+    _apply_client_policy(settings, profile, args)
     settings.seed = profile.seed if args.seed is None else args.seed
     try:
         workload = Workload(profile, settings.seed)  # checks the tokenizer and reads any trace now
@@ -303,7 +374,31 @@ def prepare_run(
         slos = merge_slos(profile.slos, args.slo)
     except ValueError as e:
         raise UsageError(f"SLOs ({'--slo' if args.slo else profile_path}): {e}") from e
-    return PreparedRun(settings, profile, workload, slos)
+    return PreparedRun(settings, profile, workload, slos, api_key)
+
+
+def _apply_client_policy(settings: RunSettings, profile: Profile, args: argparse.Namespace) -> None:
+    """Timeouts and retries: the profile's ``client`` section, each overridden by its command-line option."""
+    client = profile.client
+
+    def pick(option: str, default: float) -> float:
+        value = getattr(args, option, None)
+        if value is None:
+            return default
+        if value < 0 or (value == 0 and option != "total_timeout"):
+            raise UsageError(f"--{option.replace('_', '-')} must be > 0")
+        return float(value)
+
+    settings.connect_timeout = pick("connect_timeout", client.connect_timeout_s)
+    settings.read_timeout = pick("read_timeout", client.read_timeout_s)
+    settings.total_timeout = pick("total_timeout", client.total_timeout_s)
+    retries = client.retries.model_dump()
+    n = getattr(args, "retries", None)
+    if n is not None:
+        if not 0 <= n <= 10:
+            raise UsageError("--retries must be between 0 and 10")
+        retries["max"] = n
+    settings.retries = retries
 
 
 def run_duration(args: argparse.Namespace, profile: Profile, workload: Workload) -> float:

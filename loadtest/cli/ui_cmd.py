@@ -43,6 +43,18 @@ def _parse_auth(var: str | None) -> tuple[str, str] | None:
     return user, password
 
 
+def _is_loopback(host: str) -> bool:
+    """Whether ``host`` is a loopback interface (localhost, 127.0.0.0/8, ::1)."""
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def _check_port(host: str, port: int) -> None:
     with socket.socket() as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -61,7 +73,12 @@ def ui_command(args: argparse.Namespace) -> int:
         auth = _parse_auth(args.web_login)
         prepared = prepare_run(args, profile_path, processes=1)
         settings, profile, slos = prepared.settings, prepared.profile, prepared.slos
-        key_env = settings.api_key_env
+        api_key = prepared.api_key
+        if not _is_loopback(args.web_host) and auth is None:
+            raise UsageError(
+                f"--web-host {args.web_host} lets other machines reach the UI: add --web-login VAR "
+                "(VAR holding USER:PASSWORD), or keep the default 127.0.0.1"
+            )
         settings.duration_s = profile.duration_s  # informational: a UI run lasts until it is stopped
         reports_root = ensure_writable(Path(args.reports_dir), "reports folder")
         _check_port(args.web_host, args.web_port)
@@ -70,7 +87,7 @@ def ui_command(args: argparse.Namespace) -> int:
 
     with contextlib.ExitStack() as stack:
         try:
-            ep = open_endpoint(stack, args, profile, settings.seed, key_env)
+            ep = open_endpoint(stack, args, profile, settings.seed, api_key)
         except EndpointSetupError as e:
             return _fail(str(e), EXIT_USAGE if e.usage else EXIT_COULD_NOT_RUN)
         models, engine_info = ep.models, ep.engine_info

@@ -357,6 +357,7 @@ class Connection:
             return resp
         finally:
             self._reader = None
+            _watchdog.active.discard(self)  # watched only while in flight: the watchdog ends when idle
         if not reader.keep_alive:
             self.close()
         return resp

@@ -8,8 +8,10 @@ from typing import Any
 
 import msgspec
 
+from loadtest.client import apis
 from loadtest.client.http import Connection, Endpoint, HttpFailure, Response, build_request
 from loadtest.client.record import RequestRecord
+from loadtest.client.secrets import redact
 from loadtest.client.sse import parse_stream
 from loadtest.workload.tokenizer import Tokenizer
 
@@ -30,6 +32,8 @@ class PreparedRequest:
     scenario: str = "default"
     stream: bool = True
     extra_headers: dict[str, str] = field(default_factory=dict)
+    session: str | None = None  # the multi-turn/agent session it belongs to (sticky balancing)
+    path: str | None = None  # raw mode: the path the recorded body is sent to, unchanged
 
 
 @dataclass(slots=True)
@@ -59,6 +63,7 @@ class OpenAIClient:
         self.worker = worker
         self.conn = Connection(self.endpoint, self.timeouts.connect, verify_tls)
         self._headers = {"Content-Type": "application/json", "Accept": "text/event-stream, application/json"}
+        self._secrets = (api_key,) if api_key else ()
         if api_key:
             self._headers["Authorization"] = f"Bearer {api_key}"
 
@@ -66,7 +71,10 @@ class OpenAIClient:
         self.conn.close()
 
     def encode(self, req: PreparedRequest) -> bytes:
+        if req.api in apis.OWN_APIS:  # responses, embeddings, raw replay (client/apis.py)
+            return apis.encode(self, req)
         body = dict(req.body)
+        apis.extra_body(self, body)  # the profile's request.extra_body
         if self.model:
             body["model"] = self.model
         if req.stream:
@@ -107,12 +115,14 @@ class OpenAIClient:
         except HttpFailure as f:
             rec.sent_ns = sent[0]
             rec.done_ns = 0
-            rec.outcome, rec.error = f.outcome, f.message
+            rec.outcome, rec.error = f.outcome, redact(f.message, self._secrets)
             return rec
         rec.sent_ns = sent[0]
         rec.headers_ns = resp.headers_ns
         rec.http_status = resp.status
         self._classify(rec, req, resp)
+        if rec.error and self._secrets:
+            rec.error = redact(rec.error, self._secrets)  # a server that echoes the key back
         return rec
 
     # ---- outcome classification, once per request ----
@@ -121,6 +131,15 @@ class OpenAIClient:
         if status >= 400 or status < 200:
             rec.outcome = "http_429" if status == 429 else "http_5xx" if status >= 500 else "http_4xx"
             rec.error = _error_message(resp)
+            if status in (429, 503):
+                rec.retry_after_s = _retry_after(resp)
+            return
+        if status >= 300:  # redirects are never followed: that would be a hidden second request
+            rec.outcome = "protocol_error"
+            where = resp.headers.get("location") or "no Location"
+            rec.error = f"HTTP {status} redirect to {where}: not followed (point --host at the final URL)"
+            return
+        if req.api in apis.OWN_APIS and apis.classify(self, rec, req, resp):
             return
         if req.stream:
             if "text/event-stream" not in resp.content_type:
@@ -193,6 +212,16 @@ class OpenAIClient:
         rec.completion_tokens_server = usage.get("completion_tokens")
         rec.cached_tokens_server = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
         rec.outcome = "ok"
+
+
+def _retry_after(resp: Response) -> float | None:
+    """Retry-After in seconds (the delta-seconds form; an HTTP date is ignored)."""
+    value = resp.headers.get("retry-after", "").strip()
+    try:
+        seconds = float(value)
+    except ValueError:
+        return None
+    return seconds if seconds >= 0 else None
 
 
 def _snippet(body: bytes, n: int = 160) -> str:

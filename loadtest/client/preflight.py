@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import ssl
 import urllib.error
 import urllib.request
 
@@ -13,7 +14,9 @@ class EndpointError(Exception):
     """The endpoint cannot be load-tested; the message is one line for the user."""
 
 
-def list_models(host: str, api_key: str | None = None, timeout: float = 10.0) -> list[str]:
+def list_models(
+    host: str, api_key: str | None = None, timeout: float = 10.0, verify_tls: bool = True
+) -> list[str]:
     """GET {host}/v1/models and return the model ids, or raise EndpointError saying what is wrong."""
     try:
         ep = Endpoint.parse(host)
@@ -23,8 +26,12 @@ def list_models(host: str, api_key: str | None = None, timeout: float = 10.0) ->
     req = urllib.request.Request(url, headers={"Accept": "application/json"})
     if api_key:
         req.add_header("Authorization", f"Bearer {api_key}")
+    ctx = None
+    if ep.scheme == "https" and not verify_tls:
+        ctx = ssl.create_default_context()
+        ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
+        with urllib.request.urlopen(req, timeout=timeout, context=ctx) as resp:
             body = resp.read(1 << 20)
             ctype = resp.headers.get("Content-Type", "")
     except urllib.error.HTTPError as e:
@@ -33,7 +40,12 @@ def list_models(host: str, api_key: str | None = None, timeout: float = 10.0) ->
         raise EndpointError(f"{url} answered HTTP {e.code}: is this an OpenAI-compatible endpoint?") from e
     except (urllib.error.URLError, OSError) as e:
         why = getattr(e, "reason", e)
-        raise EndpointError(f"cannot reach {ep.origin}: {why}") from e
+        hint = (
+            " (the server's TLS certificate is not trusted: fix it, or pass --insecure knowingly)"
+            if isinstance(why, ssl.SSLCertVerificationError)
+            else ""
+        )
+        raise EndpointError(f"cannot reach {ep.origin}: {why}{hint}") from e
     try:
         obj = json.loads(body)
         models = [str(m["id"]) for m in obj["data"]]

@@ -51,6 +51,12 @@ class RequestRecord:
     completion_tokens_server: int | None = None
     cached_tokens_server: int | None = None
     reasoning_tokens_server: int | None = None
+    # Retries (off by default): the n-th attempt of a request is its own record, linked to the first.
+    attempt: int = 0  # 0 = the original request, 1.. = retries
+    retry_of: str | None = None  # the original request's id, on a retry
+    retry_after_s: float | None = None  # the server's Retry-After on a 429/503 (seconds)
+    endpoint: int = 0  # index of the endpoint (replica) it went to, in the run's --host order
+    inputs: int = 0  # embeddings: the number of inputs the request carried
     # What the server answered (kept in memory for multi-turn sessions; not written to the log).
     answer_text: str = ""
     tool_calls_text: str = ""
@@ -113,4 +119,8 @@ class RequestRecord:
             "usage_completion_tokens": self.completion_tokens_server,
             "usage_cached_tokens": self.cached_tokens_server,
             "usage_reasoning_tokens": self.reasoning_tokens_server,
+            "attempt": self.attempt,
+            "retry_of": self.retry_of,
+            "endpoint": self.endpoint,
+            **({"inputs": self.inputs} if self.inputs else {}),
         }

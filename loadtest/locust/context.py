@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import os
 import time
 from pathlib import Path
 
@@ -13,9 +12,11 @@ from locust.env import Environment
 
 from loadtest.client.openai import OpenAIClient, Timeouts
 from loadtest.client.record import RequestRecord
+from loadtest.client.secrets import install_redaction, load_api_key
 from loadtest.locust.settings import RunSettings
 from loadtest.metrics.recorder import Recorder
 from loadtest.metrics.slo import RequestSlo, merge_slos
+from loadtest.profile.client import RetrySpec
 from loadtest.results.record_log import RecordLog
 from loadtest.workload.builder import Workload
 
@@ -34,7 +35,9 @@ class RunContext:
         rule = RequestSlo.from_slos(merge_slos(self.profile.slos, settings.slo))
         self.request_slo = rule if rule.ttft_ms is not None or rule.tpot_ms is not None else None
         self.log = RecordLog(Path(settings.out_dir) / log_name)
-        self._api_key = os.environ.get(settings.api_key_env) if settings.api_key_env else None
+        self._api_key = load_api_key(settings.api_key_env, settings.api_key_file)
+        install_redaction(self._api_key)
+        self.retries = RetrySpec.model_validate(settings.retries or {})
         self._closed_counter = itertools.count()
         self.env: Environment | None = None
         self.in_flight = 0
@@ -50,17 +53,25 @@ class RunContext:
             gevent.sleep(1.0)
             self.recorder.sample_cpu(proc.cpu_percent(None))
 
-    def new_client(self) -> OpenAIClient:
+    def new_client(self, host: str | None = None) -> OpenAIClient:
         s = self.settings
-        return OpenAIClient(
-            s.host,
+        if host is None and s.hosts and len(s.hosts) > 1:
+            from loadtest.client.balancer import balanced_client
+
+            return balanced_client(self)  # type: ignore[return-value]  # same interface, several endpoints
+        client = OpenAIClient(
+            host or s.host,
             s.model or self.profile.model,
             self.workload.tokenizer,
             api_key=self._api_key,
-            timeouts=Timeouts(connect=s.connect_timeout, read=s.read_timeout),
+            timeouts=Timeouts(connect=s.connect_timeout, read=s.read_timeout, total=s.total_timeout),
             worker=self.worker_index,
             verify_tls=s.verify_tls,
         )
+        from loadtest.client.apis import configure_client
+
+        configure_client(client, self.profile)  # the profile's auth scheme, headers and extra body fields
+        return client
 
     def next_closed_loop_index(self) -> int:
         """Global request index for closed loop: workers interleave so indices never collide."""

@@ -36,13 +36,16 @@ from locust.rpc import Message
 from locust.runners import MasterRunner, Runner, WorkerRunner
 
 from loadtest.client.record import RequestRecord
+from loadtest.client.secrets import KeySourceError, load_api_key
 from loadtest.gc_tuning import tune_gc
 from loadtest.locust.context import RunContext
 from loadtest.locust.settings import RunSettings, load_mode
 from loadtest.locust.users import ClosedLoopUser, OpenLoopUser
-from loadtest.metrics.recorder import RunAggregates
+from loadtest.metrics.judged import record_from_line
+from loadtest.metrics.recorder import Recorder, RunAggregates
 from loadtest.profile.loader import load_profile
 from loadtest.profile.schema import Profile
+from loadtest.results.record_log import read_records
 from loadtest.workload.builder import Workload
 
 log = logging.getLogger("loadtest")
@@ -205,9 +208,13 @@ class RecordSink:
         self.counts: dict[int, int] = {}
 
     def add(self, index: int, blob: bytes | None) -> None:
-        if not blob:
+        if blob:
+            self.add_raw(index, zlib.decompress(blob))
+
+    def add_raw(self, index: int, raw: bytes) -> None:
+        """Append whole record lines (each ending in a newline) to worker ``index``'s log."""
+        if not raw:
             return
-        raw = zlib.decompress(blob)
         fd = self._fds.get(index)
         if fd is None:
             path = self.out / f"records-w{index}.jsonl"
@@ -242,6 +249,7 @@ class _Worker:
     last_seen: float = field(default_factory=time.monotonic)
     lost: str | None = None
     final: dict | None = None
+    records: str | None = None  # the worker's own copy of its records (path on its host), if it keeps one
 
     def name(self) -> str:
         return f"worker {self.index} ({self.host} pid {self.pid})"
@@ -328,6 +336,7 @@ def run_master(
         if w is None:
             return
         w.host, w.pid, w.error = msg.data.get("host", "?"), int(msg.data.get("pid", 0)), msg.data.get("error")
+        w.records = msg.data.get("records")
         w.ready = w.error is None
 
     def on_final(environment: Environment, msg: Message, **_kw: Any) -> None:
@@ -375,10 +384,18 @@ def run_master(
     lost = [
         w for w in sorted(workers.values(), key=lambda w: w.index) if w.final is None or w.final.get("left")
     ]
+    recovered = {w.index: _recover_unshipped(w, sink, total, len(profile.scenarios) > 1) for w in lost}
+    sink.close()
+    if spawn_local:  # the local copies were only insurance: the run folder's logs now hold everything
+        for w in workers.values():
+            if w.records and Path(w.records).parent == out.resolve():
+                Path(w.records).unlink(missing_ok=True)
     reason = stopper.reason
     if lost and reason is None:
         reason = "; ".join(f"{w.name()} {_lost_why(w)}" for w in lost) + (
-            ": its requests up to its last report are included"
+            ": every request it finished is included"
+            if all(recovered[w.index] is not None for w in lost)
+            else ": its requests up to its last report are included"
             if len(lost) == 1
             else ": their requests up to their last reports are included"
         )
@@ -391,6 +408,36 @@ def run_master(
         started_epoch=started,
         ended_epoch=time.time(),
     )
+
+
+def _recover_unshipped(w: _Worker, sink: RecordSink, total: RunAggregates, per_scenario: bool) -> int | None:
+    """A lost worker's records that it finished but never reported, taken from its own copy.
+
+    Possible when that copy is on this host (always for ``--processes`` workers: a file in the run
+    folder). Lines already shipped are skipped by id; a last line cut by the crash is ignored. The
+    recovered lines are appended to ``records-w<i>.jsonl`` and their metrics merged into ``total``,
+    so the merged histograms still count exactly the records in the folder. Returns how many lines
+    were recovered, or None when the worker's copy is not reachable from here.
+    """
+    if not w.records or w.host != socket.gethostname():
+        return None
+    local = Path(w.records)
+    if not local.is_file():
+        return None
+    shipped_path = sink.out / f"records-w{w.index}.jsonl"
+    shipped = {line.get("id") for line in read_records([shipped_path])} if shipped_path.is_file() else set()
+    missing = [line for line in read_records([local]) if line.get("id") not in shipped]
+    if not missing:
+        return 0
+    recorder = Recorder(per_scenario=per_scenario)
+    for line in missing:
+        recorder.add(record_from_line(line))
+    total.merge_wire(recorder.take_delta())
+    sink.add_raw(w.index, b"".join(_line_enc.encode(line) + b"\n" for line in missing))
+    log.warning(
+        "%s: %d finished request(s) it had not reported were taken from %s", w.name(), len(missing), local
+    )
+    return len(missing)
 
 
 def _lost_why(w: _Worker) -> str:
@@ -519,12 +566,22 @@ def _local_log_path(out: Path, index: int) -> Path:
     return path
 
 
-def _setup_worker(data: dict[str, Any], out: str | None, keep_local: bool) -> RunContext:
-    """The worker's RunContext from the master's ``loadtest_settings`` message."""
+def _setup_worker(
+    data: dict[str, Any], out: str | None, keep_local: bool, copy_in_run_dir: bool = False
+) -> RunContext:
+    """The worker's RunContext from the master's ``loadtest_settings`` message.
+
+    ``copy_in_run_dir`` (a ``--processes`` worker, on the master's host): its records also go, as they
+    finish, to ``worker-<i>.records.jsonl`` in the run folder, so that a worker killed between two
+    reports loses nothing it finished (the master takes them from there; see _recover_unshipped).
+    """
     index = int(data["index"])
     settings = RunSettings.from_json(data["settings"])
-    if settings.api_key_env and not os.environ.get(settings.api_key_env):
-        raise RuntimeError(f"the API key variable {settings.api_key_env} is not set on this host")
+    try:
+        load_api_key(settings.api_key_env, settings.api_key_file)
+    except KeySourceError as e:
+        raise RuntimeError(str(e)) from e
+    run_dir_copy = Path(settings.out_dir) / f"worker-{index}.records.jsonl" if copy_in_run_dir else None
     local = Path(out if out else Path("reports") / f"worker-{index}") if keep_local else None
     folder = local if local is not None else Path(tempfile.mkdtemp(prefix="loadtest-worker-"))
     folder.mkdir(parents=True, exist_ok=True)
@@ -536,7 +593,7 @@ def _setup_worker(data: dict[str, Any], out: str | None, keep_local: bool) -> Ru
     null_log = ctx.log
     os.close(null_log._fd)
     null_log._fd = -1
-    ctx.log = ShippedLog(_local_log_path(local, index) if local is not None else None)  # type: ignore[assignment]
+    ctx.log = ShippedLog(_local_log_path(local, index) if local is not None else run_dir_copy)  # type: ignore[assignment]
     if local is None:
         profile_file.unlink()
         folder.rmdir()
@@ -555,6 +612,7 @@ def worker_main(
     out: str | None = None,
     keep_local: bool = True,
     parent_pid: int | None = None,
+    copy_in_run_dir: bool = False,
 ) -> int:
     """A worker: connect, get the run's settings from the master, run users on command, ship results.
 
@@ -581,7 +639,7 @@ def worker_main(
             "error": None,
         }
         try:
-            ctx = _setup_worker(msg.data, out, keep_local)
+            ctx = _setup_worker(msg.data, out, keep_local, copy_in_run_dir)
         except Exception as e:  # noqa: BLE001 - reported to the master as one line
             reply["error"] = f"{type(e).__name__}: {e}" if not isinstance(e, RuntimeError) else str(e)
             log.error("cannot set up the run: %s", reply["error"])
@@ -592,7 +650,7 @@ def worker_main(
         ctx.env = env
         env.loadtest = ctx  # type: ignore[attr-defined]
         state["ctx"] = ctx
-        reply["records"] = str(ctx.log.path)
+        reply["records"] = str(ctx.log.path.resolve()) if ctx.log.path != Path(os.devnull) else None
         runner.send_message(MSG_READY, reply)
         if keep_local:
             print(f"worker {index}: run {ctx.settings.run_id}, records in {ctx.log.path}", flush=True)

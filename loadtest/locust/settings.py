@@ -32,13 +32,19 @@ class RunSettings:
     rate: float | None = None
     model: str | None = None
     api_key_env: str | None = None  # the NAME of the variable holding the key; the key itself is never stored
+    api_key_file: str | None = None  # or the path of a file holding it (read by each process)
     processes: int = 1
     connect_timeout: float = 10.0
     read_timeout: float = 300.0
+    total_timeout: float = 0.0  # 0 = none
+    retries: dict | None = None  # the profile's client.retries (RetrySpec fields), --retries applied
     verify_tls: bool = True
     embedded: bool = False
     tokenizer: str | None = None  # overrides the profile's
     slo: str | None = None  # the command line's SLO spec, merged over the profile's
+    hosts: list[str] | None = None  # several endpoints (replicas); host is the first
+    balance: str = "round-robin"  # how requests spread over hosts (loadtest.client.balancer)
+    endpoint_spec: dict | None = None  # hardware and price behind the endpoint (loadtest.economics)
 
     def profile(self) -> tuple[Profile, Path]:
         """The profile as this run uses it: the file, with the command line's overrides applied."""

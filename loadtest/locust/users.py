@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import gevent
@@ -24,10 +25,16 @@ def _context(user: User) -> RunContext:
 
 
 def send_and_account(
-    ctx: RunContext, client: OpenAIClient, req: PreparedRequest, sched_ns: int, sched_epoch: float
+    ctx: RunContext,
+    client: OpenAIClient,
+    req: PreparedRequest,
+    sched_ns: int,
+    sched_epoch: float,
+    attempt: int = 0,
+    retry_of: str | None = None,
 ) -> RequestRecord:
     """Send one request; whatever happens (even a kill mid-stream) exactly one record is accounted."""
-    rec = RequestRecord(request_id=req.request_id)
+    rec = RequestRecord(request_id=req.request_id, attempt=attempt, retry_of=retry_of)
     ctx.in_flight += 1
     try:
         client.send(req, sched_ns, sched_epoch, rec)
@@ -41,6 +48,37 @@ def send_and_account(
             rec.scheduled_ns, rec.scheduled_epoch = sched_ns, sched_epoch
             rec.scenario, rec.api = req.scenario, req.api
         ctx.finish(rec)
+    return rec
+
+
+RETRYABLE_OUTCOMES = frozenset({"http_429", "http_5xx"})
+
+
+def send_with_retries(
+    ctx: RunContext, client: OpenAIClient, req: PreparedRequest, sched_ns: int, sched_epoch: float
+) -> RequestRecord:
+    """Send ``req``; only when the profile's retry policy says so (``client.retries.max`` > 0, off by
+    default), send a 429/5xx answer again after a backoff. Each attempt is its own record, scheduled
+    when it is sent, with ``attempt`` and ``retry_of`` (the original's id). Returns the last attempt."""
+    rec = send_and_account(ctx, client, req, sched_ns, sched_epoch)
+    policy = ctx.retries
+    attempt = 0
+    while (
+        attempt < policy.max
+        and rec.outcome in RETRYABLE_OUTCOMES
+        and rec.http_status in policy.on
+        and not ctx.stopping
+    ):
+        attempt += 1
+        wait = policy.backoff_s * policy.backoff_factor ** (attempt - 1)
+        if policy.honor_retry_after and rec.retry_after_s is not None:
+            wait = rec.retry_after_s
+        gevent.sleep(min(wait, policy.max_backoff_s))
+        if ctx.stopping:
+            break
+        retry = dataclasses.replace(req, request_id=f"{req.request_id}.retry{attempt}")
+        now_ns, now_epoch = RunContext.now()
+        rec = send_and_account(ctx, client, retry, now_ns, now_epoch, attempt, req.request_id)
     return rec
 
 
@@ -58,7 +96,7 @@ def run_unit(
             if step.think_before_s > 0:
                 gevent.sleep(step.think_before_s)
             sched_ns, sched_epoch = RunContext.now()
-        last = send_and_account(ctx, client, step.request, sched_ns, sched_epoch)
+        last = send_with_retries(ctx, client, step.request, sched_ns, sched_epoch)
         step = unit.next(last)
 
 

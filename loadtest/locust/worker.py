@@ -27,7 +27,13 @@ def main() -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     if args.local:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # the master decides when a run stops
-        return worker_main(args.master_host, args.master_port, keep_local=False, parent_pid=os.getppid())
+        return worker_main(
+            args.master_host,
+            args.master_port,
+            keep_local=False,
+            parent_pid=os.getppid(),
+            copy_in_run_dir=True,
+        )
     return worker_main(args.master_host, args.master_port, out=args.out)
 
 

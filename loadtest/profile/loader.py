@@ -90,8 +90,32 @@ def parse_profile(data: Any, path: Path) -> Profile:
         raise ProfileError(f"{path}: invalid profile: nested too deeply\n{DOCS_HINT}") from e
     trace = profile.load.trace
     if trace is not None:
-        trace.path = str((path.parent / Path(trace.path).expanduser()).resolve())
+        trace.path = str(_inside(path, trace.path, "load.trace.path"))
+    for i, sc in enumerate(profile.scenarios):
+        if sc.raw is not None:  # api: raw: the recorded bodies, relative to the profile like a trace
+            sc.raw.file = str(_inside(path, sc.raw.file, f"scenarios[{i}].raw.file"))
+    if "/" in profile.tokenizer or profile.tokenizer.endswith(".json"):
+        _inside(path, profile.tokenizer, "tokenizer")
     return profile
+
+
+def _inside(profile_path: Path, ref: str, field: str) -> Path:
+    """A file a profile names: absolute as given, relative against the profile's folder and inside it.
+
+    A profile is data: a relative path may not climb out of its folder with ``..`` (an absolute path
+    is the explicit way to name a file elsewhere).
+    """
+    p = Path(ref).expanduser()
+    if p.is_absolute():
+        return p.resolve()
+    base = profile_path.parent.resolve()
+    resolved = (base / p).resolve()
+    if not resolved.is_relative_to(base):
+        raise ProfileError(
+            f"{profile_path}: {field}: {ref!r} leaves the profile's folder {base}: "
+            "refer to files inside it, or give an absolute path"
+        )
+    return resolved
 
 
 def load_profile(name_or_path: str) -> tuple[Profile, Path]:

@@ -8,6 +8,7 @@ from pydantic import Field, model_validator
 
 from loadtest.profile.base import NAME_PATTERN, Strict, rule_error
 from loadtest.profile.dists import Dist, Length
+from loadtest.profile.request import Api, RawSpec
 
 
 class PrefixSpec(Strict):
@@ -57,13 +58,18 @@ class ImageSpec(Strict):
 Kind = Literal["chat", "multi_turn", "agent", "trace"]
 
 
+def _length_optional(sc: Scenario, key: str) -> bool:
+    """Raw replay takes both lengths from the recorded bodies; embeddings produce no output tokens."""
+    return sc.raw is not None or (sc.api == "embeddings" and key == "output_tokens")
+
+
 class Scenario(Strict):
     """A weighted part of the traffic mix."""
 
     name: str = Field(pattern=NAME_PATTERN)
     weight: float = Field(default=1.0, gt=0)
     kind: Kind = "chat"
-    api: Literal["chat", "completions"] | None = None
+    api: Api | None = None
     system_prompt_tokens: int = Field(default=0, ge=0)
     salt: bool = False
     input_tokens: Length | None = None
@@ -74,12 +80,14 @@ class Scenario(Strict):
     session: SessionSpec | None = None
     agent: AgentSpec | None = None
     images: ImageSpec | None = None
+    raw: RawSpec | None = None  # api: raw: the recorded bodies to replay
+    inputs_per_request: int = Field(default=1, ge=1, le=2048)  # api: embeddings: batched inputs
 
     @model_validator(mode="after")
     def _by_kind(self) -> Scenario:
         for key in ("input_tokens", "output_tokens"):
             given = getattr(self, key) is not None
-            if self.kind != "trace" and not given:
+            if self.kind != "trace" and not given and not _length_optional(self, key):
                 raise rule_error(
                     f"required for kind {self.kind} (a length spec, e.g. {{dist: fixed, value: 128}})", key
                 )

@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BeforeValidator, Field, StringConstraints, field_validator, model_validator
 
 from loadtest.profile.base import NAME_PATTERN, Strict, rule_error
+from loadtest.profile.client import ClientSpec, RetrySpec
 from loadtest.profile.dists import (
     DIST_TAGS,
     Dist,
@@ -24,12 +25,14 @@ from loadtest.profile.dists import (
     UniformDist,
 )
 from loadtest.profile.load import Load, Stage, TraceLoad
+from loadtest.profile.request import Api, RequestSpec, check_api, push_api
 from loadtest.profile.scenario import AgentSpec, ImageSpec, PrefixSpec, Scenario, SessionSpec
 
 __all__ = [
     "DIST_TAGS",
     "FLAT_KEYS",
     "AgentSpec",
+    "ClientSpec",
     "Dist",
     "Empirical",
     "EngineSpec",
@@ -44,6 +47,7 @@ __all__ = [
     "NormalDist",
     "PrefixSpec",
     "Profile",
+    "RetrySpec",
     "Scenario",
     "SessionSpec",
     "Stage",
@@ -105,7 +109,7 @@ class Profile(Strict):
     name: str = Field(pattern=NAME_PATTERN)
     description: str = ""
     source: str = ""
-    api: Literal["chat", "completions"] = "chat"
+    api: Api = "chat"
     stream: bool = True
     tokenizer: str = Field(default="llama3", min_length=1)
     model: str | None = None
@@ -116,6 +120,13 @@ class Profile(Strict):
     slos: dict[SloKey, SloValue] = Field(default_factory=dict)
     engine: EngineSpec = Field(default_factory=EngineSpec)
     judging: Judging = Field(default_factory=Judging)
+    client: ClientSpec = Field(default_factory=ClientSpec)
+    request: RequestSpec = Field(default_factory=RequestSpec)  # auth scheme, headers, extra body fields
+
+    @model_validator(mode="before")
+    @classmethod
+    def _api_down(cls, data: Any) -> Any:
+        return push_api(data)  # runs after _flat_form (before-validators run last-defined first)
 
     @model_validator(mode="before")
     @classmethod
@@ -150,6 +161,7 @@ class Profile(Strict):
                 raise rule_error(
                     "kind trace needs load.trace (the trace file to replay)", "scenarios", i, "kind"
                 )
+            check_api(s, s.api or self.api, i)
             if (s.api or self.api) == "completions":
                 if s.images is not None:
                     raise rule_error(

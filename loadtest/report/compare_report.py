@@ -274,9 +274,17 @@ def render_compare_html(doc: dict[str, Any], sides: list[Side], out_dir: Path) -
             cards=_cards(doc, out_dir),
             table=_table(doc),
             figures=figures,
+            cost_ranking=_cost_ranking(sides),
             plotly_js=Markup(charts.plotly_js()) if figures else None,
         )
     )
+
+
+def _cost_ranking(sides: list[Side]) -> Markup | None:
+    """Inputs ranked by cost at equal SLO (loadtest.economics); None when no input carries a price."""
+    from loadtest.economics.html import cost_ranking_html
+
+    return cost_ranking_html(sides)
 
 
 def write_compare_html(doc: dict[str, Any], sides: list[Side], path: Path) -> Path:

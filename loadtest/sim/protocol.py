@@ -59,6 +59,7 @@ class GenRequest:
     prompt_ids: list[int] = field(default_factory=list, repr=False)
     reasoning_effort: str | None = None
     tool_name: str | None = None  # the function to call: tools given and tool_choice not "none"
+    api: str = "chat"  # chat, completions or responses: the wire shape of the answer
 
 
 def _opt_int(body: dict[str, Any], *names: str, minimum: int) -> int | None:

@@ -11,6 +11,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from time import perf_counter_ns
 from typing import Any
@@ -18,6 +19,7 @@ from typing import Any
 from aiohttp import web
 
 from loadtest.sim import faults as F
+from loadtest.sim.embeddings import EMBEDDINGS_PATH, embeddings_body, parse_embeddings_request
 from loadtest.sim.engine import Engine
 from loadtest.sim.faults import FAULT_HEADER, Fault, FaultPlan, FaultSpecError
 from loadtest.sim.presets import EngineConfig
@@ -35,6 +37,8 @@ from loadtest.sim.protocol import (
     parse_request,
 )
 from loadtest.sim.request import SHUTDOWN, SimRequest
+from loadtest.sim.request_log import RequestLog
+from loadtest.sim.responses import RESPONSES_PATH, ResponsesWriter, full_object, parse_responses_request
 from loadtest.sim.truth import (
     OUTCOME_CLIENT_DISCONNECTED,
     OUTCOME_ERROR,
@@ -70,6 +74,7 @@ class SimState:
     faults: FaultPlan = field(default_factory=FaultPlan)
     metrics: SimMetrics | None = None
     submit_ids: bool | None = None  # whether Engine.submit takes token ids (None: not yet known)
+    requests: RequestLog = field(default_factory=RequestLog)  # what clients sent (GET /sim/requests)
 
 
 STATE_KEY = web.AppKey("sim_state", SimState)
@@ -258,7 +263,11 @@ async def _stream(
     fault: Fault | None,
 ) -> web.StreamResponse:
     kind = fault.kind if fault is not None else None
-    cw = ChunkWriter(g.chat, rec.response_id, int(time.time()), st.config.model_name, plan)
+    cw: ChunkWriter | ResponsesWriter
+    if g.api == "responses":
+        cw = ResponsesWriter(rec.response_id, int(time.time()), st.config.model_name, plan)
+    else:
+        cw = ChunkWriter(g.chat, rec.response_id, int(time.time()), st.config.model_name, plan)
     resp = web.StreamResponse(
         headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache", **headers}
     )
@@ -279,6 +288,9 @@ async def _stream(
         if kind == F.NO_DONE:  # neither finish_reason nor [DONE]: a truncated stream
             return ""
         rec.finish_reason = finish_reason
+        if isinstance(cw, ResponsesWriter):  # response.completed carries the usage; no [DONE]
+            cached = getattr(req, "num_cached_tokens", 0)
+            return cw.completed(finish_reason, rec.prompt_tokens, target, cached, kind != F.NO_USAGE)
         parts = [cw.finish(finish_reason)]
         if g.include_usage and kind != F.NO_USAGE:
             parts.append(cw.usage(rec.prompt_tokens, target, getattr(req, "num_cached_tokens", 0)))
@@ -298,7 +310,7 @@ async def _stream(
                 _abort_connection(request, rst=False)  # no terminating chunk of the chunked body
                 return resp
             if kind == F.ERROR_FRAME:
-                await resp.write(ChunkWriter.error("Injected fault error_frame").encode())
+                await resp.write(cw.error("Injected fault error_frame").encode())
                 await resp.write_eof()
                 rec.done_ns = time.perf_counter_ns()
                 return resp
@@ -355,8 +367,8 @@ async def _full(
     if kind in (F.STALL_MID_STREAM, F.SLOW_HEADERS):
         await asyncio.sleep(fault.value() or 0.0)  # type: ignore[union-attr]
     reason = None if kind == F.NO_DONE else finish_reason
-    body = full_response(
-        g.chat,
+    make = full_object if g.api == "responses" else partial(full_response, g.chat)
+    body = make(
         rec.response_id,
         int(time.time()),
         st.config.model_name,
@@ -387,11 +399,14 @@ def _finish(st: SimState, rec: TruthRecord, submitted: bool) -> None:
         st.metrics.finished(rec, submitted)
 
 
-async def _generate(request: web.Request, chat: bool) -> web.StreamResponse:
+async def _generate(request: web.Request, chat: bool, api: str = "") -> web.StreamResponse:
     arrival_ns = time.perf_counter_ns()
     st = request.app[STATE_KEY]
+    raw = await request.read()
+    st.requests.add(request, raw)
     try:
-        g = parse_request(await request.read(), chat, get_tokenizer(st.config.model.tokenizer))
+        tok = get_tokenizer(st.config.model.tokenizer)
+        g = parse_responses_request(raw, tok) if api == "responses" else parse_request(raw, chat, tok)
         if not _model_ok(st.config, g.model):
             raise RequestError(404, f"The model `{g.model}` does not exist.", "model_not_found", "model")
         try:
@@ -404,7 +419,7 @@ async def _generate(request: web.Request, chat: bool) -> web.StreamResponse:
     path = request.path
     st.stats.received(path)
     engine = st.engine
-    response_id = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
+    response_id = ("resp_" if api == "responses" else "chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
     client_id = request.headers.get("X-Request-Id")
     headers = {"X-Request-Id": client_id} if client_id else {}
     rec = TruthRecord(
@@ -487,6 +502,86 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
 
 async def completions(request: web.Request) -> web.StreamResponse:
     return await _generate(request, chat=False)
+
+
+async def responses(request: web.Request) -> web.StreamResponse:
+    return await _generate(request, chat=True, api="responses")
+
+
+async def embeddings(request: web.Request) -> web.StreamResponse:
+    """Each input is prefilled by the engine (one output step, as a pooling model's forward pass)."""
+    arrival_ns = time.perf_counter_ns()
+    st = request.app[STATE_KEY]
+    raw = await request.read()
+    st.requests.add(request, raw)
+    try:
+        inputs, model, dims = parse_embeddings_request(raw, get_tokenizer(st.config.model.tokenizer))
+        if not _model_ok(st.config, model):
+            raise RequestError(404, f"The model `{model}` does not exist.", "model_not_found", "model")
+        try:
+            fault = st.faults.pick(request.headers.get(FAULT_HEADER))
+        except FaultSpecError as e:
+            raise RequestError(400, str(e), "invalid_value", FAULT_HEADER) from None
+    except RequestError as err:
+        st.stats.rejected(err.status)
+        return _error(err)
+    st.stats.received(request.path)
+    client_id = request.headers.get("X-Request-Id")
+    response_id = "embd-" + uuid.uuid4().hex
+    rec = TruthRecord(
+        request_id=client_id or response_id,
+        response_id=response_id,
+        path=request.path,
+        stream=False,
+        arrival_ns=arrival_ns,
+        prompt_tokens=sum(len(i) for i in inputs),
+    )
+    if fault is not None and fault.kind in F.PRE_ENGINE:
+        rec.fault = rec.outcome = fault.kind
+        try:
+            return _pre_engine_fault(request, fault)
+        finally:
+            rec.done_ns = time.perf_counter_ns()
+            _finish(st, rec, submitted=False)
+    engine = st.engine
+    reqs = [
+        _submit(
+            st, GenRequest(True, len(ids), False, False, 1, 0, True, model, ids), 1, f"{rec.request_id}.{k}"
+        )
+        for k, ids in enumerate(inputs)
+    ]
+    try:
+        for r in reqs:
+            err = getattr(r, "error", None)
+            if err:
+                raise _EngineError(str(err))
+        await asyncio.gather(*(_next_tokens(r) for r in reqs))
+        _check_connected(request)
+        headers = {"X-Request-Id": client_id} if client_id else {}
+        resp = web.json_response(embeddings_body(inputs, st.config.model_name, dims), headers=headers)
+        await resp.prepare(request)
+        await resp.write_eof()
+        rec.done_ns = time.perf_counter_ns()
+        rec.finish_reason = "stop"
+        return resp
+    except (ConnectionError, _Disconnected, asyncio.CancelledError) as e:
+        rec.outcome = OUTCOME_CLIENT_DISCONNECTED
+        if isinstance(e, asyncio.CancelledError):
+            raise
+        return web.Response(status=499)
+    except (_EngineError, _Shutdown) as e:
+        rec.outcome = OUTCOME_ERROR
+        return await _engine_error(request, str(e) or "server shutting down", rec)
+    finally:
+        for r in reqs:
+            if not r.done:
+                engine.abort(r)
+        _finish(st, rec, submitted=True)
+
+
+async def sim_requests(request: web.Request) -> web.Response:
+    """The last requests' non-standard headers and body fields (auth values redacted): what clients sent."""
+    return web.json_response(request.app[STATE_KEY].requests.items())
 
 
 async def models(request: web.Request) -> web.Response:
@@ -581,6 +676,9 @@ def create_app(
     app.on_cleanup.append(_stop)
     app.router.add_post(CHAT_PATH, chat_completions)
     app.router.add_post(COMPLETIONS_PATH, completions)
+    app.router.add_post(RESPONSES_PATH, responses)
+    app.router.add_post(EMBEDDINGS_PATH, embeddings)
+    app.router.add_get("/sim/requests", sim_requests)
     app.router.add_get("/v1/models", models)
     app.router.add_get("/health", health)
     app.router.add_get("/metrics", metrics)

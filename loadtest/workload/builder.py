@@ -15,6 +15,7 @@ from loadtest.client.record import RequestRecord
 from loadtest.profile.schema import Profile, Scenario
 from loadtest.schedule.arrivals import arrival_offsets, stage_offsets, trace_offsets
 from loadtest.traces import TraceRecord, read_trace, rescale, window
+from loadtest.workload.api_requests import build_request
 from loadtest.workload.images import image_part, user_content
 from loadtest.workload.lengths import sample_length, sample_seconds
 from loadtest.workload.prefix import PrefixBank
@@ -95,6 +96,7 @@ def _session_request(call: SessionCall, sc: Scenario, profile: Profile, suffix: 
         requested_output_tokens=call.max_tokens,
         scenario=sc.name,
         stream=profile.stream,
+        session=f"{sc.name}-{suffix.split('.', 1)[0]}",
     )
 
 
@@ -200,6 +202,9 @@ class Workload:
         return sample_length(sc.input_tokens, rng), max(1, sample_length(sc.output_tokens, rng)), ()
 
     def _single(self, sc: Scenario, index: int) -> PreparedRequest:
+        other = build_request(self, sc, index)  # responses, embeddings, raw replay (workload/api_requests.py)
+        if other is not None:
+            return other
         rng = random.Random(f"{self.seed}:{index}")
         n_in, n_out, hash_ids = self._lengths(sc, index, rng)
         api = sc.api or self.profile.api

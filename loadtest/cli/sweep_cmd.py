@@ -1,0 +1,112 @@
+"""``loadtest sweep``: concurrency or rate ladders and the rate search, one run folder per point."""
+
+from __future__ import annotations
+
+import argparse
+
+from loadtest.economics.spec import add_endpoint_options
+
+DEFAULT_PROFILE = "interactive-chat"
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """The ``sweep`` subcommand (docs/sweep.md)."""
+    s = sub.add_parser(
+        "sweep",
+        help="run a concurrency or rate ladder, or search the highest rate meeting the SLOs; write sweep.html",
+        description="Each point is a full `loadtest run` folder under OUT/points/; OUT/sweep.json and "
+        "OUT/sweep.html summarize them (docs/sweep.md).",
+    )
+    s.add_argument("--profile", default=DEFAULT_PROFILE, help="shipped profile name or YAML path")
+    s.add_argument(
+        "--host", help="endpoint base URL (default: start one embedded engine for the whole sweep)"
+    )
+    s.add_argument(
+        "--ladder",
+        choices=("concurrency", "rate", "search"),
+        default="concurrency",
+        help="concurrency ladder (closed loop), rate ladder (open loop), or a search for the highest "
+        "rate that meets the SLOs (default: %(default)s)",
+    )
+    s.add_argument("--points", metavar="LIST", help="the ladder's levels, e.g. 1,2,4,8 (streams or req/s)")
+    s.add_argument("--min", type=float, metavar="X", help="lowest level (concurrency: 1; rate: max/steps)")
+    s.add_argument(
+        "--max",
+        type=float,
+        metavar="X",
+        help="highest level (concurrency: 128; rate and search: the offline point's requests/s)",
+    )
+    s.add_argument("--steps", type=int, metavar="N", help="levels between --min and --max (rate: 8)")
+    s.add_argument(
+        "--offline",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="add the offline point (concurrency ladder: on; rate and search: on when --max is not given)",
+    )
+    s.add_argument(
+        "--offline-concurrency",
+        type=int,
+        default=None,
+        metavar="N",
+        help="streams of the offline point's closed loop (default: 256, or twice the ladder's top if higher)",
+    )
+    s.add_argument(
+        "--point-duration", metavar="S", help="how long each point issues requests (default: the profile's)"
+    )
+    s.add_argument(
+        "--stop-at-saturation",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="stop climbing a ladder once throughput stops growing or errors explode (default: on)",
+    )
+    s.add_argument(
+        "--tolerance",
+        type=float,
+        default=None,
+        metavar="F",
+        help="search: stop when the bracket is within this fraction of its failing rate (default: 0.05)",
+    )
+    s.add_argument(
+        "--max-iterations",
+        type=int,
+        default=None,
+        metavar="N",
+        help="search: at most N runs, the two bounds included (default: 10)",
+    )
+    s.add_argument(
+        "--model", help="model name to request (default: the profile's, else the endpoint's first)"
+    )
+    s.add_argument("--api-key-env", metavar="VAR", help="environment variable holding the API key")
+    s.add_argument("--tokenizer", help="tokenizer name or tokenizer.json path (default: the profile's)")
+    s.add_argument("--seed", type=int, help="workload and arrival seed (default: the profile's)")
+    s.add_argument(
+        "--slo", metavar="SPEC", help="SLOs every point is judged by, e.g. ttft_p90=500ms,tpot_p90=40ms"
+    )
+    s.add_argument("--warmup", metavar="S|auto", help="judge only requests scheduled after this, per point")
+    s.add_argument("--cooldown", metavar="S|auto", help="and before this long before the last one")
+    s.add_argument("--processes", type=int, default=1, metavar="N", help="Locust processes per point")
+    s.add_argument("--out", help="sweep folder (default: reports/<timestamp>-<profile>-sweep/)")
+    s.add_argument("--connect-timeout", type=float, default=10.0, metavar="S")
+    s.add_argument("--read-timeout", type=float, default=300.0, metavar="S")
+    s.add_argument("--insecure", action="store_true", help="do not verify TLS certificates")
+    add_endpoint_options(s)  # hardware and price, passed to every point (docs/economics.md)
+    eng = s.add_argument_group("embedded engine (only without --host; one engine for every point)")
+    eng.add_argument("--engine-gpu", help="GPU preset (default: the profile's engine.gpu)")
+    eng.add_argument("--engine-model", help="model preset (default: the profile's engine.model)")
+    eng.add_argument("--engine-tp", type=int, help="tensor-parallel GPUs (default: the profile's engine.tp)")
+    eng.add_argument("--engine-faults", metavar="SPEC", help="inject faults (docs/engine.md)")
+    eng.add_argument(
+        "--engine-speedup", type=float, default=1.0, help="run the engine clock this many times faster"
+    )
+    eng.add_argument(
+        "--engine-max-num-seqs",
+        type=int,
+        metavar="N",
+        help="the engine's running-batch limit (vLLM max_num_seqs; default: the engine's, 1024)",
+    )
+
+
+def sweep_command(args: argparse.Namespace) -> int:
+    from loadtest.sweep.command import run_sweep
+
+    return run_sweep(args)

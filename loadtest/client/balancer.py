@@ -1,0 +1,143 @@
+"""Several endpoints in one run: which replica each request goes to (round-robin, least-outstanding, session)."""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import itertools
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from loadtest.client.openai import OpenAIClient, PreparedRequest
+from loadtest.client.record import RequestRecord
+
+BALANCE_MODES = ("round-robin", "least-outstanding", "session")
+
+
+class HostAction(argparse.Action):
+    """``--host`` given several times: ``args.hosts`` holds them all, ``args.host`` the first."""
+
+    def __call__(
+        self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, option: Any = None
+    ) -> None:
+        hosts = [*(getattr(namespace, "hosts", None) or []), str(values)]
+        namespace.hosts = hosts
+        namespace.host = hosts[0]
+
+
+def add_fleet_options(parser: argparse.ArgumentParser) -> None:
+    """--hosts-file and --balance (``--host`` itself uses HostAction)."""
+    parser.add_argument(
+        "--hosts-file",
+        metavar="FILE",
+        help="replicas' base URLs, one a line (# comments); added to any --host (docs/multi-endpoint.md)",
+    )
+    parser.add_argument(
+        "--balance",
+        choices=BALANCE_MODES,
+        default="round-robin",
+        help="how requests spread over several endpoints; session keeps every turn of a session on one "
+        "replica (default: %(default)s)",
+    )
+
+
+def read_hosts_file(path: str | Path) -> list[str]:
+    """Base URLs from a file, one a line; blank lines and ``#`` comments are skipped. ValueError if none."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as e:
+        raise ValueError(f"--hosts-file {p}: cannot read it ({e.strerror or e})") from e
+    hosts = [ln.split("#", 1)[0].strip() for ln in text.splitlines()]
+    hosts = [h for h in hosts if h]
+    if not hosts:
+        raise ValueError(f"--hosts-file {p}: no URL in it (one base URL a line, e.g. http://10.0.0.5:8000)")
+    return hosts
+
+
+def resolve_hosts(args: argparse.Namespace) -> list[str]:
+    """Every endpoint of the run in order (--host values, then the file's); sets ``args.host`` to the first."""
+    hosts = list(getattr(args, "hosts", None) or ([args.host] if getattr(args, "host", None) else []))
+    if getattr(args, "hosts_file", None):
+        hosts += read_hosts_file(args.hosts_file)
+    seen: set[str] = set()
+    unique = [h for h in hosts if not (h.rstrip("/") in seen or seen.add(h.rstrip("/")))]  # type: ignore[func-returns-value]
+    if len(unique) < len(hosts):
+        raise ValueError("the same endpoint is given twice (--host / --hosts-file): give each replica once")
+    if unique:
+        args.host = unique[0]
+    return unique
+
+
+def session_slot(key: str, n: int) -> int:
+    """The replica of a session: a stable hash, the same in every process and run."""
+    return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "big") % n
+
+
+class Balancer:
+    """One per process: picks the endpoint of each request and counts what is outstanding at each."""
+
+    def __init__(self, n: int, mode: str = "round-robin") -> None:
+        if mode not in BALANCE_MODES:
+            raise ValueError(f"balance {mode!r}: use one of {', '.join(BALANCE_MODES)}")
+        self.n = n
+        self.mode = mode
+        self.outstanding = [0] * n
+        self._rr = itertools.count()
+
+    def pick(self, req: PreparedRequest) -> int:
+        if self.n == 1:
+            return 0
+        session = getattr(req, "session", None)
+        if self.mode == "session" and session:
+            return session_slot(session, self.n)
+        if self.mode == "least-outstanding":
+            start = next(self._rr) % self.n  # ties go round the replicas, not always to the first
+            order = [(start + k) % self.n for k in range(self.n)]
+            return min(order, key=lambda i: self.outstanding[i])
+        return next(self._rr) % self.n
+
+
+class BalancedClient:
+    """OpenAIClient's interface over several endpoints: one keep-alive client per endpoint, made when first used."""
+
+    def __init__(self, make: Callable[[str], OpenAIClient], hosts: list[str], balancer: Balancer) -> None:
+        self._make = make
+        self.hosts = hosts
+        self.balancer = balancer
+        self._clients: dict[int, OpenAIClient] = {}
+
+    def client(self, index: int) -> OpenAIClient:
+        c = self._clients.get(index)
+        if c is None:
+            c = self._clients[index] = self._make(self.hosts[index])
+        return c
+
+    def send(
+        self,
+        req: PreparedRequest,
+        scheduled_ns: int,
+        scheduled_epoch: float,
+        record: RequestRecord | None = None,
+    ) -> RequestRecord:
+        i = self.balancer.pick(req)
+        rec = record or RequestRecord(request_id=req.request_id)
+        rec.endpoint = i
+        self.balancer.outstanding[i] += 1
+        try:
+            return self.client(i).send(req, scheduled_ns, scheduled_epoch, rec)
+        finally:
+            self.balancer.outstanding[i] -= 1
+
+    def close(self) -> None:
+        for c in self._clients.values():
+            c.close()
+
+
+def balanced_client(ctx: Any) -> BalancedClient:
+    """The run context's client over ``settings.hosts`` (one Balancer shared by the process's users)."""
+    bal = getattr(ctx, "_balancer", None)
+    if bal is None:
+        bal = ctx._balancer = Balancer(len(ctx.settings.hosts), ctx.settings.balance)
+    return BalancedClient(lambda host: ctx.new_client(host), list(ctx.settings.hosts), bal)

@@ -1,0 +1,104 @@
+"""Request shape of a profile: auth scheme, extra headers and body fields, raw replay and embeddings specs."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import Field, field_validator
+
+from loadtest.profile.base import Strict
+
+Api = Literal["chat", "completions", "responses", "embeddings", "raw"]
+# Body fields the workload itself sets: extra_body may not replace them.
+WORKLOAD_FIELDS = frozenset({"model", "stream", "stream_options", "messages", "prompt", "input"})
+_HEADER_NAME = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")
+
+
+class RequestSpec(Strict):
+    """How every request is sent: ``auth`` scheme for the API key, extra ``headers``, ``extra_body`` fields."""
+
+    auth: Literal["bearer", "api-key-header", "none"] = "bearer"
+    auth_header: str = "api-key"  # the header carrying the key with auth: api-key-header
+    headers: dict[str, str] = Field(default_factory=dict)
+    extra_body: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("headers")
+    @classmethod
+    def _headers(cls, v: dict[str, str]) -> dict[str, str]:
+        for name, value in v.items():
+            if not _HEADER_NAME.match(name):
+                raise ValueError(f"{name!r} is not a valid HTTP header name")
+            if "\r" in value or "\n" in value:
+                raise ValueError(f"header {name}: a value may not contain a line break")
+            if name.lower() in ("authorization", "content-length", "host", "transfer-encoding"):
+                raise ValueError(f"header {name} is set by loadtest (use auth: for the API key)")
+        return v
+
+    @field_validator("auth_header")
+    @classmethod
+    def _auth_header(cls, v: str) -> str:
+        if not _HEADER_NAME.match(v):
+            raise ValueError(f"{v!r} is not a valid HTTP header name")
+        return v
+
+    @field_validator("extra_body")
+    @classmethod
+    def _extra_body(cls, v: dict[str, Any]) -> dict[str, Any]:
+        taken = sorted(WORKLOAD_FIELDS & set(v))
+        if taken:
+            raise ValueError(f"{', '.join(taken)} is set by the workload and cannot be an extra body field")
+        return v
+
+
+class RawSpec(Strict):
+    """api: raw: replay the request bodies of a JSONL file (one JSON object a line) unchanged to ``path``."""
+
+    file: str = Field(min_length=1)
+    path: str = "/v1/chat/completions"
+
+    @field_validator("path")
+    @classmethod
+    def _path(cls, v: str) -> str:
+        if not v.startswith("/") or any(c.isspace() for c in v):
+            raise ValueError("a URL path starting with /, e.g. /v1/chat/completions")
+        return v
+
+
+def check_api(sc: Any, api: str, i: int) -> None:
+    """Rules that tie a scenario to its API (raises the profile's rule error naming the key)."""
+    from loadtest.profile.base import rule_error
+
+    if api == "raw" and sc.raw is None:
+        raise rule_error(
+            "api raw needs raw: {file: bodies.jsonl, path: /v1/chat/completions}", "scenarios", i, "raw"
+        )
+    if api != "raw" and sc.raw is not None:
+        raise rule_error(f"raw applies to api raw only (api is {api})", "scenarios", i, "raw")
+    if api in ("responses", "embeddings", "raw") and sc.kind != "chat":
+        raise rule_error(
+            f"the {api} api sends single requests: use kind chat (multi_turn and agent need api chat)",
+            "scenarios",
+            i,
+            "kind",
+        )
+    if api in ("embeddings", "raw") and (sc.images is not None or sc.reasoning or sc.prefix is not None):
+        raise rule_error(f"images, reasoning and prefix do not apply to the {api} api", "scenarios", i, "api")
+    if api != "embeddings" and sc.inputs_per_request != 1:
+        raise rule_error(
+            "inputs_per_request applies to api embeddings only", "scenarios", i, "inputs_per_request"
+        )
+
+
+def push_api(data: Any) -> Any:
+    """A profile-level ``api: embeddings|raw`` also applies to each scenario that names none (so that the
+    scenario's own rules, e.g. no output_tokens for embeddings, see it)."""
+    if not isinstance(data, dict) or data.get("api") not in ("embeddings", "raw"):
+        return data
+    scenarios = data.get("scenarios")
+    if isinstance(scenarios, list):
+        data = {
+            **data,
+            "scenarios": [{"api": data["api"], **s} if isinstance(s, dict) else s for s in scenarios],
+        }
+    return data

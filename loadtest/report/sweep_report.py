@@ -1,0 +1,210 @@
+"""Render a sweep folder's sweep.json into one self-contained, offline, printable sweep.html."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import jinja2
+from markupsafe import Markup
+
+from loadtest.economics.sweep import cost_columns, with_cost_cells
+from loadtest.report import charts
+from loadtest.report.fmt import NA, fmt_ms, fmt_num, fmt_pct, short_hash
+from loadtest.report.run_report import VERDICT_LABELS
+from loadtest.sweep import charts as sweep_charts
+from loadtest.sweep.model import REPORT_FILE, load_sweep, sweep_root
+
+TEMPLATE = "sweep_report.html.j2"
+MODE_TEXT = {
+    "concurrency": "concurrency ladder (closed loop)",
+    "rate": "rate ladder (open loop, Poisson arrivals unless the profile says otherwise)",
+    "search": "search for the highest rate that meets the SLOs (bisection)",
+}
+CAPTIONS = {
+    "pareto": "Each marker is one point (green: its run met every SLO; red: it missed one or was not valid). "
+    "The line joins the Pareto front: points no other point beats on both system output tokens/s and "
+    "tokens/s per user (1000 / TPOT p90). Moving right trades system throughput for faster streams.",
+    "pareto_ttft": "The same points against TTFT p90 from the scheduled time (log scale); the line is the "
+    "front of points no other point beats on both higher throughput and lower TTFT.",
+    "latency": "TTFT, TPOT and end-to-end p90 latency (log scale) against system output tokens/s, the "
+    "ladder points joined in order of load (a search's points in order of rate); dashed lines mark the "
+    "knee and the best point under the SLOs.",
+    "load": "System output tokens/s (left axis) and tokens/s per user (right axis, dotted) at each load "
+    "level; the star marks the knee (docs/sweep.md), the dashed line the offline point's throughput.",
+}
+
+
+def _env() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(Path(__file__).parent / "templates"),
+        autoescape=jinja2.select_autoescape(["html", "j2"], default=True),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+
+
+def _load_text(p: dict[str, Any]) -> str:
+    if p.get("offline"):
+        return f"offline, {p.get('concurrency')} streams"
+    if p.get("concurrency") is not None:
+        return f"{p['concurrency']} stream{'s' if p['concurrency'] != 1 else ''}"
+    return f"{fmt_num(p.get('rate'), 3)} req/s" if p.get("rate") is not None else NA
+
+
+def _rows(doc: dict[str, Any], root: Path) -> list[dict[str, Any]]:
+    rows = []
+    for p in doc["points"]:
+        notes = []
+        if p.get("index") == doc.get("knee"):
+            notes.append("knee")
+        if p.get("index") == doc.get("best_under_slo"):
+            notes.append("best under the SLOs")
+        if p.get("offline"):
+            notes.append(f"offline: {p.get('concurrency')} streams")
+        if p.get("reason"):
+            notes.append(str(p["reason"]))
+        rel = p.get("dir")
+        report = f"{rel}/report.html" if rel and (root / rel / "report.html").is_file() else None
+        verdict = p.get("verdict")
+        rows.append(
+            {
+                "index": p.get("index"),
+                "label": p.get("label"),
+                "load": _load_text(p),
+                "status": p.get("status"),
+                "verdict": VERDICT_LABELS.get(verdict, verdict) if verdict else NA,
+                "verdict_class": "pass" if verdict == "pass" else ("fail" if verdict else "none"),
+                "exit_code": NA if p.get("exit_code") is None else str(p["exit_code"]),
+                "report": report,
+                "cells": [
+                    fmt_num(p.get("output_tps")),
+                    fmt_num(p.get("requests_per_s"), 2),
+                    fmt_num(p.get("tps_per_user")),
+                    fmt_ms(p.get("ttft_p50_ms")),
+                    fmt_ms(p.get("ttft_p90_ms")),
+                    fmt_ms(p.get("ttft_p99_ms")),
+                    fmt_ms(p.get("tpot_p50_ms")),
+                    fmt_ms(p.get("tpot_p90_ms")),
+                    fmt_ms(p.get("e2e_p90_ms")),
+                    fmt_num(p.get("goodput_rps"), 2),
+                    fmt_pct(p.get("slo_attainment")),
+                    fmt_pct(p.get("error_rate")),
+                ],
+                "notes": "; ".join(notes),
+            }
+        )
+    return rows
+
+
+def _point_text(doc: dict[str, Any], key: str) -> str:
+    idx = doc.get(key)
+    if idx is None:
+        return "none"
+    p = doc["points"][idx]
+    return (
+        f"{p['label']} ({_load_text(p)}): {fmt_num(p.get('output_tps'))} output tok/s, "
+        f"{fmt_num(p.get('tps_per_user'))} tok/s per user, TTFT p90 {fmt_ms(p.get('ttft_p90_ms'))} ms"
+    )
+
+
+def _endpoint_text(ep: dict[str, Any]) -> str:
+    url = ep.get("url") or "unknown"
+    eng = ep.get("engine") or {}
+    if not ep.get("embedded"):
+        return f"{url} (external)"
+    tp = eng.get("tp") or 1
+    gpus = f"{tp}×{eng.get('gpu')}" if tp > 1 else str(eng.get("gpu"))
+    extra = f", max_num_seqs {eng['max_num_seqs']}" if eng.get("max_num_seqs") else ""
+    return f"{url} (embedded engine: {eng.get('model')} on {gpus}, speed-up {eng.get('speedup')}x{extra})"
+
+
+def _slo_text(slo: dict[str, Any]) -> str:
+    if not slo:
+        return "none (every valid run passes)"
+    parts = []
+    for key, limit in slo.items():
+        if key == "error_rate" and isinstance(limit, int | float):
+            parts.append(f"error rate ≤ {limit:.2%}")
+        else:
+            parts.append(f"{key} ≤ {fmt_ms(limit)} ms")
+    return ", ".join(parts)
+
+
+def render_html(doc: dict[str, Any], root: Path) -> str:
+    """The sweep page for a loaded sweep.json whose point folders lie under ``root``."""
+    pts, knee, best = doc["points"], doc.get("knee"), doc.get("best_under_slo")
+    figs = {
+        "pareto": sweep_charts.pareto_figure(pts, knee, best),
+        "pareto_ttft": sweep_charts.pareto_figure(pts, knee, best, x_key="ttft_p90_ms"),
+        "latency": sweep_charts.latency_figure(pts, knee, best),
+        "load": sweep_charts.load_figure(pts, doc["mode"], knee),
+    }
+    titles = {
+        "pareto": sweep_charts.PARETO_TITLE,
+        "pareto_ttft": sweep_charts.PARETO_TTFT_TITLE,
+        "latency": sweep_charts.LATENCY_TITLE,
+        "load": sweep_charts.LOAD_TITLE,
+    }
+    sections = [
+        {
+            "id": key,
+            "title": titles[key],
+            "html": Markup(charts.figure_html(fig)) if fig is not None else None,
+            "caption": CAPTIONS[key],
+        }
+        for key, fig in figs.items()
+    ]
+    search = doc.get("search")
+    return (
+        _env()
+        .get_template(TEMPLATE)
+        .render(
+            profile=doc.get("profile") or "sweep",
+            mode=doc["mode"],
+            mode_text=MODE_TEXT.get(doc["mode"], doc["mode"]),
+            interrupted=doc.get("status") == "interrupted",
+            interrupted_reason=doc.get("interrupted_reason"),
+            stopped_because=doc.get("stopped_because"),
+            knee_text=_point_text(doc, "knee"),
+            best_text=_point_text(doc, "best_under_slo"),
+            summary=[
+                ("Mode", MODE_TEXT.get(doc["mode"], doc["mode"])),
+                ("Points", f"{sum(p['status'] == 'completed' for p in pts)} completed of {len(pts)}"),
+                ("SLOs", _slo_text(doc.get("slo") or {})),
+                ("Point duration", f"{fmt_num(doc.get('point_duration_s'), 1)} s"),
+                ("Endpoint", _endpoint_text(doc.get("endpoint") or {})),
+                ("Workload fingerprint", short_hash(doc.get("fingerprint"))),
+                ("Created", str(doc.get("created") or NA)),
+            ],
+            search=search,
+            sections=sections,
+            columns=[
+                "out tok/s",
+                "req/s",
+                "tok/s/user",
+                "TTFT p50",
+                "TTFT p90",
+                "TTFT p99",
+                "TPOT p50",
+                "TPOT p90",
+                "E2E p90",
+                "goodput req/s",
+                "SLO met",
+                "errors",
+            ]
+            + cost_columns(root),  # per-GPU and cost columns when the points carry them (economics/)
+            rows=with_cost_cells(_rows(doc, root), root),
+            plotly_js=Markup(charts.plotly_js()) if any(s["html"] for s in sections) else None,
+        )
+    )
+
+
+def render_sweep_report(sweep_dir: Path) -> Path:
+    """Write ``sweep_dir/sweep.html`` from its sweep.json and return its path (SweepFormatError if unreadable)."""
+    doc = load_sweep(sweep_dir)
+    root = sweep_root(sweep_dir)
+    out = root / REPORT_FILE
+    out.write_text(render_html(doc, root), encoding="utf-8")
+    return out

@@ -1,0 +1,239 @@
+"""Plotly figures of a sweep: Pareto curves, throughput against latency and against load."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import plotly.graph_objects as go
+
+from loadtest.sweep.analysis import ladder_points, measured, pareto_front
+
+PARETO_TITLE = "Pareto curve: system throughput against tokens/s per user"
+PARETO_TTFT_TITLE = "Pareto curve: system throughput against TTFT p90"
+LATENCY_TITLE = "Throughput against latency"
+LOAD_TITLE = "Throughput and tokens/s per user against load"
+PASS_COLOR, FAIL_COLOR, FRONT_COLOR = "#1e7b34", "#b3261e", "#3056a0"
+KNEE_STYLE = {
+    "symbol": "star",
+    "size": 20,
+    "color": "rgba(0,0,0,0)",
+    "line": {"color": "#c77700", "width": 2.5},
+}
+BEST_STYLE = {"symbol": "diamond-open", "size": 22, "color": "#1e7b34", "line": {"width": 3}}
+
+
+def _layout(fig: go.Figure, title: str, height: int = 440) -> None:
+    fig.update_layout(
+        title={"text": title, "x": 0.0, "xanchor": "left"},
+        template="plotly_white",
+        height=height,
+        autosize=True,
+        margin={"l": 70, "r": 70, "t": 70, "b": 55},
+        legend={"orientation": "h", "yanchor": "bottom", "y": 1.0, "xanchor": "right", "x": 1.0},
+    )
+
+
+def _by_index(points: Sequence[dict[str, Any]], idx: int | None) -> dict[str, Any] | None:
+    return next((p for p in points if p.get("index") == idx), None) if idx is not None else None
+
+
+def _hover(p: dict[str, Any]) -> str:
+    def f(v: Any, unit: str, digits: int = 1) -> str:
+        return f"{v:,.{digits}f} {unit}" if isinstance(v, int | float) else "—"
+
+    return (
+        f"<b>{p['label']}</b> ({p.get('verdict') or 'no verdict'})<br>"
+        f"output {f(p.get('output_tps'), 'tok/s')}<br>per user {f(p.get('tps_per_user'), 'tok/s')}<br>"
+        f"TTFT p90 {f(p.get('ttft_p90_ms'), 'ms', 2)}<br>TPOT p90 {f(p.get('tpot_p90_ms'), 'ms', 2)}"
+    )
+
+
+def _scatter_points(fig: go.Figure, pts: list[dict[str, Any]], x_key: str, **kw: Any) -> None:
+    """All measured points as markers coloured by verdict (pass / missed)."""
+    for name, color, keep in (
+        ("meets the SLOs", PASS_COLOR, lambda p: p.get("verdict") == "pass"),
+        ("misses the SLOs / not valid", FAIL_COLOR, lambda p: p.get("verdict") != "pass"),
+    ):
+        sel = [p for p in pts if keep(p) and isinstance(p.get(x_key), int | float)]
+        if not sel:
+            continue
+        fig.add_trace(
+            go.Scatter(
+                x=[p[x_key] for p in sel],
+                y=[p["output_tps"] for p in sel],
+                mode="markers+text",
+                text=[p["label"] for p in sel],
+                textposition="top center",
+                marker={"color": color, "size": 10},
+                name=name,
+                hovertext=[_hover(p) for p in sel],
+                hoverinfo="text",
+                **kw,
+            )
+        )
+
+
+def _marks(
+    fig: go.Figure, points: Sequence[dict[str, Any]], x_key: str, knee: int | None, best: int | None
+) -> None:
+    for idx, name, style in ((knee, "knee", KNEE_STYLE), (best, "best under the SLOs", BEST_STYLE)):
+        p = _by_index(points, idx)
+        if p is None or not isinstance(p.get(x_key), int | float) or p.get("output_tps") is None:
+            continue
+        fig.add_trace(
+            go.Scatter(
+                x=[p[x_key]],
+                y=[p["output_tps"]],
+                mode="markers",
+                marker=style,
+                name=f"{name}: {p['label']}",
+                hovertext=[_hover(p)],
+                hoverinfo="text",
+            )
+        )
+
+
+def pareto_figure(
+    points: Sequence[dict[str, Any]],
+    knee: int | None,
+    best: int | None,
+    x_key: str = "tps_per_user",
+) -> go.Figure | None:
+    """Output tokens/s against ``x_key`` (tokens/s per user, or TTFT p90), the Pareto front as a line."""
+    pts = [p for p in measured(points) if isinstance(p.get(x_key), int | float)]
+    if not pts:
+        return None
+    per_user = x_key == "tps_per_user"
+    fig = go.Figure()
+    front_idx = pareto_front(points, x_key, higher_x_better=per_user)
+    front = [_by_index(points, i) for i in front_idx]
+    fig.add_trace(
+        go.Scatter(
+            x=[p[x_key] for p in front if p],
+            y=[p["output_tps"] for p in front if p],
+            mode="lines",
+            line={"color": FRONT_COLOR, "width": 2, "shape": "hv" if not per_user else "linear"},
+            name="Pareto front",
+            hoverinfo="skip",
+        )
+    )
+    _scatter_points(fig, pts, x_key)
+    _marks(fig, points, x_key, knee, best)
+    _layout(fig, PARETO_TITLE if per_user else PARETO_TTFT_TITLE)
+    if per_user:
+        fig.update_xaxes(title_text="tokens/s per user (1000 / TPOT p90 in ms)", rangemode="tozero")
+    else:
+        fig.update_xaxes(title_text="TTFT p90 (ms, log scale)", type="log")
+    fig.update_yaxes(title_text="system output tokens/s", rangemode="tozero")
+    return fig
+
+
+def latency_figure(points: Sequence[dict[str, Any]], knee: int | None, best: int | None) -> go.Figure | None:
+    """TTFT p90, TPOT p90 and E2E p90 (ms) against output tokens/s, ladder points in order of load."""
+    pts = ladder_points(points)
+    if not pts:
+        return None
+    fig = go.Figure()
+    for key, name, dash in (
+        ("ttft_p90_ms", "TTFT p90", "solid"),
+        ("tpot_p90_ms", "TPOT p90", "dot"),
+        ("e2e_p90_ms", "E2E p90", "dash"),
+    ):
+        sel = [p for p in pts if isinstance(p.get(key), int | float) and p[key] > 0]
+        if not sel:
+            continue
+        fig.add_trace(
+            go.Scatter(
+                x=[p["output_tps"] for p in sel],
+                y=[p[key] for p in sel],
+                mode="lines+markers",
+                line={"dash": dash},
+                text=[p["label"] for p in sel],
+                name=name,
+                hovertemplate=f"%{{text}}: {name} %{{y:.2f}} ms at %{{x:,.1f}} tok/s<extra></extra>",
+            )
+        )
+    for idx, name, color in ((knee, "knee", "#c77700"), (best, "best under the SLOs", PASS_COLOR)):
+        p = _by_index(points, idx)
+        if p is not None and p.get("output_tps") is not None:
+            fig.add_vline(
+                x=p["output_tps"],
+                line={"color": color, "dash": "dash", "width": 1.5},
+                annotation_text=f"{name}: {p['label']}",
+                annotation_position="top left",
+            )
+    _layout(fig, LATENCY_TITLE)
+    fig.update_xaxes(title_text="system output tokens/s", rangemode="tozero")
+    fig.update_yaxes(title_text="latency (ms, log scale)", type="log")
+    return fig
+
+
+def load_figure(points: Sequence[dict[str, Any]], mode: str, knee: int | None) -> go.Figure | None:
+    """Output tokens/s (left axis) and tokens/s per user (right axis) against the offered load."""
+    pts = ladder_points(points)
+    if mode == "search":
+        pts = sorted((p for p in measured(points) if p.get("rate") is not None), key=lambda p: p["rate"])
+    if not pts:
+        return None
+    closed = mode == "concurrency"
+    x = [p["concurrency"] if closed else p["rate"] for p in pts]
+    fig = go.Figure()
+    fig.add_trace(
+        go.Scatter(
+            x=x,
+            y=[p["output_tps"] for p in pts],
+            mode="lines+markers",
+            name="output tokens/s",
+            text=[p["label"] for p in pts],
+            hovertemplate="%{text}: %{y:,.1f} output tok/s<extra></extra>",
+        )
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=x,
+            y=[p.get("tps_per_user") for p in pts],
+            mode="lines+markers",
+            name="tokens/s per user",
+            yaxis="y2",
+            line={"dash": "dot"},
+            text=[p["label"] for p in pts],
+            hovertemplate="%{text}: %{y:,.1f} tok/s per user<extra></extra>",
+        )
+    )
+    k = _by_index(points, knee)
+    if k is not None and k in pts:
+        fig.add_trace(
+            go.Scatter(
+                x=[k["concurrency"] if closed else k["rate"]],
+                y=[k["output_tps"]],
+                mode="markers",
+                marker=KNEE_STYLE,
+                name=f"knee: {k['label']}",
+                hoverinfo="skip",
+            )
+        )
+    for p in measured(points):
+        if p.get("offline"):
+            fig.add_hline(
+                y=p["output_tps"],
+                line={"color": "#777", "dash": "dash", "width": 1},
+                annotation_text=f"offline (c{p['concurrency']}): {p['output_tps']:,.0f} tok/s",
+                annotation_position="bottom right",
+            )
+    _layout(fig, LOAD_TITLE)
+    fig.update_layout(
+        yaxis={"title": {"text": "system output tokens/s"}, "rangemode": "tozero"},
+        yaxis2={
+            "title": {"text": "tokens/s per user"},
+            "overlaying": "y",
+            "side": "right",
+            "rangemode": "tozero",
+            "showgrid": False,
+        },
+    )
+    if closed:
+        fig.update_xaxes(title_text="concurrency (streams, log2 scale)", type="log", dtick=0.30102999566)
+    else:
+        fig.update_xaxes(title_text="offered rate (requests/s)", rangemode="tozero")
+    return fig

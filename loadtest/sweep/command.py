@@ -1,0 +1,339 @@
+"""The `loadtest sweep` command: check inputs, open the endpoint, run the points, write sweep.json and sweep.html."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from loadtest import __version__
+from loadtest.cli.run_cmd import (
+    EXIT_COULD_NOT_RUN,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_USAGE,
+    UsageError,
+    _fail,
+    ensure_writable,
+    parse_duration,
+    prepare_run,
+)
+from loadtest.economics.spec import endpoint_args
+from loadtest.metrics.verdict import EXIT_CODES
+from loadtest.profile.loader import ProfileError, load_profile
+from loadtest.profile.schema import Profile
+from loadtest.report.sweep_report import render_sweep_report
+from loadtest.sweep.analysis import best_under_slo, knee, measured
+from loadtest.sweep.driver import Sweep
+from loadtest.sweep.engine import EngineStartError, start_engine
+from loadtest.sweep.ladder import (
+    DEFAULT_OFFLINE_CONCURRENCY,
+    concurrency_ladder,
+    concurrency_point,
+    offline_point,
+    parse_list,
+    rate_ladder,
+    rate_point,
+    rate_text,
+)
+from loadtest.sweep.model import POINTS_DIR, SCHEMA_VERSION, SWEEP_FILE, write_sweep_json
+from loadtest.sweep.runner import PointRunner
+from loadtest.sweep.search import DEFAULT_MAX_ITERATIONS, DEFAULT_TOLERANCE, Bisection
+
+EXIT_NO_POINT_PASSED = EXIT_CODES["slo_missed"]
+
+
+@dataclass
+class SweepPlan:
+    """A sweep's inputs, checked before anything starts."""
+
+    mode: str
+    profile: Profile
+    profile_path: Path
+    seed: int
+    fingerprint: str
+    slo: dict[str, float | None]
+    has_slos: bool
+    concurrency: list[int]
+    rates: list[float]
+    offline: bool
+    offline_concurrency: int
+    point_duration_s: float
+    stop_at_saturation: bool
+    out: Path
+    run_args: list[str] = field(default_factory=list)  # without --host
+
+
+def _whole(value: float | None, flag: str) -> int | None:
+    if value is None:
+        return None
+    if value != int(value) or value < 1:
+        raise UsageError(f"{flag} {value:g}: a concurrency level is a whole number ≥ 1")
+    return int(value)
+
+
+def _plan(args: argparse.Namespace) -> SweepPlan:
+    """Check every input (profile, SLOs, ladder options, output folder); UsageError/ProfileError if bad."""
+    _, profile_path = load_profile(args.profile)
+    if args.processes < 1:
+        raise UsageError("--processes must be ≥ 1")
+    if not args.engine_speedup > 0:
+        raise UsageError("--engine-speedup must be > 0")
+    mode = args.ladder
+    if mode != "search" and (args.tolerance is not None or args.max_iterations is not None):
+        raise UsageError("--tolerance and --max-iterations apply to --ladder search only")
+    if mode == "search" and args.points:
+        raise UsageError("--points does not apply to --ladder search; give --min and --max (or neither)")
+    if args.offline_concurrency is not None and args.offline_concurrency < 1:
+        raise UsageError("--offline-concurrency must be ≥ 1")
+    args.concurrency = args.rate = None  # each point sets its own load
+    prepared = prepare_run(args, profile_path, processes=args.processes)
+    profile, slos = prepared.profile, prepared.slos
+    concurrency: list[int] = []
+    rates: list[float] = []
+    try:
+        if mode == "concurrency":
+            if args.points:
+                concurrency = [int(v) for v in parse_list(args.points, "--points", integer=True)]
+            else:
+                lo, hi = _whole(args.min, "--min"), _whole(args.max, "--max")
+                concurrency = concurrency_ladder(lo=lo, hi=hi, steps=args.steps)
+        elif mode == "rate" and args.points:
+            rates = parse_list(args.points, "--points", integer=False)
+        elif args.min is not None and args.max is not None and not 0 < args.min < args.max:
+            raise UsageError(f"--min {args.min:g} / --max {args.max:g}: need 0 < min < max")
+        elif mode == "rate" and args.max is not None:
+            rates = rate_ladder(args.max, args.min, args.steps)
+    except ValueError as e:
+        raise UsageError(str(e)) from e
+    needs_capacity = mode in ("rate", "search") and not rates and args.max is None
+    offline = args.offline if args.offline is not None else (mode == "concurrency" or needs_capacity)
+    if needs_capacity and not offline:
+        raise UsageError(
+            f"--ladder {mode} needs --max (req/s){' or --points' if mode == 'rate' else ''}, "
+            "or the offline point to measure the capacity (drop --no-offline)"
+        )
+    if mode == "search" and not slos:
+        raise UsageError(
+            f"--ladder search looks for the highest rate that meets the SLOs, and neither --slo nor "
+            f"{profile_path} sets any: give e.g. --slo ttft_p90=500ms,tpot_p90=50ms"
+        )
+    top = max(concurrency, default=0)
+    offline_concurrency = args.offline_concurrency or max(DEFAULT_OFFLINE_CONCURRENCY, 2 * top)
+    duration = parse_duration(args.point_duration) if args.point_duration else profile.duration_s
+    out = (
+        Path(args.out)
+        if args.out
+        else Path("reports") / f"{time.strftime('%Y%m%d-%H%M%S')}-{profile.name}-sweep"
+    )
+    if (out / SWEEP_FILE).exists() or (out / POINTS_DIR).exists():
+        raise UsageError(f"{out} already holds a sweep: give a new --out folder")
+    ensure_writable(out, "output folder")
+    seed = prepared.settings.seed
+    run_args = ["--profile", str(profile_path), "--seed", str(seed), "--processes", str(args.processes)]
+    if args.point_duration:
+        run_args += ["--duration", f"{duration:g}"]
+    for flag, value in (
+        ("--slo", args.slo),
+        ("--warmup", args.warmup),
+        ("--cooldown", args.cooldown),
+        ("--model", args.model),
+        ("--api-key-env", args.api_key_env),
+        ("--tokenizer", args.tokenizer),
+    ):
+        if value:
+            run_args += [flag, str(value)]
+    run_args += ["--connect-timeout", f"{args.connect_timeout:g}", "--read-timeout", f"{args.read_timeout:g}"]
+    if args.insecure:
+        run_args.append("--insecure")
+    run_args += endpoint_args(args)  # hardware and price (loadtest/economics), the same for every point
+    return SweepPlan(
+        mode=mode,
+        profile=profile,
+        profile_path=profile_path,
+        seed=seed,
+        fingerprint=prepared.workload.fingerprint(),
+        slo={s.key: getattr(s, "limit_ms", getattr(s, "limit", None)) for s in slos},
+        has_slos=bool(slos),
+        concurrency=concurrency,
+        rates=rates,
+        offline=offline,
+        offline_concurrency=offline_concurrency,
+        point_duration_s=duration,
+        stop_at_saturation=args.stop_at_saturation,
+        out=out,
+        run_args=run_args,
+    )
+
+
+def _describe(plan: SweepPlan, args: argparse.Namespace) -> str:
+    off = f" + offline (c{plan.offline_concurrency})" if plan.offline else ""
+    if plan.mode == "concurrency":
+        return f"concurrency ladder {', '.join(map(str, plan.concurrency))}{off}"
+    if plan.mode == "rate":
+        levels = ", ".join(rate_text(r) for r in plan.rates) if plan.rates else "up to the offline point's"
+        return f"rate ladder {levels} req/s{off}"
+    return f"search for the highest rate that meets {', '.join(plan.slo)}{off}"
+
+
+def _open_host(args: argparse.Namespace) -> dict[str, Any]:
+    from loadtest.client.preflight import EndpointError, list_models
+
+    key = os.environ.get(args.api_key_env) if args.api_key_env else os.environ.get("OPENAI_API_KEY")
+    try:
+        models = list_models(args.host, key, timeout=args.connect_timeout, verify_tls=not args.insecure)
+    except EndpointError as e:
+        raise EngineStartError(str(e), usage=False) from e
+    return {"url": args.host, "embedded": False, "engine": None, "models": models}
+
+
+def _execute(plan: SweepPlan, args: argparse.Namespace, sweep: Sweep) -> Bisection | None:
+    """Run the plan's points in order; the search's state when searching."""
+    mode = plan.mode
+    if mode == "concurrency":
+        sweep.ladder([concurrency_point(c) for c in plan.concurrency], plan.stop_at_saturation)
+        if plan.offline:
+            sweep.single(offline_point(plan.offline_concurrency))
+        return None
+    hi: float | None = args.max
+    if plan.offline:
+        entry = sweep.single(offline_point(plan.offline_concurrency))
+        if hi is None and not sweep.halted:
+            rps = entry.get("requests_per_s") if entry else None
+            if not rps:
+                sweep.halted = sweep.stopped_because = "the offline point measured no throughput"
+                return None
+            hi = float(rps)
+    if sweep.halted:
+        return None
+    assert hi is not None or plan.rates
+    if mode == "rate":
+        rates = plan.rates or rate_ladder(hi, args.min, args.steps)  # type: ignore[arg-type]
+        loads = list({p.label: p for p in map(rate_point, rates)}.values())
+        sweep.ladder(loads, plan.stop_at_saturation)
+        return None
+    assert hi is not None
+    try:
+        bisection = Bisection(
+            lo=args.min if args.min is not None else hi / 16,
+            hi=hi,
+            tolerance=args.tolerance if args.tolerance is not None else DEFAULT_TOLERANCE,
+            max_iterations=args.max_iterations if args.max_iterations is not None else DEFAULT_MAX_ITERATIONS,
+        )
+    except ValueError as e:
+        sweep.stopped_because = str(e)
+        return None
+    sweep.search(bisection)
+    return bisection
+
+
+def _best_search_point(points: list[dict[str, Any]]) -> int | None:
+    ok = [p for p in measured(points) if p.get("rate") is not None and p.get("verdict") == "pass"]
+    ok = [p for p in ok if p.get("exit_code") == 0]
+    return max(ok, key=lambda p: p["rate"])["index"] if ok else None
+
+
+def _document(
+    plan: SweepPlan,
+    sweep: Sweep,
+    endpoint: dict[str, Any],
+    interrupted: str | None,
+    bisection: Bisection | None,
+) -> dict[str, Any]:
+    points = sweep.points
+    best = _best_search_point(points) if plan.mode == "search" else best_under_slo(points)
+    doc: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "kind": "sweep",
+        "mode": plan.mode,
+        "status": "interrupted" if interrupted else "completed",
+        "interrupted_reason": interrupted,
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        "tool": {"name": "loadtest", "version": __version__},
+        "profile": plan.profile.name,
+        "profile_path": str(plan.profile_path),
+        "seed": plan.seed,
+        "fingerprint": plan.fingerprint,
+        "endpoint": endpoint,
+        "slo": plan.slo,
+        "point_duration_s": plan.point_duration_s,
+        "offline_concurrency": plan.offline_concurrency if plan.offline else None,
+        "stop_at_saturation": plan.mode != "search" and plan.stop_at_saturation,
+        "points": points,
+        "knee": knee(points, plan.mode),
+        "best_under_slo": best,
+        "stopped_because": sweep.stopped_because,
+    }
+    if bisection is not None:
+        doc["search"] = {
+            "min": bisection.lo,
+            "max": bisection.hi,
+            "tolerance": bisection.tolerance,
+            "max_iterations": bisection.max_iterations,
+            "highest_passing_rate": bisection.passed,
+            "lowest_failing_rate": bisection.failed,
+            "runs": len(bisection.tried),
+        }
+    return doc
+
+
+def _summary(doc: dict[str, Any]) -> list[str]:
+    pts = doc["points"]
+    lines = []
+    for key, what in (("knee", "knee"), ("best_under_slo", "best point under the SLOs")):
+        i = doc[key]
+        lines.append(
+            f"{what}: {pts[i]['label']} ({pts[i]['output_tps']:,.1f} output tok/s)"
+            if i is not None
+            else f"{what}: none"
+        )
+    if doc["stopped_because"]:
+        lines.append(f"stopped: {doc['stopped_because']}")
+    return lines
+
+
+def run_sweep(args: argparse.Namespace) -> int:
+    """`loadtest sweep` (options: loadtest/cli/sweep_cmd.py); the exit code."""
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        plan = _plan(args)
+    except (ProfileError, UsageError) as e:
+        return _fail(str(e), EXIT_USAGE)
+    print(
+        f"sweep {plan.profile.name}: {_describe(plan, args)}; {plan.point_duration_s:g}s per point; "
+        f"writing {plan.out}/"
+    )
+    runner = PointRunner(plan.out, [])
+    restore = runner.install_signal_handlers()
+    try:
+        with contextlib.ExitStack() as stack:
+            try:
+                if args.host:
+                    endpoint = _open_host(args)
+                else:
+                    endpoint = start_engine(stack, args, plan.profile, plan.seed, plan.out / "engine.log")
+            except EngineStartError as e:
+                return _fail(str(e), EXIT_USAGE if e.usage else EXIT_COULD_NOT_RUN)
+            runner.run_args = [*plan.run_args, "--host", endpoint["url"]]
+            sweep = Sweep(runner)
+            bisection = _execute(plan, args, sweep)
+    finally:
+        restore()
+    doc = _document(plan, sweep, endpoint, runner.interrupted, bisection)
+    write_sweep_json(plan.out, doc)
+    report = render_sweep_report(plan.out)
+    for line in _summary(doc):
+        print(line)
+    print(f"sweep.json: {plan.out / SWEEP_FILE}")
+    print(f"report:     {report}")
+    if runner.interrupted:
+        return EXIT_INTERRUPTED.get(runner.interrupted, EXIT_COULD_NOT_RUN)
+    if any(p["status"] == "failed" for p in doc["points"]):
+        return EXIT_COULD_NOT_RUN
+    return EXIT_OK if doc["best_under_slo"] is not None else EXIT_NO_POINT_PASSED

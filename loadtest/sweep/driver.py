@@ -1,0 +1,103 @@
+"""The order of a sweep's runs: ladders with the saturation stop, the offline point, the rate search."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from loadtest.report.fmt import fmt_ms, fmt_num, fmt_pct
+from loadtest.sweep.analysis import saturation
+from loadtest.sweep.ladder import LoadPoint, rate_point
+from loadtest.sweep.runner import PointRunner
+from loadtest.sweep.search import Bisection
+
+
+def point_line(p: dict[str, Any]) -> str:
+    """One console line per point."""
+    head = f"  {p['index']:>2} {p['label']:<9}"
+    if p["status"] in ("skipped", "failed"):
+        return f"{head} {p['status']}: {p.get('reason') or ''}"
+    verdict = p.get("verdict") or "no verdict"
+    if p["status"] == "interrupted":
+        verdict = f"interrupted, {verdict}"
+    return (
+        f"{head} {verdict:<11} {fmt_num(p['output_tps']):>10} output tok/s  "
+        f"{fmt_num(p['tps_per_user']):>8} tok/s/user  TTFT p90 {fmt_ms(p['ttft_p90_ms'])} ms  "
+        f"TPOT p90 {fmt_ms(p['tpot_p90_ms'])} ms  errors {fmt_pct(p['error_rate'])}  {p['dir']}"
+    )
+
+
+class Sweep:
+    """Runs points through ``runner`` and keeps their sweep.json entries in run order. ``halted``
+    says why no further point may run (interrupted, or a point could not run); ``stopped_because``
+    is the reason the sweep ended before its last point (halted, saturation, or the search's end)."""
+
+    def __init__(self, runner: PointRunner, echo: Callable[[str], None] = print) -> None:
+        self.runner = runner
+        self.echo = echo
+        self.points: list[dict[str, Any]] = []
+        self.halted: str | None = None
+        self.stopped_because: str | None = None
+
+    def _run(self, point: LoadPoint) -> dict[str, Any]:
+        entry = self.runner.run(len(self.points), point)
+        self.points.append(entry)
+        self.echo(point_line(entry))
+        if self.runner.interrupted:
+            self.halted = f"interrupted ({self.runner.interrupted})"
+        elif entry["status"] == "failed":
+            self.halted = f"{entry['label']} could not run: {entry['reason']}"
+        elif entry["status"] == "interrupted":
+            self.halted = f"{entry['label']} was interrupted ({entry.get('reason') or 'signal'})"
+        if self.halted:
+            self.stopped_because = self.halted
+        return entry
+
+    def _skip(self, point: LoadPoint, why: str) -> None:
+        entry = self.runner.skipped(len(self.points), point, why)
+        self.points.append(entry)
+        self.echo(point_line(entry))
+
+    def ladder(self, loads: list[LoadPoint], stop_at_saturation: bool = True) -> None:
+        """Run ``loads`` in order; after a stop the rest are listed as skipped with the reason."""
+        for point in loads:
+            if self.runner.interrupted and not self.halted:
+                self.halted = self.stopped_because = f"interrupted ({self.runner.interrupted})"
+            if self.stopped_because:
+                self._skip(point, self.stopped_because)
+                continue
+            self._run(point)
+            if not self.halted and stop_at_saturation:
+                self.stopped_because = saturation(self.points)
+
+    def single(self, point: LoadPoint) -> dict[str, Any] | None:
+        """Run one point (the offline point) unless the sweep is halted; None when skipped."""
+        if self.runner.interrupted and not self.halted:
+            self.halted = self.stopped_because = f"interrupted ({self.runner.interrupted})"
+        if self.halted:
+            self._skip(point, self.halted)
+            return None
+        return self._run(point)
+
+    def search(self, bisection: Bisection) -> None:
+        """Run the bisection's rates until it is over or the sweep halts."""
+        used = {p["label"] for p in self.points}
+        while not self.halted:
+            if self.runner.interrupted:
+                self.halted = f"interrupted ({self.runner.interrupted})"
+                bisection.stop(self.halted)
+                break
+            rate = bisection.next_rate()
+            if rate is None:
+                break
+            point = rate_point(rate)
+            if point.label in used or point.rate is None or point.rate <= 0:
+                bisection.stop(f"the bracket is narrower than the rate's precision ({point.label})")
+                break
+            used.add(point.label)
+            entry = self._run(point)
+            if self.halted:
+                bisection.stop(self.halted)
+                break
+            bisection.record(point.rate, entry["verdict"] == "pass" and entry["exit_code"] == 0)
+        self.stopped_because = self.halted or bisection.done_because

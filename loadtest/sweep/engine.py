@@ -1,0 +1,58 @@
+"""The one embedded engine a sweep without --host starts for all its points, and the endpoint it reports."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+from pathlib import Path
+from typing import Any
+
+from loadtest.profile.schema import Profile
+
+
+class EngineStartError(Exception):
+    """One line for the user; ``usage`` tells a bad preset (exit 2) from an engine that failed (exit 1)."""
+
+    def __init__(self, message: str, usage: bool) -> None:
+        super().__init__(message)
+        self.usage = usage
+
+
+def start_engine(
+    stack: contextlib.ExitStack, args: argparse.Namespace, profile: Profile, seed: int, log: Path
+) -> dict[str, Any]:
+    """Start the engine with the profile's preset and the --engine-* options (stopped when ``stack``
+    closes); returns sweep.json's ``endpoint``: url, embedded, engine (its configuration)."""
+    from loadtest.sim import SimProcess
+    from loadtest.sim.presets import get_gpu, get_model
+
+    gpu = args.engine_gpu or profile.engine.gpu
+    model = args.engine_model or profile.engine.model
+    tp = args.engine_tp or profile.engine.tp
+    try:
+        get_gpu(gpu)
+        get_model(model)
+    except ValueError as e:
+        raise EngineStartError(
+            f"embedded engine preset: {e} (--engine-gpu, --engine-model, or the profile's engine)", usage=True
+        ) from e
+    if args.engine_max_num_seqs is not None and args.engine_max_num_seqs < 1:
+        raise EngineStartError("--engine-max-num-seqs must be ≥ 1", usage=True)
+    try:
+        sim = stack.enter_context(
+            SimProcess(
+                gpu=gpu,
+                model=model,
+                tp=tp,
+                faults=args.engine_faults or profile.engine.faults,
+                speedup=args.engine_speedup,
+                seed=seed,
+                max_num_seqs=args.engine_max_num_seqs,
+                stderr_path=log,
+            )
+        )
+    except (RuntimeError, ValueError) as e:
+        raise EngineStartError(f"embedded engine did not start: {e}", usage=False) from e
+    gpus = f"{tp}×{gpu}" if tp > 1 else gpu
+    print(f"embedded engine: {model} on {gpus} (speed-up {args.engine_speedup:g}x) at {sim.base_url}")
+    return {"url": sim.base_url, "embedded": True, "engine": sim.stats().get("config")}

@@ -1,0 +1,122 @@
+"""Requests of the Responses and embeddings APIs, and raw replay of recorded bodies, built like chat ones."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from loadtest.client.openai import PreparedRequest
+from loadtest.workload.lengths import sample_length
+from loadtest.workload.salt import salt_text
+from loadtest.workload.text import synth_text
+
+if TYPE_CHECKING:
+    from loadtest.profile.schema import Scenario
+    from loadtest.workload.builder import Workload
+
+RESPONSES_PATH = "/responses"
+EMBEDDINGS_PATH = "/embeddings"
+_raw_cache: dict[str, list[str]] = {}
+
+
+def build_request(w: Workload, sc: Scenario, index: int) -> PreparedRequest | None:
+    """Request ``index`` for a responses, embeddings or raw scenario; None for chat and completions."""
+    api = sc.api or w.profile.api
+    if api == "responses":
+        return _responses(w, sc, index)
+    if api == "embeddings":
+        return _embeddings(w, sc, index)
+    if api == "raw":
+        return _raw(w, sc, index)
+    return None
+
+
+def _responses(w: Workload, sc: Scenario, index: int) -> PreparedRequest:
+    """The chat request of the same index, as a Responses API body (input messages, max_output_tokens)."""
+    chat = w._single(sc.model_copy(update={"api": "chat"}), index)
+    body: dict[str, Any] = dict(chat.body)
+    body["input"] = body.pop("messages")
+    body["max_output_tokens"] = body.pop("max_tokens")
+    effort = body.pop("reasoning_effort", None)
+    if effort is not None:
+        body["reasoning"] = {"effort": effort, "summary": "auto"}
+    chat.api, chat.body = "responses", body
+    return chat
+
+
+def _embeddings(w: Workload, sc: Scenario, index: int) -> PreparedRequest:
+    assert sc.input_tokens is not None
+    rng = random.Random(f"{w.seed}:{index}")
+    lead = salt_text(w.seed, index) if sc.salt else ""
+    inputs = []
+    for _ in range(sc.inputs_per_request):
+        n = max(1, sample_length(sc.input_tokens, rng) - (w.tokenizer.count(lead) if lead else 0))
+        inputs.append(lead + synth_text(n, rng, w.tokenizer))
+    return PreparedRequest(
+        request_id=f"{w.seed:x}-{index}",
+        api="embeddings",
+        body={"input": inputs},
+        prompt_tokens=sum(w.tokenizer.count(t) for t in inputs),
+        requested_output_tokens=None,
+        scenario=sc.name,
+        stream=False,
+    )
+
+
+def raw_bodies(path: str) -> list[str]:
+    """The JSON-object lines of a raw replay file (cached); ValueError names the file and line."""
+    lines = _raw_cache.get(path)
+    if lines is None:
+        lines = []
+        text = Path(path).read_text(encoding="utf-8")
+        for n, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except ValueError as e:
+                raise ValueError(f"raw.file {path}: line {n} is not JSON ({e})") from None
+            if not isinstance(obj, dict):
+                raise ValueError(f"raw.file {path}: line {n} is not a JSON object (one request body a line)")
+            lines.append(line.strip())
+        if not lines:
+            raise ValueError(f"raw.file {path}: no request body in it (one JSON object a line)")
+        _raw_cache[path] = lines
+    return lines
+
+
+def _count_prompt(w: Workload, body: dict[str, Any]) -> int:
+    try:
+        if isinstance(body.get("messages"), list):
+            return w.tokenizer.count_chat(body["messages"])
+        for key in ("prompt", "input"):
+            v = body.get(key)
+            if isinstance(v, str):
+                return w.tokenizer.count(v)
+            if isinstance(v, list) and all(isinstance(x, str) for x in v):
+                return sum(w.tokenizer.count(x) for x in v)
+    except (TypeError, ValueError, KeyError):
+        return 0
+    return 0
+
+
+def _raw(w: Workload, sc: Scenario, index: int) -> PreparedRequest:
+    assert sc.raw is not None
+    bodies = raw_bodies(sc.raw.file)
+    line = bodies[index % len(bodies)]
+    body = json.loads(line)
+    n_out = next(
+        (body[k] for k in ("max_completion_tokens", "max_tokens", "max_output_tokens") if k in body), None
+    )
+    return PreparedRequest(
+        request_id=f"{w.seed:x}-{index}",
+        api="raw",
+        body={"raw": line},  # sent byte for byte as recorded
+        prompt_tokens=_count_prompt(w, body),
+        requested_output_tokens=n_out if isinstance(n_out, int) else None,
+        scenario=sc.name,
+        stream=bool(body.get("stream", False)),
+        path=sc.raw.path,
+    )

@@ -1,0 +1,431 @@
+"""`loadtest sweep`: ladders against the embedded engine's model, the rate search, Ctrl-C, sweep.html in chromium."""
+
+from __future__ import annotations
+
+import json
+import math
+import signal
+import subprocess
+import time
+from math import comb
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from loadtest.cli.main import main
+from loadtest.sim import SimProcess
+from loadtest.sim.clock import step_time_s
+from loadtest.sim.presets import EngineConfig, get_gpu, get_model
+from loadtest.sweep import SweepFormatError, load_sweep
+from loadtest.sweep.analysis import best_under_slo, knee, pareto_front, saturation
+from loadtest.sweep.ladder import concurrency_ladder, parse_list, rate_ladder, rate_point
+from loadtest.sweep.search import Bisection
+from tests.conftest import CLI, run_cli, write_profile
+from tests.test_compare import ARTIFACTS, CHROMIUM, _open_in_chromium
+
+# The engine of every sweep here: a mixture-of-experts model whose decode step grows with the batch (more
+# experts touched), and a running-batch limit of 4, so throughput saturates at 4 streams.
+GPU, MODEL, MAX_SEQS = "H200", "mixtral-8x7b", 4
+# The ladder runs the engine clock at real speed: a busy machine's scheduling delays (a few ms) stay
+# small against 8-20 ms decode steps. The search and Ctrl-C tests need no such accuracy: 6x.
+SPEEDUP = 1.0
+FAST_SPEEDUP = 6.0
+PROMPT, OUTPUT = 64, 16
+LADDER = [1, 2, 4, 8, 16, 32, 64]
+OFFLINE_C = 16
+
+
+def _profile(path: Path) -> Path:
+    return write_profile(
+        path,
+        name="sweep-chat",
+        salt=True,  # no prompt reuses another's KV cache, across points too
+        input_tokens={"dist": "fixed", "value": PROMPT},
+        output_tokens={"dist": "fixed", "value": OUTPUT},
+    )
+
+
+# ---- what the engine's step-time model (loadtest/sim/clock.py) predicts for a closed-loop ladder ----
+
+
+def _mean_step_s(cfg: EngineConfig, running: int, decoding_self: bool) -> float:
+    """Expected engine step time with ``running`` requests of PROMPT in / OUTPUT out in the batch: each
+    request spends 1 of its OUTPUT steps prefilling, so k prefills ~ Binomial(n, 1/OUTPUT). For a
+    request's own TPOT it decodes itself and the other running - 1 requests are the random ones."""
+    n = running - 1 if decoding_self else running
+    p = 1.0 / OUTPUT
+    total = 0.0
+    for k in range(n + 1):
+        items = [(PROMPT, 0)] * k + [(1, PROMPT + OUTPUT // 2)] * (n - k + (1 if decoding_self else 0))
+        total += comb(n, k) * p**k * (1 - p) ** (n - k) * step_time_s(cfg, items)
+    return total
+
+
+def _predicted(concurrency: list[int]) -> list[dict[str, Any]]:
+    """Per ladder point, in wall-clock units (engine time / SPEEDUP): output tok/s (batch / mean step)
+    and TPOT (a request's mean decode step); the batch is min(concurrency, max_num_seqs)."""
+    cfg = EngineConfig(gpu=get_gpu(GPU), model=get_model(MODEL), max_num_seqs=MAX_SEQS)
+    out = []
+    for i, c in enumerate(concurrency):
+        b = min(c, MAX_SEQS)
+        out.append(
+            {
+                "index": i,
+                "label": f"c{c}",
+                "concurrency": c,
+                "rate": None,
+                "status": "completed",
+                "exit_code": 0,
+                "output_tps": b / _mean_step_s(cfg, b, False) * SPEEDUP,
+                "tpot_ms": _mean_step_s(cfg, b, True) * 1000 / SPEEDUP,
+            }
+        )
+    return out
+
+
+PREDICTED = _predicted(LADDER)
+_TPOT = {p["concurrency"]: p["tpot_ms"] for p in PREDICTED}
+# The SLO: median TPOT (tokens/s per user for the typical stream) at the geometric mean of the predicted
+# TPOT at 2 and at 4 streams, so that a ±20 % error in measured TPOT leaves the verdicts unchanged.
+TPOT_P50_LIMIT_MS = round(math.sqrt(_TPOT[2] * _TPOT[4]), 3)
+SLO = f"tpot_p50={TPOT_P50_LIMIT_MS}ms"
+# Tolerance of the check against the model: the knee and the best point under the SLO within one
+# ladder step (a factor of 2 in concurrency) of the predicted ones.
+TOLERANCE_STEPS = 1
+
+
+def _predicted_best() -> int:
+    ok = [p for p in PREDICTED if p["tpot_ms"] <= TPOT_P50_LIMIT_MS]
+    return max(ok, key=lambda p: p["output_tps"])["concurrency"]
+
+
+def _predicted_knee() -> int:
+    idx = knee(PREDICTED, "concurrency")
+    assert idx is not None
+    return PREDICTED[idx]["concurrency"]
+
+
+def test_model_prediction_is_what_the_test_relies_on() -> None:
+    """The engine model puts the best point under the SLO at 2 streams and the knee at the batch limit."""
+    assert _TPOT[1] < _TPOT[2] < TPOT_P50_LIMIT_MS < _TPOT[4] == _TPOT[8] == _TPOT[64]
+    assert _predicted_best() == 2
+    assert _predicted_knee() == MAX_SEQS
+    assert saturation(PREDICTED[:6]) is not None and saturation(PREDICTED[:3]) is None
+
+
+# ---- a real concurrency ladder against the embedded engine ----
+
+
+@pytest.fixture(scope="module")
+def ladder(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    tmp = tmp_path_factory.mktemp("ladder")
+    prof = _profile(tmp / "sweep-chat.yaml")
+    out = tmp / "sweep"
+    args = ["sweep", "--profile", str(prof), "--points", ",".join(map(str, LADDER))]
+    args += ["--offline-concurrency", str(OFFLINE_C), "--point-duration", "2.5", "--slo", SLO]
+    args += ["--out", str(out)]
+    args += ["--engine-gpu", GPU, "--engine-model", MODEL, "--engine-max-num-seqs", str(MAX_SEQS)]
+    args += ["--engine-speedup", str(SPEEDUP)]
+    return out, run_cli(args, timeout=240)
+
+
+def test_ladder_writes_the_sweep_contract(ladder: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
+    out, r = ladder
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    doc = json.loads((out / "sweep.json").read_text())
+    assert load_sweep(out) == doc == load_sweep(out / "sweep.json")
+    assert (doc["schema_version"], doc["kind"], doc["mode"], doc["status"]) == (
+        1,
+        "sweep",
+        "concurrency",
+        "completed",
+    )
+    assert doc["profile"] == "sweep-chat" and doc["slo"] == {"tpot_p50": TPOT_P50_LIMIT_MS}
+    assert len(doc["fingerprint"]) == 64  # the profile's own workload fingerprint (docs/sweep.md)
+    eng = doc["endpoint"]["engine"]
+    assert doc["endpoint"]["embedded"] is True and doc["endpoint"]["url"].startswith("http://127.0.0.1:")
+    assert (eng["gpu"], eng["model"], eng["max_num_seqs"], eng["speedup"]) == (
+        "H200-SXM",
+        "Mixtral-8x7B",
+        4,
+        SPEEDUP,
+    )
+    pts = doc["points"]
+    assert [p["index"] for p in pts] == list(range(len(pts)))
+    assert [p["label"] for p in pts] == [f"c{c}" for c in LADDER] + ["offline"]
+    offline = pts[-1]
+    assert (
+        offline["concurrency"] == OFFLINE_C and offline["rate"] is None and offline["status"] == "completed"
+    )
+    for p in pts:
+        assert p["dir"] == f"points/{p['index']:02d}-{p['label']}"
+        if p["status"] == "skipped":
+            assert not (out / p["dir"]).exists() and p["exit_code"] is None and p["output_tps"] is None
+            continue
+        assert p["status"] == "completed", p
+        run_dir = out / p["dir"]
+        run = json.loads((run_dir / "run.json").read_text())
+        assert (run_dir / "report.html").is_file() and (run_dir / "records.jsonl").stat().st_size > 0
+        assert run["config"]["seed"] == doc["seed"] and run["config"]["profile"] == doc["profile"]
+        assert run["config"]["load"]["concurrency"] == p["concurrency"]
+        assert p["exit_code"] == run["verdict"]["exit_code"] and p["verdict"] == run["verdict"]["status"]
+        thr, lat = run["metrics"]["throughput"], run["metrics"]["latency_ms"]
+        assert p["output_tps"] == thr["output_tokens_per_s"] > 0
+        assert p["tps_per_user"] == thr["tps_per_user"] and p["ttft_p90_ms"] == lat["ttft"]["p90"]
+        assert p["tpot_p50_ms"] == lat["tpot"]["p50"] and p["e2e_p90_ms"] == lat["e2e"]["p90"]
+        assert p["slo_attainment"] == run["goodput"]["attainment"] and p["error_rate"] == 0
+    assert (out / "engine.log").exists() and (out / "sweep.html").is_file()
+    assert "knee: c" in r.stdout and "best point under the SLOs: c" in r.stdout
+
+
+def test_ladder_stops_at_saturation(ladder: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
+    out, r = ladder
+    doc = load_sweep(out)
+    pts = doc["points"]
+    ran = [p for p in pts[:-1] if p["status"] == "completed"]
+    skipped = [p for p in pts if p["status"] == "skipped"]
+    assert doc["stopped_because"].startswith("saturated"), doc["stopped_because"]
+    # Throughput stops growing at the batch limit (4): the two steps after it gain < 5 %, so the
+    # ladder stops after 16 streams (32 at the latest when noise lifts one step) and skips the rest.
+    assert skipped and "c64" in [p["label"] for p in skipped]
+    assert all(p["reason"] == doc["stopped_because"] for p in skipped)
+    assert max(p["concurrency"] for p in ran) < min(p["concurrency"] for p in skipped)
+    assert saturation(ran) == doc["stopped_because"]
+    assert saturation(ran[:-1]) is None  # it did not stop a point too late
+
+
+def test_knee_and_best_under_slo_land_where_the_engine_model_says(
+    ladder: tuple[Path, subprocess.CompletedProcess[str]],
+) -> None:
+    out, _ = ladder
+    doc = load_sweep(out)
+    pts = doc["points"]
+    assert doc["knee"] is not None and doc["best_under_slo"] is not None
+    measured_knee = pts[doc["knee"]]["concurrency"]
+    measured_best = pts[doc["best_under_slo"]]["concurrency"]
+    for p in pts:  # shown with -s: measured against predicted, wall-clock units
+        pred = next((q for q in PREDICTED if q["label"] == p["label"]), None)
+        if pred and p["status"] == "completed":
+            print(
+                f"{p['label']}: output tok/s {p['output_tps']:.0f} (model {pred['output_tps']:.0f}), "
+                f"TPOT p50 {p['tpot_p50_ms']:.2f} ms (model {pred['tpot_ms']:.2f})"
+            )
+    print(
+        f"knee c{measured_knee} (model c{_predicted_knee()}), best c{measured_best} (model c{_predicted_best()})"
+    )
+    assert abs(math.log2(measured_knee) - math.log2(_predicted_knee())) <= TOLERANCE_STEPS, measured_knee
+    assert abs(math.log2(measured_best) - math.log2(_predicted_best())) <= TOLERANCE_STEPS, measured_best
+    best = pts[doc["best_under_slo"]]
+    assert best["verdict"] == "pass" and best["tpot_p50_ms"] <= TPOT_P50_LIMIT_MS
+    # By definition: no passing point has more throughput, and every point past the batch limit misses.
+    assert all(p["output_tps"] <= best["output_tps"] for p in pts if p["verdict"] == "pass")
+    assert all(
+        p["verdict"] == "slo_missed" for p in pts if (p["concurrency"] or 0) > MAX_SEQS and p["verdict"]
+    )
+    # The saturated throughput (offline point) against the model: between half and 110 % of it (the
+    # client's own time between requests and a busy machine only lower it).
+    cap = PREDICTED[-1]["output_tps"]
+    assert 0.5 * cap <= pts[-1]["output_tps"] <= 1.1 * cap, (pts[-1]["output_tps"], cap)
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="needs a headless chromium")
+def test_sweep_report_in_headless_chromium(
+    ladder: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path
+) -> None:
+    out, _ = ladder
+    html = (out / "sweep.html").read_text()
+    low = html.lower()
+    for bad in ('src="http', "src='http", 'href="http', "href='http", 'src="//', 'href="//'):
+        assert bad not in low, bad
+    doc = load_sweep(out)
+    for p in doc["points"]:
+        if p["status"] == "completed":
+            assert f'href="{p["dir"]}/report.html"' in html
+    assert "@media print" in html
+    shot = ARTIFACTS / "sweep.png"
+    page = _open_in_chromium(out / "sweep.html", shot, tmp_path / "chromium", expect_plots=4)
+    assert page["errors"] == [], page["errors"]
+    assert [u for u in page["requests"] if not u.startswith("data:")] == [page["url"]]
+    titles = page["titles"]
+    for want in ("tokens/s per user", "TTFT p90", "Throughput against latency", "against load"):
+        assert any(want in t for t in titles), (want, titles)
+    assert page["plots"] == 4 and page["svgs"] >= 4
+    assert shot.stat().st_size > 20_000
+    # `loadtest report SWEEP_DIR` rebuilds the page from sweep.json.
+    (out / "sweep.html").unlink()
+    r = run_cli(["report", str(out)], timeout=60)
+    assert r.returncode == 0, r.stderr
+    rebuilt = (out / "sweep.html").read_text()
+    assert rebuilt.count('class="plotly-graph-div"') == html.count('class="plotly-graph-div"') == 4
+    assert all(f">{p['label']}<" in rebuilt for p in doc["points"])
+
+
+# ---- the search and Ctrl-C, against an engine the test starts (the sweep's --host path) ----
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    log = tmp_path_factory.mktemp("engine") / "engine.log"
+    sim = SimProcess(gpu=GPU, model=MODEL, max_num_seqs=MAX_SEQS, speedup=FAST_SPEEDUP, stderr_path=log)
+    sim.start()
+    try:
+        yield sim
+    finally:
+        sim.stop()
+
+
+def test_search_converges_on_the_highest_passing_rate(engine: SimProcess, tmp_path: Path) -> None:
+    """Open loop: TTFT stays near one prefill step until the arrivals approach the batch limit's
+    capacity (about 75 req/s here), then requests queue; the search brackets that edge."""
+    prof = _profile(tmp_path / "sweep-chat.yaml")
+    out = tmp_path / "search"
+    r = run_cli(
+        ["sweep", "--profile", str(prof), "--host", engine.base_url, "--ladder", "search", "--min", "20"]
+        + ["--max", "80", "--tolerance", "0.35", "--max-iterations", "6", "--point-duration", "1"]
+        + ["--slo", "ttft_p50=25ms", "--out", str(out)],
+        timeout=240,
+    )
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    doc = load_sweep(out)
+    s, pts = doc["search"], doc["points"]
+    assert doc["mode"] == "search" and doc["knee"] is None and doc["endpoint"]["embedded"] is False
+    assert doc["stopped_because"].startswith("converged"), doc["stopped_because"]
+    lo, hi = s["highest_passing_rate"], s["lowest_failing_rate"]
+    assert lo < hi and hi - lo <= 0.35 * hi and len(pts) == s["runs"] <= 6
+    assert [p["rate"] for p in pts[:2]] == [20, 80] and all(p["concurrency"] is None for p in pts)
+    # Every run passed exactly when its rate is at or below the highest passing one.
+    assert all((p["verdict"] == "pass") == (p["rate"] <= lo) for p in pts), [
+        (p["rate"], p["verdict"]) for p in pts
+    ]
+    best = pts[doc["best_under_slo"]]
+    assert best["rate"] == lo and best["exit_code"] == 0
+    # Each middle halves the bracket it was run in.
+    for i, p in enumerate(pts[2:], start=2):
+        below = max(q["rate"] for q in pts[:i] if q["verdict"] == "pass")
+        above = min(q["rate"] for q in pts[:i] if q["verdict"] != "pass")
+        assert p["rate"] == pytest.approx((below + above) / 2, abs=1e-3)
+
+
+def test_ctrl_c_keeps_finished_points_and_marks_the_sweep_interrupted(
+    engine: SimProcess, tmp_path: Path
+) -> None:
+    prof = _profile(tmp_path / "sweep-chat.yaml")
+    out = tmp_path / "rates"
+    cmd = CLI + ["sweep", "--profile", str(prof), "--host", engine.base_url, "--ladder", "rate"]
+    cmd += ["--points", "10,20,30", "--point-duration", "2", "--out", str(out)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        second = out / "points" / "01-r20" / "records.jsonl"
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and proc.poll() is None:
+            if second.is_file() and second.stat().st_size > 0:  # the second point is under way
+                break
+            time.sleep(0.1)
+        assert proc.poll() is None, proc.communicate()[0]
+        proc.send_signal(signal.SIGINT)
+        text, _ = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, text
+    doc = load_sweep(out)
+    assert doc["status"] == "interrupted" and doc["interrupted_reason"] == "SIGINT"
+    first, cut, rest = doc["points"]
+    assert (first["label"], first["status"], first["rate"]) == ("r10", "completed", 10.0)
+    assert first["output_tps"] > 0 and (out / first["dir"] / "report.html").is_file()
+    assert cut["status"] == "interrupted" and cut["exit_code"] == 130
+    assert json.loads((out / cut["dir"] / "run.json").read_text())["status"] == "interrupted"
+    assert rest["status"] == "skipped" and "interrupted (SIGINT)" in rest["reason"]
+    assert not (out / rest["dir"]).exists()
+    assert doc["stopped_because"] == "interrupted (SIGINT)"
+    assert "INTERRUPTED" in (out / "sweep.html").read_text()
+
+
+# ---- the parts on their own ----
+
+
+def _pt(i: int, c: int | None, tps: float, **kw: Any) -> dict[str, Any]:
+    return {
+        "index": i,
+        "label": f"c{c}",
+        "concurrency": c,
+        "rate": None,
+        "status": "completed",
+        "output_tps": tps,
+    } | kw
+
+
+def test_knee_saturation_and_pareto_front() -> None:
+    rising = [_pt(i, 2**i, 100.0 * 2**i) for i in range(6)]
+    assert knee(rising, "concurrency") is None  # still growing in proportion: no knee
+    assert saturation(rising) is None
+    flat = [_pt(i, 2**i, min(2**i, 8) * 100.0) for i in range(7)]
+    assert knee(flat, "concurrency") == 3  # 8 streams
+    assert saturation(flat[:5]) is None and saturation(flat[:6]).startswith("saturated")
+    errors = [*rising[:3], _pt(3, 8, 900.0, error_rate=0.4)]
+    assert saturation(errors) == "error rate 40.0% at c8 (over 20%)"
+    pts = [
+        _pt(0, 1, 100.0, tps_per_user=100.0, verdict="pass", exit_code=0),
+        _pt(1, 2, 180.0, tps_per_user=90.0, verdict="pass", exit_code=0),
+        _pt(2, 4, 170.0, tps_per_user=40.0, verdict="slo_missed", exit_code=10),  # dominated by c2
+        _pt(3, 8, 300.0, tps_per_user=35.0, verdict="slo_missed", exit_code=10),
+        _pt(4, 16, 0.0, status="skipped"),
+    ]
+    assert pareto_front(pts) == [3, 1, 0]
+    assert best_under_slo(pts) == 1
+
+
+def test_bisection_finds_the_threshold_within_tolerance() -> None:
+    threshold = 37.3
+    b = Bisection(lo=5, hi=200, tolerance=0.02, max_iterations=20)
+    while (rate := b.next_rate()) is not None:
+        b.record(rate, rate <= threshold)
+    assert b.done_because.startswith("converged")
+    assert b.passed <= threshold < b.failed and b.failed - b.passed <= 0.02 * b.failed
+    assert len(b.tried) <= 2 + math.ceil(math.log2(195 / (0.02 * threshold)))
+    low = Bisection(lo=50, hi=200)
+    low.record(low.next_rate(), False)
+    assert low.next_rate() is None and "lowest rate" in low.done_because
+    capped = Bisection(lo=1, hi=1000, tolerance=0.001, max_iterations=4)
+    while (rate := capped.next_rate()) is not None:
+        capped.record(rate, rate < 3)
+    assert len(capped.tried) == 4 and "--max-iterations" in capped.done_because
+    with pytest.raises(ValueError, match="0 < min < max"):
+        Bisection(lo=10, hi=5)
+
+
+def test_ladders_and_labels() -> None:
+    assert concurrency_ladder() == [1, 2, 4, 8, 16, 32, 64, 128]
+    assert concurrency_ladder(lo=4, hi=100) == [4, 8, 16, 32, 64, 100]
+    assert concurrency_ladder(lo=1, hi=1000, steps=4) == [1, 10, 100, 1000]
+    assert rate_ladder(16.0) == [2.0, 4.0, 6.0, 8.0, 10.0, 12.0, 14.0, 16.0]
+    assert rate_ladder(77.93, steps=3) == [26.0, 51.9, 77.9]
+    assert rate_point(12.5).label == "r12.5" and rate_point(1 / 3).rate == 0.3333
+    assert rate_point(12345.6).label == "r12350" and rate_point(38.75).label == "r38.75"
+    assert parse_list("8, 2,4,2", "--points", integer=True) == [2, 4, 8]
+    with pytest.raises(ValueError, match="--points: 'x' is not a whole number"):
+        parse_list("1,x", "--points", integer=True)
+
+
+def test_bad_input_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    prof = _profile(tmp_path / "p.yaml")
+    base = ["sweep", "--profile", str(prof), "--out", str(tmp_path / "s")]
+    for extra, message in (
+        (["--ladder", "search"], "neither --slo nor"),
+        (["--ladder", "rate", "--no-offline"], "needs --max"),
+        (["--points", "1,two"], "'two' is not a whole number"),
+        (["--min", "2.5"], "a concurrency level is a whole number"),
+        (["--tolerance", "0.1"], "apply to --ladder search only"),
+    ):
+        assert main([*base, *extra]) == 2
+        err = capsys.readouterr().err
+        assert message in err and err.startswith("loadtest: error:") and err.count("\n") == 1, err
+    assert not (tmp_path / "s" / "points").exists()
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "sweep.json").write_text('{"kind": "run"}')
+    with pytest.raises(SweepFormatError, match="'kind' is not 'sweep'"):
+        load_sweep(tmp_path / "bad")
+    assert main(["report", str(tmp_path / "bad")]) == 2
+    assert "'kind' is not 'sweep'" in capsys.readouterr().err
