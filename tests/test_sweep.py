@@ -401,7 +401,7 @@ def test_ladders_and_labels() -> None:
     assert concurrency_ladder(lo=4, hi=100) == [4, 8, 16, 32, 64, 100]
     assert concurrency_ladder(lo=1, hi=1000, steps=4) == [1, 10, 100, 1000]
     assert rate_ladder(16.0) == [2.0, 4.0, 6.0, 8.0, 10.0, 12.0, 14.0, 16.0]
-    assert rate_ladder(77.93, steps=3) == [26.0, 51.9, 77.9]
+    assert rate_ladder(77.93, steps=3) == [26.0, 52.0, 77.9]
     assert rate_point(12.5).label == "r12.5" and rate_point(1 / 3).rate == 0.3333
     assert rate_point(12345.6).label == "r12350" and rate_point(38.75).label == "r38.75"
     assert parse_list("8, 2,4,2", "--points", integer=True) == [2, 4, 8]

@@ -59,7 +59,6 @@ class SweepPlan:
     seed: int
     fingerprint: str
     slo: dict[str, float | None]
-    has_slos: bool
     concurrency: list[int]
     rates: list[float]
     offline: bool
@@ -160,7 +159,6 @@ def _plan(args: argparse.Namespace) -> SweepPlan:
         seed=seed,
         fingerprint=prepared.workload.fingerprint(),
         slo={s.key: getattr(s, "limit_ms", getattr(s, "limit", None)) for s in slos},
-        has_slos=bool(slos),
         concurrency=concurrency,
         rates=rates,
         offline=offline,
@@ -172,7 +170,7 @@ def _plan(args: argparse.Namespace) -> SweepPlan:
     )
 
 
-def _describe(plan: SweepPlan, args: argparse.Namespace) -> str:
+def _describe(plan: SweepPlan) -> str:
     off = f" + offline (c{plan.offline_concurrency})" if plan.offline else ""
     if plan.mode == "concurrency":
         return f"concurrency ladder {', '.join(map(str, plan.concurrency))}{off}"
@@ -212,9 +210,12 @@ def _execute(plan: SweepPlan, args: argparse.Namespace, sweep: Sweep) -> Bisecti
             hi = float(rps)
     if sweep.halted:
         return None
-    assert hi is not None or plan.rates
     if mode == "rate":
-        rates = plan.rates or rate_ladder(hi, args.min, args.steps)  # type: ignore[arg-type]
+        try:
+            rates = plan.rates or rate_ladder(float(hi or 0.0), args.min, args.steps)
+        except ValueError as e:  # --min above the measured capacity
+            sweep.stopped_because = str(e)
+            return None
         loads = list({p.label: p for p in map(rate_point, rates)}.values())
         sweep.ladder(loads, plan.stop_at_saturation)
         return None
@@ -306,8 +307,9 @@ def run_sweep(args: argparse.Namespace) -> int:
     except (ProfileError, UsageError) as e:
         return _fail(str(e), EXIT_USAGE)
     print(
-        f"sweep {plan.profile.name}: {_describe(plan, args)}; {plan.point_duration_s:g}s per point; "
-        f"writing {plan.out}/"
+        f"sweep {plan.profile.name}: {_describe(plan)}; {plan.point_duration_s:g}s per point; "
+        f"writing {plan.out}/",
+        flush=True,
     )
     runner = PointRunner(plan.out, [])
     restore = runner.install_signal_handlers()
@@ -321,7 +323,7 @@ def run_sweep(args: argparse.Namespace) -> int:
             except EngineStartError as e:
                 return _fail(str(e), EXIT_USAGE if e.usage else EXIT_COULD_NOT_RUN)
             runner.run_args = [*plan.run_args, "--host", endpoint["url"]]
-            sweep = Sweep(runner)
+            sweep = Sweep(runner, echo=lambda line: print(line, flush=True))
             bisection = _execute(plan, args, sweep)
     finally:
         restore()

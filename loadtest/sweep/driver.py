@@ -40,7 +40,11 @@ class Sweep:
         self.stopped_because: str | None = None
 
     def _run(self, point: LoadPoint) -> dict[str, Any]:
-        entry = self.runner.run(len(self.points), point)
+        index = len(self.points)
+        c = point.concurrency
+        load = f"{c} stream{'s' if c != 1 else ''}" if c is not None else f"{point.rate:g} req/s"
+        self.echo(f"  {index:>2} {point.label:<9} running ({load}; live log {point.folder(index)}/run.log)")
+        entry = self.runner.run(index, point)
         self.points.append(entry)
         self.echo(point_line(entry))
         if self.runner.interrupted:

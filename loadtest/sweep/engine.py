@@ -54,5 +54,8 @@ def start_engine(
     except (RuntimeError, ValueError) as e:
         raise EngineStartError(f"embedded engine did not start: {e}", usage=False) from e
     gpus = f"{tp}×{gpu}" if tp > 1 else gpu
-    print(f"embedded engine: {model} on {gpus} (speed-up {args.engine_speedup:g}x) at {sim.base_url}")
+    print(
+        f"embedded engine: {model} on {gpus} (speed-up {args.engine_speedup:g}x) at {sim.base_url}",
+        flush=True,
+    )
     return {"url": sim.base_url, "embedded": True, "engine": sim.stats().get("config")}
