@@ -3,13 +3,8 @@ real runs against the embedded engine, rendered in headless chromium."""
 
 from __future__ import annotations
 
-import asyncio
-import base64
-import itertools
 import json
-import os
 import random
-import re
 import shutil
 import signal
 import subprocess
@@ -17,7 +12,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pandas as pd
 import plotly.offline
 import pytest
@@ -31,10 +25,9 @@ from loadtest.report import format_summary, render_run_report
 from loadtest.report.charts import CDF_TITLE
 from loadtest.report.fmt import fmt_ms
 from loadtest.results.mlperf_summary import SUMMARY_NAME
+from tests.browser import ARTIFACTS, CHROMIUM, open_in_chromium
 from tests.conftest import CLI, read_lines, run_cli
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-ARTIFACTS = Path(__file__).parent / "artifacts"
 EPOCH = 1_795_000_000.0
 FINGERPRINT = "ab12cd34" * 8
 
@@ -476,137 +469,16 @@ def test_telemetry_drawn_when_present(telemetry_run: Path, mix_run: Path) -> Non
     assert ('id="telemetry-section"' in (mix_run / "report.html").read_text()) == ("telemetry" in real)
 
 
-# ---- headless chromium over the DevTools protocol ----
-
-
-async def _devtools(ws_url: str, url: str, shot: Path) -> dict[str, Any]:
-    """Open ``url`` in a new tab; collect network requests, console messages and errors; screenshot."""
-    seen: dict[str, Any] = {"requests": [], "console": [], "errors": []}
-    loop = asyncio.get_running_loop()
-    pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
-    loaded: asyncio.Future[bool] = loop.create_future()
-    ids = itertools.count(1)
-    async with aiohttp.ClientSession() as http, http.ws_connect(ws_url, max_msg_size=0) as ws:
-
-        async def read() -> None:
-            async for msg in ws:
-                data = json.loads(msg.data)
-                if data.get("id") in pending:
-                    pending.pop(data["id"]).set_result(data)
-                    continue
-                method, p = data.get("method"), data.get("params", {})
-                if method == "Network.requestWillBeSent":
-                    seen["requests"].append(p["request"]["url"])
-                elif method == "Runtime.consoleAPICalled":
-                    texts = [str(a.get("value", a.get("description", ""))) for a in p.get("args", [])]
-                    seen["console"].append((p["type"], " ".join(texts)))
-                elif method == "Runtime.exceptionThrown":
-                    seen["errors"].append(p["exceptionDetails"].get("text", "exception"))
-                elif method == "Log.entryAdded" and p["entry"]["level"] == "error":
-                    seen["errors"].append(p["entry"]["text"])
-                elif method == "Page.loadEventFired" and not loaded.done():
-                    loaded.set_result(True)
-
-        reader = asyncio.create_task(read())
-
-        async def call(method: str, params: dict[str, Any] | None = None, sid: str | None = None) -> Any:
-            key = next(ids)
-            pending[key] = loop.create_future()
-            msg: dict[str, Any] = {"id": key, "method": method, "params": params or {}}
-            if sid:
-                msg["sessionId"] = sid
-            await ws.send_str(json.dumps(msg))
-            res = await asyncio.wait_for(pending[key], 60)
-            assert "error" not in res, (method, res["error"])
-            return res.get("result", {})
-
-        async def evaluate(expr: str, sid: str) -> Any:
-            r = await call("Runtime.evaluate", {"expression": expr, "returnByValue": True}, sid)
-            return r["result"].get("value")
-
-        target = (await call("Target.createTarget", {"url": "about:blank"}))["targetId"]
-        sid = (await call("Target.attachToTarget", {"targetId": target, "flatten": True}))["sessionId"]
-        for domain in ("Page", "Runtime", "Log", "Network"):
-            await call(f"{domain}.enable", sid=sid)
-        metrics = {"width": 1200, "height": 900, "deviceScaleFactor": 1, "mobile": False}
-        await call("Emulation.setDeviceMetricsOverride", metrics, sid)
-        await call("Page.navigate", {"url": url}, sid)
-        await asyncio.wait_for(loaded, 60)
-        want = await evaluate("document.querySelectorAll('figure.chart .plotly-graph-div').length", sid)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            drawn = await evaluate("document.querySelectorAll('.js-plotly-plot .main-svg').length", sid)
-            if drawn and drawn >= want:
-                break
-            await asyncio.sleep(0.2)
-        seen["figures"] = want
-        seen["plots"] = await evaluate(
-            "document.querySelectorAll('figure.chart .js-plotly-plot').length", sid
-        )
-        seen["traces"] = await evaluate(
-            "Array.from(document.querySelectorAll('.js-plotly-plot')).map(g => g.data.length)", sid
-        )
-        height = min(int(await evaluate("document.documentElement.scrollHeight", sid)), 16000)
-        await call("Emulation.setDeviceMetricsOverride", {**metrics, "height": height}, sid)
-        await asyncio.sleep(0.5)
-        png = await call("Page.captureScreenshot", {"format": "png"}, sid)
-        shot.write_bytes(base64.b64decode(png["data"]))
-        await call("Browser.close")
-        reader.cancel()
-    return seen
-
-
-def open_in_chromium(page: Path, shot: Path, profile_dir: Path) -> dict[str, Any]:
-    """Load a local page in headless chromium (the flags test_webui uses) and report what happened."""
-    assert CHROMIUM is not None
-    proc = subprocess.Popen(
-        [
-            CHROMIUM,
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-dev-shm-usage",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--no-first-run",
-            f"--user-data-dir={profile_dir}",
-            "--remote-debugging-port=0",
-            "about:blank",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        assert proc.stderr is not None
-        ws_url = None
-        for line in proc.stderr:
-            m = re.search(r"DevTools listening on (ws://\S+)", line)
-            if m:
-                ws_url = m.group(1)
-                break
-        assert ws_url, "chromium did not open its DevTools port"
-        seen = asyncio.run(_devtools(ws_url, page.resolve().as_uri(), shot))
-        proc.wait(timeout=30)
-        return seen
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)  # chromium and its helper processes (own session)
-            proc.wait(timeout=30)
-
-
 @pytest.mark.skipif(CHROMIUM is None, reason="needs a headless chromium")
 def test_report_renders_in_headless_chromium(telemetry_run: Path, tmp_path: Path) -> None:
     page = telemetry_run / "report.html"
-    ARTIFACTS.mkdir(exist_ok=True)
-    shot = ARTIFACTS / "run-report.png"
-    seen = open_in_chromium(page, shot, tmp_path / "chromium")
-    assert seen["requests"] == [page.resolve().as_uri()]  # nothing fetched beyond the file itself
-    assert not seen["errors"]
-    assert not [c for c in seen["console"] if c[0] in ("error", "warning", "assert")]
     html = page.read_text()
-    assert seen["figures"] == seen["plots"] == html.count("Plotly.newPlot(") == 10
+    charts = html.count("Plotly.newPlot(")
+    assert charts == 10
+    shot = ARTIFACTS / "run-report.png"
+    seen = open_in_chromium(page, shot, tmp_path / "chromium", expect_plots=charts)
+    assert [u for u in seen["requests"] if not u.startswith("data:")] == [seen["url"]]  # only the file
+    assert seen["errors"] == [], seen["errors"]
+    assert seen["plots"] == charts
     assert all(n >= 1 for n in seen["traces"])
     assert shot.stat().st_size > 50_000 and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -21,8 +21,8 @@ from loadtest.sweep import SweepFormatError, load_sweep
 from loadtest.sweep.analysis import best_under_slo, knee, pareto_front, saturation
 from loadtest.sweep.ladder import concurrency_ladder, parse_list, rate_ladder, rate_point
 from loadtest.sweep.search import Bisection
+from tests.browser import ARTIFACTS, CHROMIUM, open_in_chromium
 from tests.conftest import CLI, run_cli, write_profile
-from tests.test_compare import ARTIFACTS, CHROMIUM, _open_in_chromium
 
 # The engine of every sweep here: a mixture-of-experts model whose decode step grows with the batch (more
 # experts touched), and a running-batch limit of 4, so throughput saturates at 4 streams.
@@ -244,7 +244,7 @@ def test_sweep_report_in_headless_chromium(
             assert f'href="{p["dir"]}/report.html"' in html
     assert "@media print" in html
     shot = ARTIFACTS / "sweep.png"
-    page = _open_in_chromium(out / "sweep.html", shot, tmp_path / "chromium", expect_plots=4)
+    page = open_in_chromium(out / "sweep.html", shot, tmp_path / "chromium", expect_plots=4)
     assert page["errors"] == [], page["errors"]
     assert [u for u in page["requests"] if not u.startswith("data:")] == [page["url"]]
     titles = page["titles"]

@@ -29,8 +29,13 @@ def cost_per_second(price: dict[str, Any], gpus: int | None, out_tps: float, in_
     return None
 
 
+def _sig(x: float) -> float:
+    """Six significant digits: a cost of $0.0346 keeps its precision as well as one of $34.6."""
+    return float(f"{x:.6g}")
+
+
 def _per_m(cost_s: float | None, tps: float) -> float | None:
-    return None if cost_s is None or tps <= 0 else round(cost_s / tps * 1e6, 6)
+    return None if cost_s is None or tps <= 0 else _sig(cost_s / tps * 1e6)
 
 
 def run_economics(run: dict[str, Any]) -> dict[str, Any] | None:
@@ -64,7 +69,7 @@ def run_economics(run: dict[str, Any]) -> dict[str, Any] | None:
     }
     if price:
         cost_s = cost_per_second(price, gpus, out_tps, in_tps)
-        doc["cost_per_hour"] = None if cost_s is None else round(cost_s * 3600.0, 6)
+        doc["cost_per_hour"] = None if cost_s is None else _sig(cost_s * 3600.0)
         doc["cost_per_m_output"] = _per_m(cost_s, out_tps)
         doc["cost_per_m_input"] = _per_m(cost_s, in_tps)
         doc["cost_per_m_blended"] = _per_m(cost_s, total)
