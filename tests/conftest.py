@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +41,34 @@ def run_cli(
 
 def read_lines(paths: list[Path]) -> list[dict[str, Any]]:
     return [json.loads(line) for p in paths for line in p.read_text().splitlines() if line]
+
+
+def interrupt_when(
+    cmd: list[str],
+    ready: Callable[[], bool],
+    sig: signal.Signals = signal.SIGINT,
+    wait_s: float = 90,
+    merge_stderr: bool = False,
+) -> tuple[int, str, str]:
+    """Start ``cmd``, send ``sig`` once ``ready()`` holds, return (exit code, stdout, stderr); never leaks it.
+
+    Waits at most ``wait_s`` for ``ready`` and as long again for the exit; fails if the process ended
+    before the signal. With ``merge_stderr`` the stderr lines are in stdout and stderr is "".
+    """
+    err = subprocess.STDOUT if merge_stderr else subprocess.PIPE
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True)
+    try:
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline and proc.poll() is None and not ready():
+            time.sleep(0.1)
+        assert proc.poll() is None, "ended before the signal:\n" + "\n".join(filter(None, proc.communicate()))
+        proc.send_signal(sig)
+        stdout, stderr = proc.communicate(timeout=wait_s)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return proc.returncode, stdout, stderr or ""
 
 
 @pytest.fixture

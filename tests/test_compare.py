@@ -15,6 +15,7 @@ from tokenizers import decoders, models, pre_tokenizers, trainers
 
 from loadtest.cli.main import main
 from loadtest.compare import stats
+from loadtest.sweep.model import point_entry
 from tests.browser import ARTIFACTS, CHROMIUM, open_in_chromium
 from tests.conftest import CLI, run_cli, write_profile
 
@@ -58,31 +59,13 @@ def _verbose_tokenizer(path: Path) -> Path:
 
 
 def _point(i: int, conc: int, run_dir: Path, root: Path) -> dict[str, Any]:
+    """The sweep.json entry `loadtest sweep` writes for a point run in ``run_dir``."""
     run = json.loads((run_dir / "run.json").read_text())
-    m = run["metrics"]
-    lat, thr = m["latency_ms"], m["throughput"]
-    return {
-        "index": i,
-        "label": f"c={conc}",
-        "concurrency": conc,
-        "rate": None,
-        "dir": str(run_dir.relative_to(root)),
-        "status": run["status"],
-        "exit_code": run["verdict"]["exit_code"],
-        "verdict": run["verdict"]["status"],
-        "output_tps": thr["output_tokens_per_s"],
-        "requests_per_s": thr["requests_per_s"],
-        "tps_per_user": thr["tps_per_user"],
-        "ttft_p50_ms": lat["ttft"]["p50"],
-        "ttft_p90_ms": lat["ttft"]["p90"],
-        "ttft_p99_ms": lat["ttft"]["p99"],
-        "tpot_p50_ms": lat["tpot"]["p50"],
-        "tpot_p90_ms": lat["tpot"]["p90"],
-        "e2e_p90_ms": lat["e2e"]["p90"],
-        "goodput_rps": None,
-        "slo_attainment": None,
-        "error_rate": m["requests"]["error_rate"],
-    }
+    rel = str(run_dir.relative_to(root))
+    exit_code = run["verdict"]["exit_code"]
+    return point_entry(
+        i, f"c={conc}", conc, None, rel_dir=rel, status=run["status"], exit_code=exit_code, run=run
+    )
 
 
 def _write_sweep(root: Path, points: list[tuple[int, Path]], knee: int | None, best: int | None) -> Path:

@@ -6,9 +6,6 @@ from __future__ import annotations
 import json
 import random
 import shutil
-import signal
-import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +23,7 @@ from loadtest.report.charts import CDF_TITLE
 from loadtest.report.fmt import fmt_ms
 from loadtest.results.mlperf_summary import SUMMARY_NAME
 from tests.browser import ARTIFACTS, CHROMIUM, open_in_chromium
-from tests.conftest import CLI, read_lines, run_cli
+from tests.conftest import CLI, interrupt_when, read_lines, run_cli
 
 EPOCH = 1_795_000_000.0
 FINGERPRINT = "ab12cd34" * 8
@@ -399,26 +396,12 @@ def test_rebuild_from_a_log_cut_mid_line(mix_run: Path, tmp_path: Path) -> None:
 def test_interrupted_run_says_so_in_its_verdict(tmp_path: Path) -> None:
     prof = _mix_profile(tmp_path / "p.yaml", duration_s=60)
     out = tmp_path / "out"
-    proc = subprocess.Popen(
+    log = out / "records.jsonl"
+    code, _, stderr = interrupt_when(
         CLI + ["run", "--profile", str(prof), "--out", str(out), "--engine-speedup", "2"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+        lambda: log.exists() and log.read_bytes().count(b"\n") >= 20,
     )
-    try:
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline:
-            log = out / "records.jsonl"
-            if log.exists() and log.read_bytes().count(b"\n") >= 20:
-                break
-            time.sleep(0.2)
-        proc.send_signal(signal.SIGINT)
-        _, stderr = proc.communicate(timeout=90)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode == 130, stderr
+    assert code == 130, stderr
     html = (out / "report.html").read_text()
     verdict = _section(html, "verdict")
     assert "INTERRUPTED · " in verdict

@@ -6,13 +6,12 @@ import json
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from loadtest.sim import SimProcess
-from tests.conftest import CLI, read_lines, run_cli, write_profile
+from tests.conftest import CLI, interrupt_when, read_lines, run_cli, write_profile
 
 
 def _check_run_matches_engine(out: Path, stats: dict, record_glob: str) -> dict:
@@ -113,27 +112,14 @@ def test_signal_ends_run_cleanly_with_results(
         tmp_path / "p.yaml", output_tokens={"dist": "uniform", "min": 100, "max": 800}, duration_s=60
     )
     out = tmp_path / "out"
-    proc = subprocess.Popen(
+    # Signal once some requests have finished, so there is something to keep.
+    rc, stdout, stderr = interrupt_when(
         CLI + ["run", "--profile", str(prof), "--processes", str(procs), "--out", str(out)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+        lambda: out.exists() and len(read_lines(sorted(out.glob("records*.jsonl")))) >= 4,
+        sig,
+        wait_s=60,
     )
-    try:
-        deadline = time.monotonic() + 60
-        # Wait until some requests have finished, so there is something to keep.
-        while time.monotonic() < deadline:
-            recs = read_lines(sorted(out.glob("records*.jsonl"))) if out.exists() else []
-            if len(recs) >= 4:
-                break
-            time.sleep(0.2)
-        proc.send_signal(sig)
-        stdout, stderr = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode == code, stderr
+    assert rc == code, stderr
     assert "Traceback" not in stderr
     run = json.loads((out / "run.json").read_text())
     assert run["status"] == "interrupted" and run["interrupted_reason"] == sig.name

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import json
 import math
-import signal
 import subprocess
-import time
 from math import comb
 from pathlib import Path
 from typing import Any
@@ -22,7 +20,7 @@ from loadtest.sweep.analysis import best_under_slo, knee, pareto_front, saturati
 from loadtest.sweep.ladder import concurrency_ladder, parse_list, rate_ladder, rate_point
 from loadtest.sweep.search import Bisection
 from tests.browser import ARTIFACTS, CHROMIUM, open_in_chromium
-from tests.conftest import CLI, run_cli, write_profile
+from tests.conftest import CLI, interrupt_when, run_cli, write_profile
 
 # The engine of every sweep here: a mixture-of-experts model whose decode step grows with the batch (more
 # experts touched), and a running-batch limit of 4, so throughput saturates at 4 streams.
@@ -314,22 +312,13 @@ def test_ctrl_c_keeps_finished_points_and_marks_the_sweep_interrupted(
     out = tmp_path / "rates"
     cmd = CLI + ["sweep", "--profile", str(prof), "--host", engine.base_url, "--ladder", "rate"]
     cmd += ["--points", "10,20,30", "--point-duration", "2", "--out", str(out)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        second = out / "points" / "01-r20" / "records.jsonl"
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline and proc.poll() is None:
-            if second.is_file() and second.stat().st_size > 0:  # the second point is under way
-                break
-            time.sleep(0.1)
-        assert proc.poll() is None, proc.communicate()[0]
-        proc.send_signal(signal.SIGINT)
-        text, _ = proc.communicate(timeout=90)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode == 130, text
+    second = out / "points" / "01-r20" / "records.jsonl"
+    code, text, _ = interrupt_when(
+        cmd,
+        lambda: second.is_file() and second.stat().st_size > 0,  # the second point is under way
+        merge_stderr=True,
+    )
+    assert code == 130, text
     doc = load_sweep(out)
     assert doc["status"] == "interrupted" and doc["interrupted_reason"] == "SIGINT"
     first, cut, rest = doc["points"]

@@ -7,8 +7,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from loadtest.compare.sweep_json import SweepDoc, SweepFileError, SweepPoint, is_sweep_dir, read_sweep
+from loadtest.compare.sweep_json import SweepDoc, SweepPoint, is_sweep_dir, read_sweep
 from loadtest.results.record_log import record_files
+from loadtest.sweep.model import SweepFormatError
 
 
 class CompareError(ValueError):
@@ -74,7 +75,7 @@ def load_side(path: Path, name: str | None = None) -> Side:
     if is_sweep_dir(path):
         try:
             sweep = read_sweep(path)
-        except SweepFileError as e:
+        except SweepFormatError as e:
             raise CompareError(str(e)) from None
         point, why = _representative(sweep)
         side = Side(name or path.resolve().name, path, point.dir, read_run_json(point.dir), sweep, point, why)

@@ -60,6 +60,30 @@ def _rank_pos(cum: np.ndarray, q: float) -> np.ndarray:
     return (cum < k[:, None]).sum(axis=1)
 
 
+def _draw_counts(n: int, b: int, rng: np.random.Generator) -> np.ndarray:
+    """How often each of ``n`` items is drawn in each of ``b`` resamples with replacement (b × n)."""
+    draws = rng.integers(0, n, size=(b, n)) + (np.arange(b) * n)[:, None]
+    return np.bincount(draws.ravel(), minlength=b * n).reshape(b, n)
+
+
+def _bootstrap_percentiles(
+    xs: np.ndarray, qs: tuple[float, ...], batch: int, cum_weights: Callable[[int], np.ndarray]
+) -> dict[float, Estimate]:
+    """Nearest-rank percentiles of sorted ``xs``; ``cum_weights(b)`` gives b resamples' cumulative weights."""
+    n = xs.size
+    reps = np.empty((REPLICATES, len(qs)))
+    for b0 in range(0, REPLICATES, batch):
+        b = min(batch, REPLICATES - b0)
+        cum = cum_weights(b)
+        for j, q in enumerate(qs):
+            reps[b0 : b0 + b, j] = xs[np.minimum(_rank_pos(cum, q), n - 1)]
+    out = {}
+    for j, q in enumerate(qs):
+        point = xs[min(max(int(np.ceil(q / 100.0 * n)), 1), n) - 1]
+        out[q] = Estimate(float(point), reps[:, j])
+    return out
+
+
 def percentiles(
     x: np.ndarray, qs: tuple[float, ...], rng: np.random.Generator
 ) -> dict[float, Estimate] | None:
@@ -68,19 +92,9 @@ def percentiles(
     n = xs.size
     if n == 0:
         return None
-    reps = np.empty((REPLICATES, len(qs)))
-    batch = max(1, _CELLS // n)
-    for b0 in range(0, REPLICATES, batch):
-        b = min(batch, REPLICATES - b0)
-        draws = rng.integers(0, n, size=(b, n)) + (np.arange(b) * n)[:, None]
-        cum = np.bincount(draws.ravel(), minlength=b * n).reshape(b, n).cumsum(axis=1)
-        for j, q in enumerate(qs):
-            reps[b0 : b0 + b, j] = xs[np.minimum(_rank_pos(cum, q), n - 1)]
-    out = {}
-    for j, q in enumerate(qs):
-        point = xs[min(max(int(np.ceil(q / 100.0 * n)), 1), n) - 1]
-        out[q] = Estimate(float(point), reps[:, j])
-    return out
+    return _bootstrap_percentiles(
+        xs, qs, max(1, _CELLS // n), lambda b: _draw_counts(n, b, rng).cumsum(axis=1)
+    )
 
 
 def clustered_percentiles(
@@ -91,21 +105,12 @@ def clustered_percentiles(
         return None
     order = np.argsort(x, kind="stable")
     xs, own = x[order], owner[order]
-    g = xs.size
-    reps = np.empty((REPLICATES, len(qs)))
-    batch = max(1, _CELLS // max(g, n_owners))
-    for b0 in range(0, REPLICATES, batch):
-        b = min(batch, REPLICATES - b0)
-        draws = rng.integers(0, n_owners, size=(b, n_owners)) + (np.arange(b) * n_owners)[:, None]
-        w = np.bincount(draws.ravel(), minlength=b * n_owners).reshape(b, n_owners)
-        cum = w[:, own].cumsum(axis=1)
-        for j, q in enumerate(qs):
-            reps[b0 : b0 + b, j] = xs[np.minimum(_rank_pos(cum, q), g - 1)]
-    out = {}
-    for j, q in enumerate(qs):
-        point = xs[min(max(int(np.ceil(q / 100.0 * g)), 1), g) - 1]
-        out[q] = Estimate(float(point), reps[:, j])
-    return out
+    return _bootstrap_percentiles(
+        xs,
+        qs,
+        max(1, _CELLS // max(xs.size, n_owners)),
+        lambda b: _draw_counts(n_owners, b, rng)[:, own].cumsum(axis=1),
+    )
 
 
 def batches_for(duration_s: float) -> int:

@@ -1,31 +1,12 @@
-"""A small reader of a sweep folder's ``sweep.json`` (the sweep folder contract, schema_version 1)."""
+"""A sweep folder as compare sees it: sweep.json read by ``load_sweep``, each point with its run folder."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-SWEEP_FILE = "sweep.json"
-POINT_KEYS = (
-    "output_tps",
-    "requests_per_s",
-    "tps_per_user",
-    "ttft_p50_ms",
-    "ttft_p90_ms",
-    "ttft_p99_ms",
-    "tpot_p50_ms",
-    "tpot_p90_ms",
-    "e2e_p90_ms",
-    "goodput_rps",
-    "slo_attainment",
-    "error_rate",
-)
-
-
-class SweepFileError(ValueError):
-    """sweep.json is missing, unreadable or does not follow the contract."""
+from loadtest.sweep.model import FIGURE_KEYS, SWEEP_FILE, SweepFormatError, load_sweep
 
 
 @dataclass(frozen=True)
@@ -76,23 +57,15 @@ def is_sweep_dir(path: Path) -> bool:
 
 
 def read_sweep(folder: Path) -> SweepDoc:
-    """Read ``folder/sweep.json``; errors name the file and the field."""
+    """``folder/sweep.json`` checked by ``load_sweep``, plus what compare needs: points, each with a ``dir``."""
+    doc = load_sweep(folder)
     path = folder / SWEEP_FILE
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise SweepFileError(f"{path}: cannot read it as JSON ({e})") from None
-    if not isinstance(doc, dict) or doc.get("kind", "sweep") != "sweep":
-        raise SweepFileError(f"{path}: not a sweep document (expected an object with kind: sweep)")
-    if doc.get("schema_version", 1) != 1:
-        raise SweepFileError(f"{path}: schema_version {doc.get('schema_version')!r} is not supported (1 is)")
-    raw_points = doc.get("points")
-    if not isinstance(raw_points, list) or not raw_points:
-        raise SweepFileError(f"{path}: field 'points' must be a non-empty list")
+    if not doc["points"]:
+        raise SweepFormatError(f"{path}: field 'points' must be a non-empty list")
     points = []
-    for i, p in enumerate(raw_points):
-        if not isinstance(p, dict) or not isinstance(p.get("dir"), str):
-            raise SweepFileError(f"{path}: points[{i}] needs a 'dir' (the point's run folder, relative)")
+    for i, p in enumerate(doc["points"]):
+        if not isinstance(p.get("dir"), str):
+            raise SweepFormatError(f"{path}: points[{i}] needs a 'dir' (the point's run folder, relative)")
         points.append(
             SweepPoint(
                 index=_index(p.get("index")) if _index(p.get("index")) is not None else i,
@@ -102,7 +75,7 @@ def read_sweep(folder: Path) -> SweepDoc:
                 dir=(folder / p["dir"]).resolve(),
                 status=p.get("status"),
                 verdict=p.get("verdict"),
-                values={k: _num(p.get(k)) for k in POINT_KEYS},
+                values={k: _num(p.get(k)) for k in FIGURE_KEYS},
             )
         )
     return SweepDoc(

@@ -7,21 +7,14 @@ from pathlib import Path
 from typing import Any
 
 from loadtest.economics.cost import run_economics
-
-
-def _run_json(folder: Path) -> dict[str, Any] | None:
-    try:
-        doc = json.loads((folder / "run.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return doc if isinstance(doc, dict) else None
+from loadtest.sweep.model import read_run_json
 
 
 def point_economics(sweep: dict[str, Any], root: Path) -> list[dict[str, Any] | None]:
     """Per point of a sweep.json (``dir`` relative to ``root``): its run's economics, or None."""
     out: list[dict[str, Any] | None] = []
     for p in sweep.get("points") or []:
-        run = _run_json(root / str(p.get("dir") or "")) if p.get("dir") else None
+        run = read_run_json(root / str(p.get("dir") or "")) if p.get("dir") else None
         out.append(run_economics(run) if run else None)
     return out
 

@@ -34,15 +34,25 @@ def plotly_js() -> str:
     return _URL_ATTR.sub(r"\1= \2", plotly.offline.get_plotlyjs())
 
 
-def _layout(fig: go.Figure, title: str, height: int = 420) -> None:
+def layout(
+    fig: go.Figure,
+    title: str,
+    height: int = 420,
+    margin: dict[str, int] | None = None,
+    hovermode: str | None = "x unified",
+) -> None:
+    """The reports' figure layout: title on the left, white template, legend above on the right.
+
+    ``margin`` defaults to 60 px (50 at the bottom); ``hovermode`` None leaves plotly's default.
+    """
     fig.update_layout(
         title={"text": title, "x": 0.0, "xanchor": "left"},
         template="plotly_white",
         height=height,
         autosize=True,
-        margin={"l": 60, "r": 60, "t": 60, "b": 50},
+        margin=margin or {"l": 60, "r": 60, "t": 60, "b": 50},
         legend={"orientation": "h", "yanchor": "bottom", "y": 1.0, "xanchor": "right", "x": 1.0},
-        hovermode="x unified",
+        **({"hovermode": hovermode} if hovermode else {}),
     )
 
 
@@ -89,7 +99,7 @@ def latency_cdf_figure(histograms: dict[str, str]) -> go.Figure | None:
         )
     if not fig.data:
         return None
-    _layout(fig, CDF_TITLE)
+    layout(fig, CDF_TITLE)
     fig.update_layout(hovermode="closest")
     fig.update_xaxes(type="log", title_text="latency (ms, log scale)")
     fig.update_yaxes(range=[0, 1.02], title_text="fraction of requests / gaps ≤ latency")
@@ -124,7 +134,7 @@ def throughput_figure(series: dict[str, list[Any]]) -> go.Figure | None:
         go.Scatter(x=x, y=_filled(series, "errors", n), name="errors/s", mode="lines", line={"dash": "dot"}),
         secondary_y=True,
     )
-    _layout(fig, THROUGHPUT_TITLE)
+    layout(fig, THROUGHPUT_TITLE)
     fig.update_xaxes(title_text="time since start (s)")
     fig.update_yaxes(title_text="output tokens/s", rangemode="tozero", secondary_y=False)
     fig.update_yaxes(
@@ -155,7 +165,7 @@ def log_throughput_figure(series: dict[str, list[Any]], width_s: float, title: s
         go.Scatter(x=x, y=series["requests_per_s"], name="successful requests/s", mode="lines"),
         secondary_y=True,
     )
-    _layout(fig, title)
+    layout(fig, title)
     fig.update_xaxes(title_text=x_title(width_s))
     fig.update_yaxes(title_text="output tokens/s", rangemode="tozero", secondary_y=False)
     fig.update_yaxes(title_text="requests/s", rangemode="tozero", showgrid=False, secondary_y=True)
@@ -186,7 +196,7 @@ def lines_figure(
                 hovertemplate=f"%{{y:.4g}}{(' ' + unit) if unit else ''}",
             )
         )
-    _layout(fig, title)
+    layout(fig, title)
     fig.update_xaxes(title_text=x_label)
     fig.update_yaxes(title_text=y_title, type="log" if log_y else "linear", rangemode="tozero")
     return fig
@@ -213,7 +223,7 @@ def errors_figure(
                 hovertemplate="%{y:.3g} requests/s",
             )
         )
-    _layout(fig, title)
+    layout(fig, title)
     fig.update_layout(barmode="stack", bargap=0)
     fig.update_xaxes(title_text=x_title(width_s))
     fig.update_yaxes(title_text="requests/s ending in this class", rangemode="tozero")
@@ -266,7 +276,7 @@ def lengths_figure(
         fig.update_yaxes(
             title_text="fraction of requests", tickformat=".0%", rangemode="tozero", row=1, col=col
         )
-    _layout(fig, title)
+    layout(fig, title)
     fig.update_layout(hovermode="closest", legend={"y": -0.25, "yanchor": "top", "x": 0.0, "xanchor": "left"})
     fig.update_layout(margin={"b": 110})
     return fig
@@ -283,7 +293,7 @@ def token_diff_figure(diffs: dict[str, list[int]], labels: list[str], title: str
                 x=labels, y=counts, name=f"{key} tokens", hovertemplate="%{y:,} requests<extra>%{x}</extra>"
             )
         )
-    _layout(fig, title)
+    layout(fig, title)
     fig.update_layout(barmode="group", hovermode="closest")
     fig.update_xaxes(title_text="server usage − client tokenizer (tokens per request)", type="category")
     fig.update_yaxes(title_text="requests (log scale)", type="log")
@@ -350,7 +360,7 @@ def telemetry_figure(tel: dict[str, Any], title: str) -> go.Figure | None:
             )
         fig.update_yaxes(title_text=unit, rangemode="tozero", row=row, col=1)
     fig.update_xaxes(title_text="time since the run started (s)", row=len(panels), col=1)
-    _layout(fig, title, height=240 * len(panels) + 120)
+    layout(fig, title, height=240 * len(panels) + 120)
     fig.update_layout(legend={"y": -0.04, "yanchor": "top", "x": 0.0, "xanchor": "left"}, margin={"b": 120})
     return fig
 

@@ -6,7 +6,6 @@ import os
 from pathlib import Path
 from typing import Any
 
-import jinja2
 import plotly.graph_objects as go
 from hdrh.histogram import HdrHistogram
 from markupsafe import Markup
@@ -15,7 +14,7 @@ from loadtest.compare.inputs import Side
 from loadtest.metrics import hdr
 from loadtest.report import charts
 from loadtest.report.fmt import NA, fmt_ms, fmt_num, short_hash
-from loadtest.report.run_report import VERDICT_LABELS
+from loadtest.report.run_report import VERDICT_LABELS, template_env
 
 TEMPLATE = "compare.html.j2"
 # One colour per compared input, the same in every chart.
@@ -38,14 +37,7 @@ def _colour(i: int) -> str:
 
 
 def _layout(fig: go.Figure, title: str, height: int = 420) -> None:
-    fig.update_layout(
-        title={"text": title, "x": 0.0, "xanchor": "left"},
-        template="plotly_white",
-        height=height,
-        autosize=True,
-        margin={"l": 60, "r": 30, "t": 60, "b": 50},
-        legend={"orientation": "h", "yanchor": "bottom", "y": 1.0, "xanchor": "right", "x": 1.0},
-    )
+    charts.layout(fig, title, height, margin={"l": 60, "r": 30, "t": 60, "b": 50}, hovermode=None)
 
 
 def _cdf(enc: str | None) -> list[tuple[float, float]]:
@@ -222,16 +214,6 @@ def _cards(doc: dict[str, Any], out_dir: Path) -> list[dict[str, Any]]:
     return cards
 
 
-def _env() -> jinja2.Environment:
-    return jinja2.Environment(
-        loader=jinja2.FileSystemLoader(Path(__file__).parent / "templates"),
-        autoescape=jinja2.select_autoescape(["html", "j2"], default=True),
-        undefined=jinja2.StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-    )
-
-
 def render_compare_html(doc: dict[str, Any], sides: list[Side], out_dir: Path) -> str:
     """The comparison page for a comparison document and its inputs (for the histograms)."""
     figures: list[dict[str, Any]] = []
@@ -265,7 +247,7 @@ def render_compare_html(doc: dict[str, Any], sides: list[Side], out_dir: Path) -
         f["html"] = Markup(charts.figure_html(f["fig"]))
     base = doc["sides"][doc["baseline"]]["name"]
     return (
-        _env()
+        template_env()
         .get_template(TEMPLATE)
         .render(
             doc=doc,

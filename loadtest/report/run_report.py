@@ -29,14 +29,19 @@ _LATENCY_COLS: tuple[tuple[str, str], ...] = (
 )
 
 
-def _env() -> jinja2.Environment:
-    env = jinja2.Environment(
+def template_env() -> jinja2.Environment:
+    """The jinja2 environment of the report templates: autoescaped, strict, trimmed blocks."""
+    return jinja2.Environment(
         loader=jinja2.FileSystemLoader(Path(__file__).parent / "templates"),
         autoescape=jinja2.select_autoescape(["html", "j2"], default=True),
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
     )
+
+
+def _env() -> jinja2.Environment:
+    env = template_env()
     env.filters.update(ms=fmt_ms, num=fmt_num, int=fmt_int, pct=fmt_pct)
     return env
 

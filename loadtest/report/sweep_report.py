@@ -5,13 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import jinja2
 from markupsafe import Markup
 
 from loadtest.economics.sweep import cost_columns, with_cost_cells
 from loadtest.report import charts
 from loadtest.report.fmt import NA, fmt_ms, fmt_num, fmt_pct, short_hash
-from loadtest.report.run_report import VERDICT_LABELS
+from loadtest.report.run_report import VERDICT_LABELS, template_env
 from loadtest.sweep import charts as sweep_charts
 from loadtest.sweep.model import REPORT_FILE, load_sweep, sweep_root
 
@@ -33,16 +32,6 @@ CAPTIONS = {
     "load": "System output tokens/s (left axis) and tokens/s per user (right axis, dotted) at each load "
     "level; the star marks the knee (docs/sweep.md), the dashed line the offline point's throughput.",
 }
-
-
-def _env() -> jinja2.Environment:
-    return jinja2.Environment(
-        loader=jinja2.FileSystemLoader(Path(__file__).parent / "templates"),
-        autoescape=jinja2.select_autoescape(["html", "j2"], default=True),
-        undefined=jinja2.StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-    )
 
 
 def _load_text(p: dict[str, Any]) -> str:
@@ -158,7 +147,7 @@ def render_html(doc: dict[str, Any], root: Path) -> str:
     ]
     search = doc.get("search")
     return (
-        _env()
+        template_env()
         .get_template(TEMPLATE)
         .render(
             profile=doc.get("profile") or "sweep",

@@ -7,6 +7,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 
+from loadtest.report import charts
 from loadtest.sweep.analysis import ladder_points, measured, pareto_front
 
 PARETO_TITLE = "Pareto curve: system throughput against tokens/s per user"
@@ -24,14 +25,7 @@ BEST_STYLE = {"symbol": "diamond-open", "size": 22, "color": "#1e7b34", "line": 
 
 
 def _layout(fig: go.Figure, title: str, height: int = 440) -> None:
-    fig.update_layout(
-        title={"text": title, "x": 0.0, "xanchor": "left"},
-        template="plotly_white",
-        height=height,
-        autosize=True,
-        margin={"l": 70, "r": 70, "t": 70, "b": 55},
-        legend={"orientation": "h", "yanchor": "bottom", "y": 1.0, "xanchor": "right", "x": 1.0},
-    )
+    charts.layout(fig, title, height, margin={"l": 70, "r": 70, "t": 70, "b": 55}, hovermode=None)
 
 
 def _by_index(points: Sequence[dict[str, Any]], idx: int | None) -> dict[str, Any] | None:
