@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -23,6 +22,7 @@ if str(ROOT) not in sys.path:
 
 from servers.torch_ref.config import ConfigError, ModelConfig, load_config  # noqa: E402
 from servers.torch_ref.engine import Engine  # noqa: E402
+from servers.torch_ref.gpu_check import stop_server  # noqa: E402
 from servers.torch_ref.kv_cache import SlotKVCache  # noqa: E402
 from servers.torch_ref.model import LlamaModel, StepInput  # noqa: E402
 from servers.torch_ref.scheduler import Scheduler, SchedulerConfig, Sequence  # noqa: E402
@@ -251,12 +251,7 @@ def server():
                 time.sleep(0.3)
         yield base
     finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=30)
+        stop_server(proc)
 
 
 def test_openai_client_streams_chat_and_completions(server: str) -> None:

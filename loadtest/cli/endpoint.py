@@ -41,42 +41,21 @@ def open_endpoint(
     then ``GET /v1/models``; raises EndpointSetupError with one line on any problem."""
     host, engine_info = args.host, None
     if not host:
-        from loadtest.sim import SimProcess
-        from loadtest.sim.presets import get_gpu, get_model
+        from loadtest.sweep.engine import EngineStartError, start_engine
 
-        gpu = args.engine_gpu or profile.engine.gpu
-        engine_model = args.engine_model or profile.engine.model
-        tp = args.engine_tp or profile.engine.tp
+        # The same start as a sweep's; run and ui have no --engine-max-num-seqs (the preset's value).
+        engine_args = argparse.Namespace(**{"engine_max_num_seqs": None, **vars(args)})
         try:
-            get_gpu(gpu)
-            get_model(engine_model)
-        except ValueError as e:
-            raise EndpointSetupError(
-                f"embedded engine preset: {e} (--engine-gpu, --engine-model, or the profile's engine)",
-                usage=True,
-            ) from e
-        try:
-            sim = stack.enter_context(
-                SimProcess(
-                    gpu=gpu,
-                    model=engine_model,
-                    tp=tp,
-                    faults=args.engine_faults or profile.engine.faults,
-                    speedup=args.engine_speedup,
-                    seed=seed,
-                    stderr_path=engine_log,
-                )
-            )
-        except (RuntimeError, ValueError) as e:
-            raise EndpointSetupError(f"embedded engine did not start: {e}", usage=False) from e
-        host = sim.base_url
-        engine_info = sim.stats().get("config")
-        gpus = f"{tp}×{gpu}" if tp > 1 else gpu
-        print(f"embedded engine: {engine_model} on {gpus} (speed-up {args.engine_speedup:g}x) at {host}")
+            started = start_engine(stack, engine_args, profile, seed, engine_log)
+        except EngineStartError as e:
+            raise EndpointSetupError(str(e), usage=e.usage) from e
+        host, engine_info = started["url"], started["engine"]
     from loadtest.serve.state import server_info_for
 
     try:
-        server = None if engine_info is not None else server_info_for(host, getattr(args, "server_info", None))
+        server = (
+            None if engine_info is not None else server_info_for(host, getattr(args, "server_info", None))
+        )
     except ValueError as e:
         raise EndpointSetupError(str(e), usage=True) from e
     try:

@@ -132,3 +132,54 @@ def layout_dict(preset: Preset, layout: Layout) -> dict[str, Any]:
 def program(opts: LaunchOptions, default: list[str]) -> list[str]:
     """The program words of a command: ``--executable`` replaces the first one (`vllm`, `python3`...)."""
     return [opts.executable, *default[1:]] if opts.executable else list(default)
+
+
+def plan_fields(
+    engine: str, preset: Preset, layout: Layout, url: str, version_cmd: list[str]
+) -> dict[str, Any]:
+    """The LaunchPlan fields every engine fills alike: engine, preset, model, mode, GPUs, URL, version, layout."""
+    return {
+        "engine": engine,
+        "preset": preset.name,
+        "model": preset.model,
+        "mode": layout.mode,
+        "gpus": layout.gpus,
+        "url": url,
+        "version_cmd": version_cmd,
+        "layout": layout_dict(preset, layout),
+    }
+
+
+def gpu_env(gpus: list[str]) -> dict[str, str]:
+    """The environment addition that gives a process its GPUs."""
+    return {"CUDA_VISIBLE_DEVICES": ",".join(gpus)}
+
+
+def server_proc(
+    argv: list[str], gpus: list[str], port: int, url: str, metrics_path: str = "/metrics"
+) -> ProcSpec:
+    """The one process of an aggregated server: on ``gpus``, health and metrics under ``url``."""
+    return ProcSpec("server", "server", argv, gpu_env(gpus), port, url + "/health", url + metrics_path, gpus)
+
+
+@dataclass(frozen=True)
+class Worker:
+    """One engine instance of a launch, in start order."""
+
+    index: int  # over all instances: prefill ones, then decode ones
+    role: str  # prefill | decode (server: an aggregated instance)
+    name: str  # prefill-0, decode-1: counted per role
+    inst: Instance
+    gpus: list[str]
+
+
+def disagg_workers(layout: Layout, gpu_sets: list[list[str]]) -> list[Worker]:
+    """The prefill instances, then the decode ones, each with its GPU ids (``assign_gpus`` order)."""
+    roles = ["prefill"] * len(layout.prefill) + ["decode"] * len(layout.decode)
+    out = []
+    for i, (role, inst, gpus) in enumerate(
+        zip(roles, [*layout.prefill, *layout.decode], gpu_sets, strict=True)
+    ):
+        n = i if role == "prefill" else i - len(layout.prefill)
+        out.append(Worker(i, role, f"{role}-{n}", inst, gpus))
+    return out

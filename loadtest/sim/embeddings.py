@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import hashlib
-import json
 from typing import Any
 
-from loadtest.sim.protocol import RequestError
+from loadtest.sim.protocol import RequestError, json_body
 from loadtest.workload.tokenizer import Tokenizer
 
 EMBEDDINGS_PATH = "/v1/embeddings"
@@ -15,12 +14,7 @@ DEFAULT_DIMENSIONS = 8
 
 def parse_embeddings_request(raw: bytes, tok: Tokenizer) -> tuple[list[list[int]], str | None, int]:
     """(token ids per input, model, dimensions); RequestError (400) on a malformed body."""
-    try:
-        body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as e:
-        raise RequestError(400, f"request body is not valid JSON: {e}", "invalid_json") from None
-    if not isinstance(body, dict):
-        raise RequestError(400, "request body must be a JSON object", "invalid_json")
+    body = json_body(raw)
     given = body.get("input")
     if isinstance(given, str) and given:
         inputs = [tok.encode(given)]

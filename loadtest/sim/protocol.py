@@ -102,14 +102,20 @@ def _tool_name(body: dict[str, Any]) -> str | None:
     return name if isinstance(name, str) and name else "function"
 
 
-def parse_request(raw: bytes, chat: bool, tok: Tokenizer) -> GenRequest:
-    """Validate a request body; raises RequestError (400) on malformed input."""
+def json_body(raw: bytes) -> dict[str, Any]:
+    """The request body as a JSON object; RequestError (400, invalid_json) when it is not one."""
     try:
         body = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as e:
         raise RequestError(400, f"request body is not valid JSON: {e}", "invalid_json") from None
     if not isinstance(body, dict):
         raise RequestError(400, "request body must be a JSON object", "invalid_json")
+    return body
+
+
+def parse_request(raw: bytes, chat: bool, tok: Tokenizer) -> GenRequest:
+    """Validate a request body; raises RequestError (400) on malformed input."""
+    body = json_body(raw)
     if chat:
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):

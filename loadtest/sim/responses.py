@@ -6,26 +6,25 @@ import json
 import uuid
 from typing import Any
 
-from loadtest.sim.protocol import GenRequest, OutputPlan, RequestError, _chunk, parse_request
+from loadtest.sim.protocol import (
+    GenRequest,
+    OutputPlan,
+    RequestError,
+    _chunk,
+    _dumps,
+    json_body,
+    parse_request,
+)
 from loadtest.workload.text import token_piece
 from loadtest.workload.tokenizer import Tokenizer
 
 RESPONSES_PATH = "/v1/responses"
 
 
-def _dumps(obj: Any) -> str:
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
-
-
 def parse_responses_request(raw: bytes, tok: Tokenizer) -> GenRequest:
     """A Responses API body as the engine sees it: ``input`` (text or messages) as chat messages,
     ``max_output_tokens`` as max_tokens, ``reasoning.effort`` as the reasoning effort."""
-    try:
-        body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as e:
-        raise RequestError(400, f"request body is not valid JSON: {e}", "invalid_json") from None
-    if not isinstance(body, dict):
-        raise RequestError(400, "request body must be a JSON object", "invalid_json")
+    body = json_body(raw)
     given = body.get("input")
     if isinstance(given, str) and given:
         messages: Any = [{"role": "user", "content": given}]

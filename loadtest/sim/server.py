@@ -92,6 +92,16 @@ def _model_ok(config: EngineConfig, requested: str | None) -> bool:
     return r in names or r.rsplit("/", 1)[-1] in names
 
 
+def _admit(st: SimState, request: web.Request, model: str | None) -> Fault | None:
+    """The requested model checked (404) and the request's fault picked (400 on a bad header)."""
+    if not _model_ok(st.config, model):
+        raise RequestError(404, f"The model `{model}` does not exist.", "model_not_found", "model")
+    try:
+        return st.faults.pick(request.headers.get(FAULT_HEADER))
+    except FaultSpecError as e:
+        raise RequestError(400, str(e), "invalid_value", FAULT_HEADER) from None
+
+
 class _Disconnected(Exception):
     pass
 
@@ -407,12 +417,7 @@ async def _generate(request: web.Request, chat: bool, api: str = "") -> web.Stre
     try:
         tok = get_tokenizer(st.config.model.tokenizer)
         g = parse_responses_request(raw, tok) if api == "responses" else parse_request(raw, chat, tok)
-        if not _model_ok(st.config, g.model):
-            raise RequestError(404, f"The model `{g.model}` does not exist.", "model_not_found", "model")
-        try:
-            fault = st.faults.pick(request.headers.get(FAULT_HEADER))
-        except FaultSpecError as e:
-            raise RequestError(400, str(e), "invalid_value", FAULT_HEADER) from None
+        fault = _admit(st, request, g.model)
     except RequestError as err:
         st.stats.rejected(err.status)
         return _error(err)
@@ -516,12 +521,7 @@ async def embeddings(request: web.Request) -> web.StreamResponse:
     st.requests.add(request, raw)
     try:
         inputs, model, dims = parse_embeddings_request(raw, get_tokenizer(st.config.model.tokenizer))
-        if not _model_ok(st.config, model):
-            raise RequestError(404, f"The model `{model}` does not exist.", "model_not_found", "model")
-        try:
-            fault = st.faults.pick(request.headers.get(FAULT_HEADER))
-        except FaultSpecError as e:
-            raise RequestError(400, str(e), "invalid_value", FAULT_HEADER) from None
+        fault = _admit(st, request, model)
     except RequestError as err:
         st.stats.rejected(err.status)
         return _error(err)

@@ -11,14 +11,22 @@ from typing import Any
 
 from aiohttp import web
 
-from loadtest.sim.protocol import CHAT_PATH, COMPLETIONS_PATH, RequestError, parse_request, usage
+from loadtest.sim.protocol import (
+    CHAT_PATH,
+    COMPLETIONS_PATH,
+    DONE_EVENT,
+    ChunkWriter,
+    RequestError,
+    _dumps,
+    parse_request,
+    usage,
+)
 from loadtest.workload.tokenizer import Tokenizer
 from servers.torch_ref.engine import Engine
 from servers.torch_ref.metrics import CONTENT_TYPE, RequestTimes, TorchRefMetrics
 from servers.torch_ref.scheduler import Sequence
 from servers.torch_ref.text import IncrementalDecoder
 
-DONE = b"data: [DONE]\n\n"
 Event = tuple[list[int], str | None, str | None]  # new ids, finish reason, error
 
 
@@ -54,10 +62,6 @@ class ServerState:
 
 
 STATE = web.AppKey("torch_ref_state", ServerState)
-
-
-def _dumps(obj: Any) -> str:
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
 
 
 def _error(status: int, message: str, code: str, param: str | None = None) -> web.Response:
@@ -214,12 +218,11 @@ async def _generate(request: web.Request, chat: bool) -> web.StreamResponse:
                 out += r.event(name, None if chat else "", finish=reason)
                 if r.include_usage:
                     out += r.head(name) + f'"choices":[],"usage":{_dumps(r.usage())}}}\n\n'
-                await resp.write(out.encode() + DONE)
+                await resp.write(out.encode() + DONE_EVENT)
             elif out:
                 await resp.write(out.encode())
     except RuntimeError as e:
-        err = {"error": {"message": str(e), "type": "server_error", "param": None, "code": 500}}
-        await resp.write(f"data: {_dumps(err)}\n\n".encode())
+        await resp.write(ChunkWriter.error(str(e), 500).encode())
     except (ConnectionError, asyncio.CancelledError):
         raise
     await resp.write_eof()

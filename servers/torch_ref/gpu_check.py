@@ -59,7 +59,8 @@ def _wait_healthy(url: str, proc: subprocess.Popen[bytes], timeout: float) -> No
     raise RuntimeError(f"the server was not healthy within {timeout:.0f} s")
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
+def stop_server(proc: subprocess.Popen[Any]) -> None:
+    """Stop a server process: SIGINT, then SIGKILL after 30 s."""
     if proc.poll() is None:
         proc.send_signal(signal.SIGINT)
         try:
@@ -179,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e} (server log: {out / 'server.log'})", file=sys.stderr)
         return 1
     finally:
-        _stop(proc)
+        stop_server(proc)
     return 0
 
 

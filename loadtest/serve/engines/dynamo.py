@@ -7,9 +7,12 @@ from loadtest.serve.plan import (
     LaunchOptions,
     LaunchPlan,
     ProcSpec,
+    Worker,
     assign_gpus,
-    layout_dict,
+    disagg_workers,
+    gpu_env,
     local_url,
+    plan_fields,
     program,
 )
 from loadtest.serve.presets import Instance, Layout, Preset
@@ -49,45 +52,37 @@ def build(preset: Preset, layout: Layout, opts: LaunchOptions) -> LaunchPlan:
     gpu_sets = assign_gpus(layout, opts.gpu_ids)
     url = local_url(opts.host, opts.port)
     files: dict[str, str] = {}
-    instances = [layout.instance] if layout.instance else [*layout.prefill, *layout.decode]
-    roles = (
-        ["server"] if layout.instance else ["prefill"] * len(layout.prefill) + ["decode"] * len(layout.decode)
+    workers = (
+        [Worker(0, "server", "worker", layout.instance, gpu_sets[0])]
+        if layout.instance
+        else disagg_workers(layout, gpu_sets)
     )
     procs: list[ProcSpec] = []
-    for i, (role, inst, gpus) in enumerate(zip(roles, instances, gpu_sets, strict=True)):
-        assert inst is not None
-        system_port = opts.port + SYSTEM_PORT_OFFSET + i
-        env = {"CUDA_VISIBLE_DEVICES": ",".join(gpus), "DYN_SYSTEM_PORT": str(system_port)}
-        if opts.dynamo_backend == "vllm" and role != "server":
-            env["VLLM_NIXL_SIDE_CHANNEL_PORT"] = str(vllm.NIXL_SIDE_CHANNEL_BASE + 16 * i)
-        name = (
-            "worker" if role == "server" else f"{role}-{i if role == 'prefill' else i - len(layout.prefill)}"
-        )
+    for w in workers:
+        system_port = opts.port + SYSTEM_PORT_OFFSET + w.index
+        env = {**gpu_env(w.gpus), "DYN_SYSTEM_PORT": str(system_port)}
+        if opts.dynamo_backend == "vllm" and w.role != "server":
+            env["VLLM_NIXL_SIDE_CHANNEL_PORT"] = str(vllm.NIXL_SIDE_CHANNEL_BASE + 16 * w.index)
         wurl = local_url("127.0.0.1", system_port)
-        argv = worker_argv(preset, inst, role, opts, i, files)
-        procs.append(ProcSpec(name, "worker" if role == "server" else role, argv, env, system_port, None,
-                              wurl + "/metrics", gpus))  # fmt: skip
+        argv = worker_argv(preset, w.inst, w.role, opts, w.index, files)
+        procs.append(ProcSpec(w.name, "worker" if w.role == "server" else w.role, argv, env, system_port, None,
+                              wurl + "/metrics", w.gpus))  # fmt: skip
     # The frontend: OpenAI HTTP API, tokenization, routing to the registered workers (round robin by
     # default; `--router-args "--router-mode kv"` routes by KV-cache overlap).
     front = [*program(opts, [opts.python]), "-m", "dynamo.frontend", "--http-port", str(opts.port)]
     front += opts.router_args
     procs.insert(0, ProcSpec("frontend", "frontend", front, {}, opts.port, url + "/health", url + "/metrics"))
+    common = plan_fields("dynamo", preset, layout, url, program(opts, [opts.python, "-c", VERSION_CODE]))
+    common["layout"]["backend"] = opts.dynamo_backend
     return LaunchPlan(
-        engine="dynamo",
-        preset=preset.name,
-        model=preset.model,
-        mode=layout.mode,
-        gpus=layout.gpus,
-        url=url,
         processes=procs,
         metrics_urls=[p.metrics_url for p in procs if p.metrics_url],
         files=files,
         ready="models",  # the frontend answers /health before any worker has registered
-        version_cmd=program(opts, [opts.python, "-c", VERSION_CODE]),
-        layout={**layout_dict(preset, layout), "backend": opts.dynamo_backend},
         notes=[
             f"backend {opts.dynamo_backend}; workers register with the frontend through Dynamo's discovery "
             "(etcd + NATS on releases that need them: start those first)",
             "the frontend binds all interfaces",
         ],
+        **common,
     )

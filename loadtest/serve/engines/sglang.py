@@ -7,9 +7,12 @@ from loadtest.serve.plan import (
     LaunchPlan,
     ProcSpec,
     assign_gpus,
-    layout_dict,
+    disagg_workers,
+    gpu_env,
     local_url,
+    plan_fields,
     program,
+    server_proc,
 )
 from loadtest.serve.presets import Instance, Layout, Preset
 
@@ -45,43 +48,32 @@ def build(preset: Preset, layout: Layout, opts: LaunchOptions) -> LaunchPlan:
     server = program(opts, [opts.python, "-m", "sglang.launch_server"])
     gpu_sets = assign_gpus(layout, opts.gpu_ids)
     url = local_url(opts.host, opts.port)
-    common = dict(
-        engine="sglang", preset=preset.name, model=preset.model, mode=layout.mode, gpus=layout.gpus, url=url,
-        version_cmd=program(opts, [opts.python, "-c", VERSION_CODE]), layout=layout_dict(preset, layout),
-    )  # fmt: skip
+    common = plan_fields("sglang", preset, layout, url, program(opts, [opts.python, "-c", VERSION_CODE]))
     if layout.instance is not None:
         argv = [*server, "--model-path", preset.model, "--host", opts.host, "--port", str(opts.port)]
         argv += engine_flags(preset, layout.instance) + opts.extra_args
-        proc = ProcSpec(
-            "server", "server", argv, {"CUDA_VISIBLE_DEVICES": ",".join(gpu_sets[0])}, opts.port,
-            url + "/health", url + "/metrics", gpu_sets[0],
-        )  # fmt: skip
+        proc = server_proc(argv, gpu_sets[0], opts.port, url)
         return LaunchPlan(
             processes=[proc], metrics_urls=[url + "/metrics"],
             version_urls=[url + "/version", url + "/get_server_info"], **common,
         )  # fmt: skip
     procs: list[ProcSpec] = []
-    roles = ["prefill"] * len(layout.prefill) + ["decode"] * len(layout.decode)
     router = [*program(opts, [opts.python, "-m", "sglang_router.launch_router"]), "--pd-disaggregation"]
-    for i, (role, inst, gpus) in enumerate(
-        zip(roles, [*layout.prefill, *layout.decode], gpu_sets, strict=True)
-    ):
-        port = opts.port + 1 + i
+    for w in disagg_workers(layout, gpu_sets):
+        port = opts.port + 1 + w.index
         wurl = local_url("127.0.0.1", port)
         argv = [*server, "--model-path", preset.model, "--host", "127.0.0.1", "--port", str(port)]
-        argv += engine_flags(preset, inst)
-        argv += ["--disaggregation-mode", role, "--disaggregation-transfer-backend", "nixl"]
-        if role == "prefill":
-            bootstrap = opts.port + BOOTSTRAP_PORT_OFFSET + i
+        argv += engine_flags(preset, w.inst)
+        argv += ["--disaggregation-mode", w.role, "--disaggregation-transfer-backend", "nixl"]
+        if w.role == "prefill":
+            bootstrap = opts.port + BOOTSTRAP_PORT_OFFSET + w.index
             argv += ["--disaggregation-bootstrap-port", str(bootstrap)]  # decode fetches KV via this port
             router += ["--prefill", wurl, str(bootstrap)]
         else:
             router += ["--decode", wurl]
         argv += opts.extra_args
-        n = i if role == "prefill" else i - len(layout.prefill)
-        env = {"CUDA_VISIBLE_DEVICES": ",".join(gpus)}
         procs.append(
-            ProcSpec(f"{role}-{n}", role, argv, env, port, wurl + "/health", wurl + "/metrics", gpus)
+            ProcSpec(w.name, w.role, argv, gpu_env(w.gpus), port, wurl + "/health", wurl + "/metrics", w.gpus)
         )
     router += ["--host", opts.host, "--port", str(opts.port)] + opts.router_args
     procs.append(ProcSpec("router", "router", router, {}, opts.port, url + "/health"))

@@ -11,9 +11,12 @@ from loadtest.serve.plan import (
     LaunchPlan,
     ProcSpec,
     assign_gpus,
-    layout_dict,
+    disagg_workers,
+    gpu_env,
     local_url,
+    plan_fields,
     program,
+    server_proc,
 )
 from loadtest.serve.presets import Instance, Layout, Preset
 
@@ -84,38 +87,31 @@ def build(preset: Preset, layout: Layout, opts: LaunchOptions) -> LaunchPlan:
     serve = program(opts, ["trtllm-serve"])
     gpu_sets = assign_gpus(layout, opts.gpu_ids)
     url = local_url(opts.host, opts.port)
-    common = dict(
-        engine="trtllm", preset=preset.name, model=preset.model, mode=layout.mode, gpus=layout.gpus, url=url,
-        version_cmd=program(opts, [opts.python, "-c", VERSION_CODE]), layout=layout_dict(preset, layout),
-    )  # fmt: skip
+    common = plan_fields("trtllm", preset, layout, url, program(opts, [opts.python, "-c", VERSION_CODE]))
     if layout.instance is not None:
         files = {"llm_api_options.yaml": dump(llm_api_options(preset, layout.instance, "server"))}
         argv = [*serve, preset.model, "--host", opts.host, "--port", str(opts.port)]
         argv += serve_flags(preset, layout.instance)
         argv += ["--extra_llm_api_options", str(opts.workdir / "llm_api_options.yaml")] + opts.extra_args
-        proc = ProcSpec(
-            "server", "server", argv, {"CUDA_VISIBLE_DEVICES": ",".join(gpu_sets[0])}, opts.port,
-            url + "/health", url + METRICS_PATH, gpu_sets[0],
-        )  # fmt: skip
+        proc = server_proc(argv, gpu_sets[0], opts.port, url, METRICS_PATH)
         return LaunchPlan(processes=[proc], metrics_urls=[url + METRICS_PATH], files=files, **common)
     procs: list[ProcSpec] = []
     files: dict[str, str] = {}
-    roles = ["prefill"] * len(layout.prefill) + ["decode"] * len(layout.decode)
     servers: dict[str, list[str]] = {"prefill": [], "decode": []}
-    for i, (role, inst, gpus) in enumerate(
-        zip(roles, [*layout.prefill, *layout.decode], gpu_sets, strict=True)
-    ):
-        port = opts.port + 1 + i
+    for w in disagg_workers(layout, gpu_sets):
+        port = opts.port + 1 + w.index
         wurl = local_url("127.0.0.1", port)
-        fname = "ctx_llm_api_options.yaml" if role == "prefill" else "gen_llm_api_options.yaml"
-        files[fname] = dump(llm_api_options(preset, inst, role))
-        argv = [*serve, preset.model, "--host", "127.0.0.1", "--port", str(port)] + serve_flags(preset, inst)
+        fname = "ctx_llm_api_options.yaml" if w.role == "prefill" else "gen_llm_api_options.yaml"
+        files[fname] = dump(llm_api_options(preset, w.inst, w.role))
+        argv = [*serve, preset.model, "--host", "127.0.0.1", "--port", str(port)] + serve_flags(
+            preset, w.inst
+        )
         argv += ["--extra_llm_api_options", str(opts.workdir / fname)] + opts.extra_args
-        servers[role].append(f"127.0.0.1:{port}")
-        n = i if role == "prefill" else i - len(layout.prefill)
-        env = {"CUDA_VISIBLE_DEVICES": ",".join(gpus)}
+        servers[w.role].append(f"127.0.0.1:{port}")
         procs.append(
-            ProcSpec(f"{role}-{n}", role, argv, env, port, wurl + "/health", wurl + METRICS_PATH, gpus)
+            ProcSpec(
+                w.name, w.role, argv, gpu_env(w.gpus), port, wurl + "/health", wurl + METRICS_PATH, w.gpus
+            )
         )
     files["disagg_config.yaml"] = dump(
         {

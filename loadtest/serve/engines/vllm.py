@@ -9,9 +9,12 @@ from loadtest.serve.plan import (
     LaunchPlan,
     ProcSpec,
     assign_gpus,
-    layout_dict,
+    disagg_workers,
+    gpu_env,
     local_url,
+    plan_fields,
     program,
+    server_proc,
 )
 from loadtest.serve.presets import Instance, Layout, Preset
 
@@ -51,40 +54,30 @@ def build(preset: Preset, layout: Layout, opts: LaunchOptions) -> LaunchPlan:
     vllm = program(opts, ["vllm", "serve"])
     gpu_sets = assign_gpus(layout, opts.gpu_ids)
     url = local_url(opts.host, opts.port)
-    common = dict(
-        engine="vllm", preset=preset.name, model=preset.model, mode=layout.mode, gpus=layout.gpus, url=url,
-        version_cmd=program(opts, ["vllm", "--version"]), layout=layout_dict(preset, layout),
-    )  # fmt: skip
+    common = plan_fields("vllm", preset, layout, url, program(opts, ["vllm", "--version"]))
     if layout.instance is not None:
         argv = [*vllm, preset.model, "--host", opts.host, "--port", str(opts.port)]
         argv += engine_flags(preset, layout.instance) + opts.extra_args
-        proc = ProcSpec(
-            "server", "server", argv, {"CUDA_VISIBLE_DEVICES": ",".join(gpu_sets[0])}, opts.port,
-            url + "/health", url + "/metrics", gpu_sets[0],
-        )  # fmt: skip
+        proc = server_proc(argv, gpu_sets[0], opts.port, url)
         return LaunchPlan(
             processes=[proc], metrics_urls=[url + "/metrics"], version_urls=[url + "/version"], **common
         )
     procs: list[ProcSpec] = []
-    roles = ["prefill"] * len(layout.prefill) + ["decode"] * len(layout.decode)
-    for i, (role, inst, gpus) in enumerate(
-        zip(roles, [*layout.prefill, *layout.decode], gpu_sets, strict=True)
-    ):
-        port = opts.port + 1 + i
+    for w in disagg_workers(layout, gpu_sets):
+        port = opts.port + 1 + w.index
         wurl = local_url("127.0.0.1", port)
         argv = [*vllm, preset.model, "--host", "127.0.0.1", "--port", str(port)]
         argv += (
-            engine_flags(preset, inst) + ["--kv-transfer-config", kv_transfer_config(role)] + opts.extra_args
+            engine_flags(preset, w.inst)
+            + ["--kv-transfer-config", kv_transfer_config(w.role)]
+            + opts.extra_args
         )
         env = {
-            "CUDA_VISIBLE_DEVICES": ",".join(gpus),
+            **gpu_env(w.gpus),
             # NIXL handshake port, unique per instance on this host (TP ranks add their DP rank to it)
-            "VLLM_NIXL_SIDE_CHANNEL_PORT": str(NIXL_SIDE_CHANNEL_BASE + 16 * i),
+            "VLLM_NIXL_SIDE_CHANNEL_PORT": str(NIXL_SIDE_CHANNEL_BASE + 16 * w.index),
         }
-        n = i if role == "prefill" else i - len(layout.prefill)
-        procs.append(
-            ProcSpec(f"{role}-{n}", role, argv, env, port, wurl + "/health", wurl + "/metrics", gpus)
-        )
+        procs.append(ProcSpec(w.name, w.role, argv, env, port, wurl + "/health", wurl + "/metrics", w.gpus))
     router = [*program(opts, ["vllm-router"]), "--vllm-pd-disaggregation"]
     for p in procs:
         router += ["--prefill" if p.role == "prefill" else "--decode", local_url("127.0.0.1", p.port or 0)]
