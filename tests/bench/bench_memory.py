@@ -6,6 +6,10 @@ as it grows, and samples the generator's RSS (psutil) when each mark is passed. 
 with SIGINT (results are still written). Flat memory means histograms, not lists, and a streamed log.
 
     .venv/bin/python tests/bench/bench_memory.py [--marks 1000,100000,1000000] [--concurrency 32]
+
+``--minutes M --rate R`` instead runs open loop at R requests/s for M minutes and prints the RSS, open
+file descriptors and requests finished every ``--sample-min`` minutes, then the growth since the first
+sample: the long-run check that nothing accumulates.
 """
 
 from __future__ import annotations
@@ -29,7 +33,12 @@ def main() -> int:
     ap.add_argument("--marks", default="1000,100000,1000000")
     ap.add_argument("--concurrency", type=int, default=32)
     ap.add_argument("--speedup", type=float, default=1000.0)
+    ap.add_argument("--minutes", type=float, default=0.0, help="timed open-loop mode: run this long")
+    ap.add_argument("--rate", type=float, default=300.0, help="timed mode: requests/s (Poisson)")
+    ap.add_argument("--sample-min", type=float, default=5.0, help="timed mode: minutes between samples")
     args = ap.parse_args()
+    if args.minutes > 0:
+        return timed(args)
     marks = [int(m) for m in args.marks.split(",")]
     with tempfile.TemporaryDirectory(prefix="bench-memory-") as tmp:
         prof = Path(tmp) / "tiny.yaml"
@@ -85,6 +94,87 @@ def main() -> int:
                 except subprocess.TimeoutExpired:
                     proc.kill()
                     proc.wait()
+    return 0
+
+
+def _count_lines(f: object, pos: int) -> tuple[int, int]:
+    """Complete lines appended to the log since ``pos``: (count, new position)."""
+    count = 0
+    while True:
+        f.seek(pos)  # type: ignore[attr-defined]
+        chunk = f.read(1 << 22)  # type: ignore[attr-defined]
+        if not chunk:
+            return count, pos
+        cut = chunk.rfind(b"\n") + 1
+        if cut == 0:
+            return count, pos
+        count += chunk.count(b"\n", 0, cut)
+        pos += cut
+
+
+def timed(args: argparse.Namespace) -> int:
+    """Open loop at ``--rate`` for ``--minutes``; RSS, descriptors and progress every ``--sample-min``."""
+    with tempfile.TemporaryDirectory(prefix="bench-memory-") as tmp:
+        prof = Path(tmp) / "tiny-open.yaml"
+        prof.write_text(
+            json.dumps(
+                {
+                    "name": "tiny-open",
+                    "input_tokens": {"dist": "fixed", "value": 8},
+                    "output_tokens": {"dist": "uniform", "min": 1, "max": 2},
+                    "system_prompt_tokens": 0,
+                    "load": {"rate": args.rate},
+                    "duration_s": args.minutes * 60,
+                }
+            )
+        )
+        out = Path(tmp) / "run"
+        cmd = [sys.executable, "-m", "loadtest.cli.main", "run", "--profile", str(prof), "--out", str(out)]
+        cmd += ["--engine-speedup", str(args.speedup)]
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        samples: list[tuple[float, float, int]] = []
+        try:
+            gen = psutil.Process(proc.pid)
+            log = out / "records.jsonl"
+            while not log.exists():
+                if proc.poll() is not None:
+                    print(proc.stderr.read().decode() if proc.stderr else "", file=sys.stderr)
+                    return 1
+                time.sleep(0.2)
+            t0, count, pos = time.monotonic(), 0, 0
+            with log.open("rb") as f:
+                k = 1
+                while proc.poll() is None and k * args.sample_min < args.minutes:  # during the load only
+                    due = t0 + k * args.sample_min * 60
+                    while time.monotonic() < due and proc.poll() is None:
+                        time.sleep(1.0)
+                    if proc.poll() is not None:
+                        break
+                    n, pos = _count_lines(f, pos)
+                    count += n
+                    rss, fds = gen.memory_info().rss / 2**20, gen.num_fds()
+                    minute = k * args.sample_min
+                    samples.append((minute, rss, fds))
+                    print(f"rss_mib_at_min_{minute:g}: {rss:.1f} MiB", flush=True)
+                    print(f"open_fds_at_min_{minute:g}: {fds} fds", flush=True)
+                    print(f"requests_done_at_min_{minute:g}: {count} requests", flush=True)
+                    k += 1
+            proc.wait(timeout=600)
+            with log.open("rb") as whole:
+                n, _ = _count_lines(whole, 0)
+            print(f"requests_total: {n} requests", flush=True)
+            print(f"generator_exit_code: {proc.returncode} code", flush=True)
+        finally:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGINT)
+                try:
+                    proc.wait(timeout=120)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+        if len(samples) >= 2:
+            print(f"rss_growth_mib_after_min_{samples[0][0]:g}: {samples[-1][1] - samples[0][1]:.1f} MiB")
+            print(f"fd_growth_after_min_{samples[0][0]:g}: {samples[-1][2] - samples[0][2]} fds")
     return 0
 
 
