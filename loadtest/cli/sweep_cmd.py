@@ -77,6 +77,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--model", help="model name to request (default: the profile's, else the endpoint's first)"
     )
     s.add_argument("--api-key-env", metavar="VAR", help="environment variable holding the API key")
+    s.add_argument(
+        "--api-key-file", metavar="PATH", help="file holding the API key (instead of --api-key-env)"
+    )
     s.add_argument("--tokenizer", help="tokenizer name or tokenizer.json path (default: the profile's)")
     s.add_argument("--seed", type=int, help="workload and arrival seed (default: the profile's)")
     s.add_argument(
@@ -86,8 +89,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--cooldown", metavar="S|auto", help="and before this long before the last one")
     s.add_argument("--processes", type=int, default=1, metavar="N", help="Locust processes per point")
     s.add_argument("--out", help="sweep folder (default: reports/<timestamp>-<profile>-sweep/)")
-    s.add_argument("--connect-timeout", type=float, default=10.0, metavar="S")
-    s.add_argument("--read-timeout", type=float, default=300.0, metavar="S")
+    s.add_argument("--connect-timeout", type=float, metavar="S", help="default: the profile's client section")
+    s.add_argument("--read-timeout", type=float, metavar="S", help="default: the profile's client section")
     s.add_argument("--insecure", action="store_true", help="do not verify TLS certificates")
     add_endpoint_options(s)  # hardware and price, passed to every point (docs/economics.md)
     eng = s.add_argument_group("embedded engine (only without --host; one engine for every point)")

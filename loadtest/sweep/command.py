@@ -144,11 +144,14 @@ def _plan(args: argparse.Namespace) -> SweepPlan:
         ("--cooldown", args.cooldown),
         ("--model", args.model),
         ("--api-key-env", args.api_key_env),
+        ("--api-key-file", args.api_key_file),
         ("--tokenizer", args.tokenizer),
     ):
         if value:
             run_args += [flag, str(value)]
-    run_args += ["--connect-timeout", f"{args.connect_timeout:g}", "--read-timeout", f"{args.read_timeout:g}"]
+    for flag, number in (("--connect-timeout", args.connect_timeout), ("--read-timeout", args.read_timeout)):
+        if number is not None:  # otherwise each point takes the profile's own client policy
+            run_args += [flag, f"{number:g}"]
     if args.insecure:
         run_args.append("--insecure")
     run_args += endpoint_args(args)  # hardware and price (loadtest/economics), the same for every point
@@ -182,10 +185,17 @@ def _describe(plan: SweepPlan) -> str:
 
 def _open_host(args: argparse.Namespace) -> dict[str, Any]:
     from loadtest.client.preflight import EndpointError, list_models
+    from loadtest.client.secrets import KeySourceError, install_redaction, load_api_key
 
-    key = os.environ.get(args.api_key_env) if args.api_key_env else os.environ.get("OPENAI_API_KEY")
     try:
-        models = list_models(args.host, key, timeout=args.connect_timeout, verify_tls=not args.insecure)
+        key = load_api_key(args.api_key_env, args.api_key_file) or os.environ.get("OPENAI_API_KEY")
+    except KeySourceError as e:
+        raise EngineStartError(str(e), usage=True) from e
+    install_redaction(key)
+    try:
+        models = list_models(
+            args.host, key, timeout=args.connect_timeout or 10.0, verify_tls=not args.insecure
+        )
     except EndpointError as e:
         raise EngineStartError(str(e), usage=False) from e
     return {"url": args.host, "embedded": False, "engine": None, "models": models}
