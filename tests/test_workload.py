@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 from pathlib import Path
 
@@ -112,3 +113,47 @@ def test_client_and_engine_count_a_chat_prompt_the_same_way(name: str) -> None:
     tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
     assert tok.count_chat(msgs) == len(tok.encode_chat(msgs))
     assert tok.count_request(msgs, tools) == len(tok.encode_request(msgs, tools)) > tok.count_chat(msgs)
+
+
+def test_fingerprint_does_not_depend_on_where_the_profile_lies(tmp_path: Path) -> None:
+    """Two checkouts of one trace profile (trace and tokenizer beside it) send the same traffic."""
+    trace_lines = "".join(
+        f'{{"timestamp": {i * 250}, "input_length": {100 + i}, "output_length": {10 + i}, "hash_ids": [{i}]}}\n'
+        for i in range(20)
+    )
+    fingerprints = []
+    for where in ("checkout-a", "deeper/checkout-b"):
+        folder = tmp_path / where
+        folder.mkdir(parents=True)
+        (folder / "trace.jsonl").write_text(trace_lines)
+        prof = folder / "replay.yaml"
+        prof.write_text(
+            json.dumps(
+                {
+                    "name": "replay",
+                    "load": {"trace": {"path": "trace.jsonl", "format": "mooncake"}},
+                    "scenarios": [{"name": "replay", "kind": "trace"}],
+                    "seed": 1,
+                }
+            )
+        )
+        profile, _ = load_profile(str(prof))
+        assert profile.load.trace is not None and Path(profile.load.trace.path) == folder / "trace.jsonl"
+        fingerprints.append(Workload(profile, seed=3).fingerprint())
+    assert fingerprints[0] == fingerprints[1]
+
+
+def test_tokenizer_file_is_found_beside_the_profile(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tokenizers import Tokenizer as HfTokenizer
+    from tokenizers import models, pre_tokenizers
+
+    folder = tmp_path / "profiles"
+    folder.mkdir()
+    tok = HfTokenizer(models.WordLevel({"[UNK]": 0, "a": 1, "b": 2}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.save(str(folder / "tokenizer.json"))
+    prof = write_profile(folder / "p.yaml", tokenizer="./tokenizer.json")
+    monkeypatch.chdir(tmp_path)  # the current folder is not the profile's
+    profile, _ = load_profile(str(prof))
+    assert Path(profile.tokenizer) == folder / "tokenizer.json"
+    assert get_tokenizer(profile.tokenizer).name == str(folder / "tokenizer.json")

@@ -95,7 +95,8 @@ def parse_profile(data: Any, path: Path) -> Profile:
         if sc.raw is not None:  # api: raw: the recorded bodies, relative to the profile like a trace
             sc.raw.file = str(_inside(path, sc.raw.file, f"scenarios[{i}].raw.file"))
     if "/" in profile.tokenizer or profile.tokenizer.endswith(".json"):
-        _inside(path, profile.tokenizer, "tokenizer")
+        # a tokenizer file, like a trace, is found relative to the profile's folder
+        profile.tokenizer = str(_inside(path, profile.tokenizer, "tokenizer"))
     return profile
 
 

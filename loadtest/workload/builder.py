@@ -296,8 +296,8 @@ class Workload:
 
     def fingerprint(self, n: int = 64) -> str:
         """A hash of the resolved profile and the first ``n`` units' first requests: equal means same traffic."""
-        h = hashlib.sha256(json.dumps(self.profile.model_dump(mode="json"), sort_keys=True).encode())
-        h.update(f"{self.seed}:{self.tokenizer.name}".encode())
+        h = hashlib.sha256(json.dumps(_without_locations(self.profile), sort_keys=True).encode())
+        h.update(f"{self.seed}:{Path(self.tokenizer.name).name}".encode())
         if self.trace is not None:
             h.update(
                 json.dumps([(r.timestamp_s, r.input_tokens, r.output_tokens) for r in self.trace]).encode()
@@ -306,3 +306,21 @@ class Workload:
             r = self.request(i)
             h.update(json.dumps(r.body, sort_keys=True).encode())
         return h.hexdigest()
+
+
+def _without_locations(profile: Profile) -> dict[str, Any]:
+    """The profile as data, with the files it names reduced to their names.
+
+    Where a trace, a recorded-body file or a tokenizer lies on this machine is not part of the
+    traffic (their content is hashed separately), so two checkouts of one profile match.
+    """
+    doc = profile.model_dump(mode="json")
+    trace = (doc.get("load") or {}).get("trace")
+    if trace and trace.get("path"):
+        trace["path"] = Path(trace["path"]).name
+    for sc in doc.get("scenarios") or []:
+        if sc.get("raw") and sc["raw"].get("file"):
+            sc["raw"]["file"] = Path(sc["raw"]["file"]).name
+    if doc.get("tokenizer") and ("/" in doc["tokenizer"] or doc["tokenizer"].endswith(".json")):
+        doc["tokenizer"] = Path(doc["tokenizer"]).name
+    return doc
