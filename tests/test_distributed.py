@@ -92,6 +92,11 @@ def test_master_with_two_separate_workers_matches_engine(tmp_path: Path) -> None
         local = list(tmp_path.glob(f"w*/records-w{i}.jsonl"))
         assert len(local) == 1 and read_lines(local) == by[i]
     assert (out / "report.html").exists()
+    # The master polled the engine's /metrics during the run (docs/telemetry.md).
+    tel = run["telemetry"]
+    assert tel["engine"] in ("vllm", "loadtest-sim") and len(tel["t"]) >= 2  # the engine speaks vLLM's names
+    assert max(v for v in tel["series"]["requests_running"] if v is not None) >= 0
+    assert all(0 <= v <= 1 for v in tel["series"]["kv_cache_usage"] if v is not None)
 
 
 @pytest.mark.parametrize("how", ["processes", "separate"])

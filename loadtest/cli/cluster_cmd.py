@@ -64,6 +64,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     m.add_argument("--total-timeout", type=float, metavar="S", help="default: the profile's client policy")
     m.add_argument("--retries", type=int, metavar="N", help="resend 429/503 up to N times (default: 0)")
     m.add_argument("--insecure", action="store_true", help="do not verify TLS certificates")
+    m.add_argument("--no-telemetry", action="store_true", help="do not poll the endpoint's /metrics")
+    m.add_argument("--metrics-url", metavar="URL", help="Prometheus URL(s) to poll (default: HOST/metrics)")
 
     w = sub.add_parser("worker", help="run users for a `loadtest master`; settings come from the master")
     w.add_argument("--master-host", default="127.0.0.1", metavar="HOST", help="default: %(default)s")
@@ -116,7 +118,12 @@ def master_command(args: argparse.Namespace) -> int:
         flush=True,
     )
     from loadtest.locust import runtime
+    from loadtest.telemetry import start_for_run
 
+    # the endpoint's /metrics each second, from the master (docs/telemetry.md)
+    telemetry = (
+        None if args.no_telemetry else start_for_run(args.host, override=args.metrics_url, api_key=api_key)
+    )
     try:
         outcome = runtime.run_master(
             settings,
@@ -127,8 +134,12 @@ def master_command(args: argparse.Namespace) -> int:
             wait_s=args.worker_timeout,
         )
     except RuntimeError as e:
+        if telemetry is not None:
+            telemetry.stop()
         return _fail(str(e), EXIT_COULD_NOT_RUN)
-    return run_cmd._write_results(settings, profile, workload, outcome, models, None, out, slos, args.junit)
+    return run_cmd._write_results(
+        settings, profile, workload, outcome, models, None, out, slos, args.junit, telemetry=telemetry
+    )
 
 
 def worker_command(args: argparse.Namespace) -> int:
