@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import subprocess
+import time
 from math import comb
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from loadtest.cli.main import main
@@ -330,6 +333,40 @@ def test_ctrl_c_keeps_finished_points_and_marks_the_sweep_interrupted(
     assert not (out / rest["dir"]).exists()
     assert doc["stopped_because"] == "interrupted (SIGINT)"
     assert "INTERRUPTED" in (out / "sweep.html").read_text()
+
+
+def test_killed_sweep_leaves_a_sweep_json_of_the_points_so_far(engine: SimProcess, tmp_path: Path) -> None:
+    """sweep.json is rewritten after every point: a SIGKILLed sweep still has one, and reports rebuild."""
+    prof = _profile(tmp_path / "sweep-chat.yaml")
+    out = tmp_path / "killed"
+    cmd = CLI + ["sweep", "--profile", str(prof), "--host", engine.base_url, "--ladder", "rate"]
+    cmd += ["--points", "10,20,30", "--point-duration", "2", "--out", str(out)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    family: list[psutil.Process] = []
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and proc.poll() is None:
+            if (out / "sweep.json").is_file() and (out / "points" / "01-r20" / "records.jsonl").is_file():
+                break
+            time.sleep(0.1)
+        assert proc.poll() is None, "the sweep ended before the kill"
+        family = psutil.Process(proc.pid).children(recursive=True)  # the running point's processes
+        proc.kill()
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            family = family or psutil.Process(proc.pid).children(recursive=True)
+            proc.kill()
+            proc.wait(timeout=30)
+        for child in family:  # the point that was running when the sweep died
+            with contextlib.suppress(psutil.NoSuchProcess):
+                child.kill()
+    doc = load_sweep(out)
+    assert doc["status"] == "running"  # written while the sweep went on; never finished
+    assert [p["label"] for p in doc["points"]] == ["r10"] and doc["points"][0]["status"] == "completed"
+    res = run_cli(["report", str(out)])
+    assert res.returncode == 0, res.stderr
+    assert (out / "sweep.html").is_file() and "r10" in (out / "sweep.html").read_text()
 
 
 # ---- the parts on their own ----

@@ -333,7 +333,13 @@ def run_sweep(args: argparse.Namespace) -> int:
             except EngineStartError as e:
                 return _fail(str(e), EXIT_USAGE if e.usage else EXIT_COULD_NOT_RUN)
             runner.run_args = [*plan.run_args, "--host", endpoint["url"]]
-            sweep = Sweep(runner, echo=lambda line: print(line, flush=True))
+
+            def checkpoint() -> None:  # the points so far, marked running, in case the sweep is killed
+                write_sweep_json(
+                    plan.out, {**_document(plan, sweep, endpoint, None, None), "status": "running"}
+                )
+
+            sweep = Sweep(runner, echo=lambda line: print(line, flush=True), checkpoint=checkpoint)
             bisection = _execute(plan, args, sweep)
     finally:
         restore()

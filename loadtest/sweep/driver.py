@@ -32,9 +32,15 @@ class Sweep:
     says why no further point may run (interrupted, or a point could not run); ``stopped_because``
     is the reason the sweep ended before its last point (halted, saturation, or the search's end)."""
 
-    def __init__(self, runner: PointRunner, echo: Callable[[str], None] = print) -> None:
+    def __init__(
+        self,
+        runner: PointRunner,
+        echo: Callable[[str], None] = print,
+        checkpoint: Callable[[], None] | None = None,
+    ) -> None:
         self.runner = runner
         self.echo = echo
+        self.checkpoint = checkpoint  # called after every point: sweep.json so far survives a kill
         self.points: list[dict[str, Any]] = []
         self.halted: str | None = None
         self.stopped_because: str | None = None
@@ -47,6 +53,8 @@ class Sweep:
         entry = self.runner.run(index, point)
         self.points.append(entry)
         self.echo(point_line(entry))
+        if self.checkpoint is not None:
+            self.checkpoint()
         if self.runner.interrupted:
             self.halted = f"interrupted ({self.runner.interrupted})"
         elif entry["status"] == "failed":
