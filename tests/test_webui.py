@@ -183,6 +183,8 @@ def test_ui_live_llm_metrics_then_results_and_clean_exit(tmp_path: Path) -> None
         assert run["status"] == "completed"
         assert run["metrics"]["requests"]["ok"] == done["overall"]["requests"]["ok"] > 0
         assert run["metrics"]["requests"]["cancelled"] == 0  # the stop drained in-flight requests
+        # each UI run polls the endpoint's /metrics like `loadtest run` (docs/telemetry.md)
+        assert run["telemetry"]["engine"] == "loadtest-sim" and run["telemetry"]["t"]
         assert (
             len((out / "records.jsonl").read_text().splitlines()) == run["metrics"]["requests"]["completed"]
         )

@@ -147,6 +147,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ui.add_argument("--api-key-env", metavar="VAR", help="environment variable holding the API key")
     ui.add_argument("--api-key-file", metavar="PATH", help="file holding the API key")
+    ui.add_argument("--no-telemetry", action="store_true", help="do not poll the endpoint's /metrics")
+    ui.add_argument("--metrics-url", metavar="URL", help="Prometheus URL(s) to poll (default: HOST/metrics)")
     ui.add_argument(
         "--slo", metavar="SPEC", help="SLOs to judge, merged over the profile's (ttft_p99=2s,...)"
     )

@@ -92,7 +92,7 @@ def ui_command(args: argparse.Namespace) -> int:
             return _fail(str(e), EXIT_USAGE if e.usage else EXIT_COULD_NOT_RUN)
         models, engine_info = ep.models, ep.engine_info
         settings.host, settings.model, settings.embedded = ep.host, ep.model, engine_info is not None
-        return _serve(args, settings, profile, slos, models, engine_info, reports_root, auth)
+        return _serve(args, settings, profile, slos, models, engine_info, reports_root, auth, api_key)
     return EXIT_COULD_NOT_RUN  # pragma: no cover
 
 
@@ -105,6 +105,7 @@ def _serve(
     engine_info: dict[str, Any] | None,
     reports_root: Path,
     auth: tuple[str, str] | None,
+    api_key: str | None = None,
 ) -> int:
     import gevent
     from gevent.event import Event
@@ -124,12 +125,35 @@ def _serve(
     env = Environment(user_classes=[user_class(profile)], host=settings.host, parsed_options=options)
     runner = env.create_local_runner()
 
+    polling: list[Any] = [None]  # this run's telemetry poller (docs/telemetry.md)
+
+    def start_telemetry(st: RunSettings) -> None:
+        from loadtest.telemetry import start_for_run
+
+        if polling[0] is not None:
+            polling[0].stop()
+        polling[0] = None
+        if not args.no_telemetry:
+            embedded = engine_info is not None and st.host == settings.host
+            polling[0] = start_for_run(st.host, override=args.metrics_url, embedded=embedded, api_key=api_key)
+
     def finalize(st: RunSettings, prof: Any, workload: Any, outcome: Any, out: Path) -> int:
         run_slos = merge_slos(prof.slos, args.slo)  # the profile chosen for this run may have its own
-        return _write_results(st, prof, workload, outcome, models, engine_info, out, run_slos, None)
+        telemetry, polling[0] = polling[0], None
+        return _write_results(
+            st, prof, workload, outcome, models, engine_info, out, run_slos, None, telemetry=telemetry
+        )
 
     ui = LlmWebUi(
-        env, settings, profile, describe_load(profile), slos, reports_root, finalize, args.drain_timeout
+        env,
+        settings,
+        profile,
+        describe_load(profile),
+        slos,
+        reports_root,
+        finalize,
+        args.drain_timeout,
+        on_start=start_telemetry,
     )
     web_ui = env.create_web_ui(args.web_host, args.web_port, delayed_start=True, web_login=auth is not None)
     ui.install(auth)

@@ -163,8 +163,10 @@ class LlmWebUi:
         reports_root: Path,
         finalize: Finalizer,
         drain_timeout_s: float = 10.0,
+        on_start: Callable[[RunSettings], None] | None = None,
     ) -> None:
         self.env = env
+        self.on_start = on_start  # e.g. start the endpoint's telemetry for this run
         self.base = base
         self.profile = profile
         self.load_description = load_description
@@ -204,6 +206,8 @@ class LlmWebUi:
         environment.loadtest = ctx  # type: ignore[attr-defined]
         self.run = UiRun(ctx=ctx, settings=settings, out=out, started_epoch=time.time())
         self._cache = None
+        if self.on_start is not None:
+            self.on_start(settings)
         log.warning("run %s started: writing %s/", out.name, out)
 
     def _on_test_stopping(self, environment: Environment, **_kw: Any) -> None:
