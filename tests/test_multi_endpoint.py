@@ -47,7 +47,7 @@ def test_three_replicas_one_faulty(tmp_path: Path) -> None:
         hosts_file = tmp_path / "hosts.txt"
         hosts_file.write_text(sims[2].base_url + "\n")
         args = ["run", "--profile", str(prof), "--host", sims[0].base_url, "--host", sims[1].base_url]
-        args += ["--hosts-file", str(hosts_file), "--out", str(out), "--no-telemetry"]
+        args += ["--hosts-file", str(hosts_file), "--out", str(out)]
         res = run_cli(args, timeout=120)
         served = [s.stats()["requests_received"] for s in sims]
     finally:
@@ -76,6 +76,8 @@ def test_three_replicas_one_faulty(tmp_path: Path) -> None:
     assert served == [counts[i] for i in range(3)]
     html = (out / "report.html").read_text()
     assert 'id="endpoints"' in html and sims[2].base_url in html
+    # telemetry sums every replica's /metrics
+    assert run["telemetry"]["url"].split(",") == [s.base_url + "/metrics" for s in sims]
 
 
 def test_sticky_sessions(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ import pytest
 from conftest import run_cli, write_profile
 
 from loadtest.sim import SimProcess
-from loadtest.telemetry import TelemetryPoller, attach, detect_engine, parse
+from loadtest.telemetry import TelemetryPoller, attach, detect_engine, metrics_urls, parse
 from loadtest.telemetry.names import candidates, source_names
 from loadtest.telemetry.poller import value_of
 
@@ -266,3 +266,12 @@ def test_server_info_recorded_and_no_telemetry_flag(tmp_path: Path, small_profil
     bad = run_cli(["run", "--profile", str(small_profile), "--host", "http://127.0.0.1:9", "--server-info",
                    str(tmp_path / "missing.json"), "--out", str(tmp_path / "r2")])  # fmt: skip
     assert bad.returncode == 2 and "--server-info" in bad.stderr and "missing.json" in bad.stderr
+
+
+def test_metrics_urls_for_a_base_url_with_v1_and_for_replicas() -> None:
+    assert metrics_urls("http://h:8000/v1/", None, None) == ["http://h:8000/metrics"]
+    assert metrics_urls(["http://a:1", "http://b:2/v1"], None, None) == [
+        "http://a:1/metrics",
+        "http://b:2/metrics",
+    ]
+    assert metrics_urls("http://h:8000", "http://x/m, http://y/m", None) == ["http://x/m", "http://y/m"]

@@ -172,7 +172,7 @@ def run_command(args: argparse.Namespace) -> int:
             from loadtest.telemetry import start_for_run
 
             telemetry = start_for_run(
-                ep.host,
+                settings.hosts or ep.host,  # every replica's /metrics, summed
                 override=getattr(args, "metrics_url", None),
                 server=ep.server,
                 embedded=engine_info is not None,

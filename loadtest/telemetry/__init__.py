@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from loadtest.telemetry.names import ENGINE_SERIES, SERIES, detect_engine
@@ -9,17 +10,19 @@ from loadtest.telemetry.poller import TelemetryPoller
 from loadtest.telemetry.scrape import parse
 
 
-def metrics_urls(host: str, override: str | None, server: dict[str, Any] | None) -> list[str]:
-    """``--metrics-url`` (comma-separated), else the URLs the launcher recorded, else HOST/metrics."""
+def metrics_urls(host: str | Sequence[str], override: str | None, server: dict[str, Any] | None) -> list[str]:
+    """``--metrics-url`` (comma-separated), else the URLs the launcher recorded, else HOST/metrics for
+    each endpoint (replicas are summed); a base URL given with its ``/v1`` polls the server's root."""
     if override:
         return [u.strip() for u in override.split(",") if u.strip()]
     if server and server.get("metrics_urls"):
         return list(server["metrics_urls"])
-    return [host.rstrip("/") + "/metrics"]
+    hosts = [host] if isinstance(host, str) else list(host)
+    return [h.rstrip("/").removesuffix("/v1") + "/metrics" for h in hosts]
 
 
 def start_for_run(
-    host: str,
+    host: str | Sequence[str],
     *,
     override: str | None = None,
     server: dict[str, Any] | None = None,
