@@ -165,3 +165,28 @@ def test_profile_errors_name_the_key(tmp_path: Path) -> None:
     p = write_profile(tmp_path / "c.yaml", request={"auth": "basic"})
     with pytest.raises(ProfileError, match=r"request\.auth"):
         load_profile(str(p))
+
+
+def test_an_endpoint_that_wants_an_api_key_header(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The preflight and every request carry the key the profile's way; the wrong way is one clear line."""
+    key = "sk-header-only-0123456789"
+    monkeypatch.setenv("SIM_KEY", key)
+    monkeypatch.setenv("OPENAI_API_KEY", key)
+    sim = SimProcess(
+        speedup=20, seed=6, extra_args=["--api-key-env", "SIM_KEY", "--api-key-header", "api-key"]
+    )
+    sim.start()
+    try:
+        prof = write_profile(
+            tmp_path / "h.yaml", request={"auth": "api-key-header", "auth_header": "api-key"}
+        )
+        run = _run(prof, tmp_path / "ok", sim.base_url, "--slo", "e2e_p50=30s")
+        assert run["metrics"]["requests"]["ok"] > 3 and run["metrics"]["requests"]["failed"] == 0
+        bearer = write_profile(tmp_path / "b.yaml")  # the default scheme: Bearer, which this server refuses
+        res = run_cli(
+            ["run", "--profile", str(bearer), "--host", sim.base_url, "--out", str(tmp_path / "no")]
+        )
+    finally:
+        sim.stop()
+    assert res.returncode == 1 and res.stderr.strip().count("\n") == 0, res.stderr
+    assert "HTTP 401" in res.stderr and "request.auth" in res.stderr and key not in res.stderr

@@ -78,6 +78,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 def master_command(args: argparse.Namespace) -> int:
     from loadtest.cli import run_cmd
     from loadtest.cli.run_cmd import EXIT_COULD_NOT_RUN, EXIT_USAGE, UsageError, _fail
+    from loadtest.client.apis import auth_headers
     from loadtest.client.preflight import EndpointError, list_models
     from loadtest.profile.loader import ProfileError, load_profile
 
@@ -106,7 +107,11 @@ def master_command(args: argparse.Namespace) -> int:
         return _fail(str(e), EXIT_USAGE)
     try:
         models = list_models(
-            args.host, api_key, timeout=settings.connect_timeout, verify_tls=settings.verify_tls
+            args.host,
+            api_key,
+            timeout=settings.connect_timeout,
+            verify_tls=settings.verify_tls,
+            headers=auth_headers(api_key, profile),
         )
     except EndpointError as e:
         return _fail(str(e), EXIT_COULD_NOT_RUN)

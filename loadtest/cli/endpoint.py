@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from loadtest.client.apis import auth_headers
 from loadtest.client.preflight import EndpointError, list_models
 from loadtest.profile.schema import Profile
 
@@ -64,6 +65,7 @@ def open_endpoint(
             api_key,
             timeout=args.connect_timeout or 10.0,
             verify_tls=not getattr(args, "insecure", False),
+            headers=auth_headers(api_key, profile),
         )
     except EndpointError as e:
         raise EndpointSetupError(str(e), usage=False) from e

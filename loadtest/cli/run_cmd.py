@@ -160,7 +160,7 @@ def run_command(args: argparse.Namespace) -> int:
         models, engine_info = ep.models, ep.engine_info
         model = ep.model
         settings.host, settings.model, settings.embedded = ep.host, model, engine_info is not None
-        replica_error = run_extras.check_replicas(settings, api_key, args)
+        replica_error = run_extras.check_replicas(settings, api_key, args, profile)
         if replica_error:
             return _fail(replica_error, EXIT_COULD_NOT_RUN)
         print(

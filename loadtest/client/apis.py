@@ -32,6 +32,19 @@ def configure_client(client: OpenAIClient, profile: Profile) -> None:
     client.extra_body = dict(spec.extra_body)  # type: ignore[attr-defined]
 
 
+def auth_headers(api_key: str | None, profile: Profile) -> dict[str, str]:
+    """The headers every request of ``profile`` carries: the key by its auth scheme, then its extra headers
+    (what the preflight sends too, so an endpoint that wants an ``api-key`` header accepts it)."""
+    spec = profile.request
+    out: dict[str, str] = {}
+    if api_key and spec.auth == "bearer":
+        out["Authorization"] = f"Bearer {api_key}"
+    elif api_key and spec.auth == "api-key-header":
+        out[spec.auth_header] = api_key
+    out.update(spec.headers)
+    return out
+
+
 def extra_body(client: OpenAIClient, body: dict[str, Any]) -> None:
     """Add the profile's extra body fields (chat_template_kwargs, priority ...) to a request body."""
     extra = getattr(client, "extra_body", None)

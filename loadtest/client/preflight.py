@@ -6,6 +6,7 @@ import json
 import ssl
 import urllib.error
 import urllib.request
+from collections.abc import Mapping
 
 from loadtest.client.http import Endpoint
 
@@ -15,16 +16,26 @@ class EndpointError(Exception):
 
 
 def list_models(
-    host: str, api_key: str | None = None, timeout: float = 10.0, verify_tls: bool = True
+    host: str,
+    api_key: str | None = None,
+    timeout: float = 10.0,
+    verify_tls: bool = True,
+    headers: Mapping[str, str] | None = None,
 ) -> list[str]:
-    """GET {host}/v1/models and return the model ids, or raise EndpointError saying what is wrong."""
+    """GET {host}/v1/models and return the model ids, or raise EndpointError saying what is wrong.
+
+    ``headers``: what the run's requests carry (the profile's auth scheme and extra headers); without
+    them the key goes as a Bearer token."""
     try:
         ep = Endpoint.parse(host)
     except ValueError as e:
         raise EndpointError(str(e)) from e
     url = f"{ep.origin}{ep.api_prefix}/models"
     req = urllib.request.Request(url, headers={"Accept": "application/json"})
-    if api_key:
+    if headers is not None:
+        for name, value in headers.items():
+            req.add_header(name, value)
+    elif api_key:
         req.add_header("Authorization", f"Bearer {api_key}")
     ctx = None
     if ep.scheme == "https" and not verify_tls:
@@ -36,7 +47,10 @@ def list_models(
             ctype = resp.headers.get("Content-Type", "")
     except urllib.error.HTTPError as e:
         if e.code in (401, 403):
-            raise EndpointError(f"{url} answered HTTP {e.code}: check the API key (--api-key-env)") from e
+            raise EndpointError(
+                f"{url} answered HTTP {e.code}: check the API key (--api-key-env / --api-key-file) "
+                "and the profile's request.auth scheme"
+            ) from e
         raise EndpointError(f"{url} answered HTTP {e.code}: is this an OpenAI-compatible endpoint?") from e
     except (urllib.error.URLError, OSError) as e:
         why = getattr(e, "reason", e)

@@ -61,6 +61,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="exit when this process is gone (so an engine never outlives a killed load generator)",
     )
     p.add_argument(
+        "--api-key-env",
+        metavar="VAR",
+        help="require the key held by this environment variable on /v1/* (401 otherwise), like vllm --api-key",
+    )
+    p.add_argument(
+        "--api-key-header",
+        default="Authorization",
+        help="where the key is expected: Authorization (Bearer KEY, the default) or a header name such as api-key",
+    )
+    p.add_argument(
         "--coarse-timer",
         action="store_true",
         help="use only the event loop's ~1 ms timers (no helper thread for precise step deadlines)",
@@ -111,7 +121,18 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
     if not 0.0 <= args.reasoning_fraction <= 1.0:
         raise ValueError("--reasoning-fraction must be within [0, 1]")
     reasoning = {"auto": None, "on": True, "off": False}[args.reasoning]
-    return ServerOptions(faults=args.faults, reasoning=reasoning, reasoning_fraction=args.reasoning_fraction)
+    api_key = None
+    if args.api_key_env:
+        api_key = os.environ.get(args.api_key_env, "").strip()
+        if not api_key:
+            raise ValueError(f"--api-key-env {args.api_key_env}: that environment variable is not set")
+    return ServerOptions(
+        faults=args.faults,
+        reasoning=reasoning,
+        reasoning_fraction=args.reasoning_fraction,
+        api_key=api_key,
+        api_key_header=args.api_key_header,
+    )
 
 
 async def serve(

@@ -60,6 +60,8 @@ class ServerOptions:
     faults: str | None = None  # run-wide fault spec (see loadtest.sim.faults)
     reasoning: bool | None = None  # None: the model preset decides (or the request's reasoning_effort)
     reasoning_fraction: float = 0.6  # share of output tokens streamed as reasoning
+    api_key: str | None = None  # like `vllm serve --api-key`: /v1/* answers 401 without it
+    api_key_header: str = "Authorization"  # "Authorization" takes "Bearer KEY"; any other name takes KEY
 
 
 @dataclass
@@ -642,6 +644,22 @@ async def sim_truth(request: web.Request) -> web.Response:
     return web.Response(text=st.truth.jsonl(), content_type="application/x-ndjson")
 
 
+def _require_key(options: ServerOptions) -> Any:
+    """A middleware that refuses /v1/* requests without the key, as OpenAI-compatible servers do."""
+    want = (
+        f"Bearer {options.api_key}" if options.api_key_header.lower() == "authorization" else options.api_key
+    )
+
+    @web.middleware
+    async def check(request: web.Request, handler: Any) -> web.StreamResponse:
+        if request.path.startswith("/v1/") and request.headers.get(options.api_key_header) != want:
+            body = {"error": {"message": "invalid or missing API key", "type": "invalid_request_error"}}
+            return web.json_response(body, status=401)
+        return await handler(request)
+
+    return check
+
+
 def create_app(
     config: EngineConfig | None = None,
     truth_log: str | Path | None = None,
@@ -650,7 +668,7 @@ def create_app(
     """The simulated OpenAI-compatible server; the engine starts and stops with the app."""
     config = config or EngineConfig()
     options = options or ServerOptions()
-    app = web.Application()
+    app = web.Application(middlewares=[_require_key(options)] if options.api_key else [])
     engine = Engine(config)
     state = SimState(
         config=config,

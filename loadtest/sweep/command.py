@@ -183,7 +183,8 @@ def _describe(plan: SweepPlan) -> str:
     return f"search for the highest rate that meets {', '.join(plan.slo)}{off}"
 
 
-def _open_host(args: argparse.Namespace) -> dict[str, Any]:
+def _open_host(args: argparse.Namespace, profile: Profile) -> dict[str, Any]:
+    from loadtest.client.apis import auth_headers
     from loadtest.client.preflight import EndpointError, list_models
     from loadtest.client.secrets import KeySourceError, install_redaction, load_api_key
 
@@ -194,7 +195,11 @@ def _open_host(args: argparse.Namespace) -> dict[str, Any]:
     install_redaction(key)
     try:
         models = list_models(
-            args.host, key, timeout=args.connect_timeout or 10.0, verify_tls=not args.insecure
+            args.host,
+            key,
+            timeout=args.connect_timeout or 10.0,
+            verify_tls=not args.insecure,
+            headers=auth_headers(key, profile),
         )
     except EndpointError as e:
         raise EngineStartError(str(e), usage=False) from e
@@ -327,7 +332,7 @@ def run_sweep(args: argparse.Namespace) -> int:
         with contextlib.ExitStack() as stack:
             try:
                 if args.host:
-                    endpoint = _open_host(args)
+                    endpoint = _open_host(args, plan.profile)
                 else:
                     endpoint = start_engine(stack, args, plan.profile, plan.seed, plan.out / "engine.log")
             except EngineStartError as e:
