@@ -28,6 +28,27 @@ import psutil
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def _start_run(tmp: str, load: dict[str, float], duration_s: float, speedup: float) -> subprocess.Popen:
+    """`loadtest run` of tiny requests (8 prompt tokens, 1-2 output tokens) against the engine at ``speedup``."""
+    prof = Path(tmp) / "tiny.yaml"
+    prof.write_text(
+        json.dumps(
+            {
+                "name": "tiny",
+                "input_tokens": {"dist": "fixed", "value": 8},
+                "output_tokens": {"dist": "uniform", "min": 1, "max": 2},
+                "system_prompt_tokens": 0,
+                "load": load,
+                "duration_s": duration_s,
+            }
+        )
+    )
+    out = Path(tmp) / "run"
+    cmd = [sys.executable, "-m", "loadtest.cli.main", "run", "--profile", str(prof), "--out", str(out)]
+    cmd += ["--engine-speedup", str(speedup)]
+    return subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--marks", default="1000,100000,1000000")
@@ -41,23 +62,8 @@ def main() -> int:
         return timed(args)
     marks = [int(m) for m in args.marks.split(",")]
     with tempfile.TemporaryDirectory(prefix="bench-memory-") as tmp:
-        prof = Path(tmp) / "tiny.yaml"
-        prof.write_text(
-            json.dumps(
-                {
-                    "name": "tiny",
-                    "input_tokens": {"dist": "fixed", "value": 8},
-                    "output_tokens": {"dist": "uniform", "min": 1, "max": 2},
-                    "system_prompt_tokens": 0,
-                    "load": {"concurrency": args.concurrency},
-                    "duration_s": 86400,
-                }
-            )
-        )
+        proc = _start_run(tmp, {"concurrency": args.concurrency}, 86400, args.speedup)
         out = Path(tmp) / "run"
-        cmd = [sys.executable, "-m", "loadtest.cli.main", "run", "--profile", str(prof), "--out", str(out)]
-        cmd += ["--engine-speedup", str(args.speedup)]
-        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         try:
             gen = psutil.Process(proc.pid)
             log = out / "records.jsonl"
@@ -115,23 +121,8 @@ def _count_lines(f: object, pos: int) -> tuple[int, int]:
 def timed(args: argparse.Namespace) -> int:
     """Open loop at ``--rate`` for ``--minutes``; RSS, descriptors and progress every ``--sample-min``."""
     with tempfile.TemporaryDirectory(prefix="bench-memory-") as tmp:
-        prof = Path(tmp) / "tiny-open.yaml"
-        prof.write_text(
-            json.dumps(
-                {
-                    "name": "tiny-open",
-                    "input_tokens": {"dist": "fixed", "value": 8},
-                    "output_tokens": {"dist": "uniform", "min": 1, "max": 2},
-                    "system_prompt_tokens": 0,
-                    "load": {"rate": args.rate},
-                    "duration_s": args.minutes * 60,
-                }
-            )
-        )
+        proc = _start_run(tmp, {"rate": args.rate}, args.minutes * 60, args.speedup)
         out = Path(tmp) / "run"
-        cmd = [sys.executable, "-m", "loadtest.cli.main", "run", "--profile", str(prof), "--out", str(out)]
-        cmd += ["--engine-speedup", str(args.speedup)]
-        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         samples: list[tuple[float, float, int]] = []
         try:
             gen = psutil.Process(proc.pid)
