@@ -42,12 +42,10 @@ def open_endpoint(
     then ``GET /v1/models``; raises EndpointSetupError with one line on any problem."""
     host, engine_info = args.host, None
     if not host:
-        from loadtest.sweep.engine import EngineStartError, start_engine
+        from loadtest.sim.start import EngineStartError, start_engine
 
-        # The same start as a sweep's; run and ui have no --engine-max-num-seqs (the preset's value).
-        engine_args = argparse.Namespace(**{"engine_max_num_seqs": None, **vars(args)})
         try:
-            started = start_engine(stack, engine_args, profile, seed, engine_log)
+            started = start_engine(stack, args, profile, seed, engine_log)
         except EngineStartError as e:
             raise EndpointSetupError(str(e), usage=e.usage) from e
         host, engine_info = started["url"], started["engine"]

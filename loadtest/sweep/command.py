@@ -29,9 +29,9 @@ from loadtest.metrics.verdict import EXIT_CODES
 from loadtest.profile.loader import ProfileError, load_profile
 from loadtest.profile.schema import Profile
 from loadtest.report.sweep_report import render_sweep_report
+from loadtest.sim.start import EngineStartError, start_engine
 from loadtest.sweep.analysis import best_under_slo, knee, measured
 from loadtest.sweep.driver import Sweep
-from loadtest.sweep.engine import EngineStartError, start_engine
 from loadtest.sweep.ladder import (
     DEFAULT_OFFLINE_CONCURRENCY,
     concurrency_ladder,

@@ -1,4 +1,5 @@
-"""The one embedded engine a sweep without --host starts for all its points, and the endpoint it reports."""
+"""Starting the embedded engine for a command without --host (run, ui, sweep) from the profile's preset and
+the --engine-* options, and the endpoint description it reports."""
 
 from __future__ import annotations
 
@@ -19,10 +20,10 @@ class EngineStartError(Exception):
 
 
 def start_engine(
-    stack: contextlib.ExitStack, args: argparse.Namespace, profile: Profile, seed: int, log: Path
+    stack: contextlib.ExitStack, args: argparse.Namespace, profile: Profile, seed: int, log: Path | None
 ) -> dict[str, Any]:
     """Start the engine with the profile's preset and the --engine-* options (stopped when ``stack``
-    closes); returns sweep.json's ``endpoint``: url, embedded, engine (its configuration)."""
+    closes); returns the endpoint description: url, embedded, engine (its configuration)."""
     from loadtest.sim import SimProcess
     from loadtest.sim.presets import get_gpu, get_model
 
@@ -36,7 +37,8 @@ def start_engine(
         raise EngineStartError(
             f"embedded engine preset: {e} (--engine-gpu, --engine-model, or the profile's engine)", usage=True
         ) from e
-    if args.engine_max_num_seqs is not None and args.engine_max_num_seqs < 1:
+    max_num_seqs = getattr(args, "engine_max_num_seqs", None)  # only sweep has the option
+    if max_num_seqs is not None and max_num_seqs < 1:
         raise EngineStartError("--engine-max-num-seqs must be ≥ 1", usage=True)
     try:
         sim = stack.enter_context(
@@ -47,7 +49,7 @@ def start_engine(
                 faults=args.engine_faults or profile.engine.faults,
                 speedup=args.engine_speedup,
                 seed=seed,
-                max_num_seqs=args.engine_max_num_seqs,
+                max_num_seqs=max_num_seqs,
                 stderr_path=log,
             )
         )
