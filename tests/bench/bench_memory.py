@@ -49,6 +49,17 @@ def _start_run(tmp: str, load: dict[str, float], duration_s: float, speedup: flo
     return subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 
+def _stop(proc: subprocess.Popen) -> None:
+    """SIGINT (the run still writes its results), then SIGKILL if it does not end in 2 minutes."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--marks", default="1000,100000,1000000")
@@ -76,16 +87,12 @@ def main() -> int:
             with log.open("rb") as f:
                 for mark in marks:
                     while count < mark:
-                        f.seek(pos)
-                        chunk = f.read(1 << 22)
-                        if not chunk:
+                        n, pos = _count_lines(f, pos)
+                        count += n
+                        if not n:
                             time.sleep(0.05)
                             if proc.poll() is not None:
                                 return 1
-                            continue
-                        cut = chunk.rfind(b"\n") + 1
-                        count += chunk.count(b"\n", 0, cut)
-                        pos += cut
                     rss = gen.memory_info().rss / 2**20
                     elapsed = time.monotonic() - t0
                     label = f"{mark // 1_000_000}m" if mark >= 1_000_000 else f"{mark // 1000}k"
@@ -93,13 +100,7 @@ def main() -> int:
                     print(f"requests_per_s_to_{label}: {count / elapsed:.0f} req/s", flush=True)
             print(f"record_log_mib: {pos / 2**20:.0f} MiB", flush=True)
         finally:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGINT)
-                try:
-                    proc.wait(timeout=120)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+            _stop(proc)
     return 0
 
 
@@ -156,13 +157,7 @@ def timed(args: argparse.Namespace) -> int:
             print(f"requests_total: {n} requests", flush=True)
             print(f"generator_exit_code: {proc.returncode} code", flush=True)
         finally:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGINT)
-                try:
-                    proc.wait(timeout=120)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+            _stop(proc)
         if len(samples) >= 2:
             print(f"rss_growth_mib_after_min_{samples[0][0]:g}: {samples[-1][1] - samples[0][1]:.1f} MiB")
             print(f"fd_growth_after_min_{samples[0][0]:g}: {samples[-1][2] - samples[0][2]} fds")
