@@ -5,16 +5,15 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from loadtest.sim.protocol import RequestError, json_body
+from loadtest.sim.protocol import RequestError
 from loadtest.workload.tokenizer import Tokenizer
 
 EMBEDDINGS_PATH = "/v1/embeddings"
 DEFAULT_DIMENSIONS = 8
 
 
-def parse_embeddings_request(raw: bytes, tok: Tokenizer) -> tuple[list[list[int]], str | None, int]:
-    """(token ids per input, model, dimensions); RequestError (400) on a malformed body."""
-    body = json_body(raw)
+def parse_embeddings_request(body: dict[str, Any], tok: Tokenizer) -> tuple[list[list[int]], str | None, int]:
+    """(token ids per input, model, dimensions) of a decoded body; RequestError (400) when malformed."""
     given = body.get("input")
     if isinstance(given, str) and given:
         inputs = [tok.encode(given)]

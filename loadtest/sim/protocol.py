@@ -113,9 +113,8 @@ def json_body(raw: bytes) -> dict[str, Any]:
     return body
 
 
-def parse_request(raw: bytes, chat: bool, tok: Tokenizer) -> GenRequest:
-    """Validate a request body; raises RequestError (400) on malformed input."""
-    body = json_body(raw)
+def parse_request(body: dict[str, Any], chat: bool, tok: Tokenizer) -> GenRequest:
+    """Validate a request body (decoded by ``json_body``); raises RequestError (400) on malformed input."""
     if chat:
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import json
 from collections import deque
 from typing import Any
 
@@ -27,18 +26,15 @@ class RequestLog:
     def __init__(self, size: int = 512) -> None:
         self._items: deque[dict[str, Any]] = deque(maxlen=size)
 
-    def add(self, request: web.Request, raw: bytes) -> None:
+    def add(self, request: web.Request, raw: bytes, body: dict[str, Any] | None) -> None:
+        """``body``: the request's decoded JSON object (None when it was not one)."""
         headers = {}
         for name, value in request.headers.items():
             low = name.lower()
             if low in STANDARD_HEADERS:
                 continue
             headers[low] = _redact(value) if low in AUTH_HEADERS or "key" in low else value
-        try:
-            body = json.loads(raw)
-        except (ValueError, UnicodeDecodeError):
-            body = None
-        fields = {k: v for k, v in body.items() if k not in BULKY_FIELDS} if isinstance(body, dict) else None
+        fields = {k: v for k, v in body.items() if k not in BULKY_FIELDS} if body is not None else None
         self._items.append(
             {
                 "path": request.path,

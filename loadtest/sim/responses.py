@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import json
+import dataclasses
 import uuid
 from typing import Any
 
@@ -12,7 +12,6 @@ from loadtest.sim.protocol import (
     RequestError,
     _chunk,
     _dumps,
-    json_body,
     parse_request,
 )
 from loadtest.workload.text import token_piece
@@ -21,10 +20,9 @@ from loadtest.workload.tokenizer import Tokenizer
 RESPONSES_PATH = "/v1/responses"
 
 
-def parse_responses_request(raw: bytes, tok: Tokenizer) -> GenRequest:
-    """A Responses API body as the engine sees it: ``input`` (text or messages) as chat messages,
-    ``max_output_tokens`` as max_tokens, ``reasoning.effort`` as the reasoning effort."""
-    body = json_body(raw)
+def parse_responses_request(body: dict[str, Any], tok: Tokenizer) -> GenRequest:
+    """A Responses API body (decoded) as the engine sees it: ``input`` (text or messages) as chat
+    messages, ``max_output_tokens`` as max_tokens, ``reasoning.effort`` as the reasoning effort."""
     given = body.get("input")
     if isinstance(given, str) and given:
         messages: Any = [{"role": "user", "content": given}]
@@ -49,8 +47,7 @@ def parse_responses_request(raw: bytes, tok: Tokenizer) -> GenRequest:
     reasoning = body.get("reasoning")
     if isinstance(reasoning, dict) and reasoning.get("effort") is not None:
         chat["reasoning_effort"] = reasoning["effort"]
-    g = parse_request(json.dumps(chat).encode(), True, tok)
-    return GenRequest(**{**g.__dict__, "api": "responses"})
+    return dataclasses.replace(parse_request(chat, True, tok), api="responses")
 
 
 def _content(c: Any) -> Any:

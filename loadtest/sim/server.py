@@ -34,6 +34,7 @@ from loadtest.sim.protocol import (
     RequestError,
     _chunk,
     full_response,
+    json_body,
     parse_request,
 )
 from loadtest.sim.request import SHUTDOWN, SimRequest
@@ -415,14 +416,17 @@ async def _generate(request: web.Request, chat: bool, api: str = "") -> web.Stre
     arrival_ns = time.perf_counter_ns()
     st = request.app[STATE_KEY]
     raw = await request.read()
-    st.requests.add(request, raw)
+    body: dict[str, Any] | None = None
     try:
+        body = json_body(raw)  # decoded once: the parser and the request log share it
         tok = get_tokenizer(st.config.model.tokenizer)
-        g = parse_responses_request(raw, tok) if api == "responses" else parse_request(raw, chat, tok)
+        g = parse_responses_request(body, tok) if api == "responses" else parse_request(body, chat, tok)
         fault = _admit(st, request, g.model)
     except RequestError as err:
+        st.requests.add(request, raw, body)
         st.stats.rejected(err.status)
         return _error(err)
+    st.requests.add(request, raw, body)
     path = request.path
     st.stats.received(path)
     engine = st.engine
@@ -520,13 +524,16 @@ async def embeddings(request: web.Request) -> web.StreamResponse:
     arrival_ns = time.perf_counter_ns()
     st = request.app[STATE_KEY]
     raw = await request.read()
-    st.requests.add(request, raw)
+    body: dict[str, Any] | None = None
     try:
-        inputs, model, dims = parse_embeddings_request(raw, get_tokenizer(st.config.model.tokenizer))
+        body = json_body(raw)
+        inputs, model, dims = parse_embeddings_request(body, get_tokenizer(st.config.model.tokenizer))
         fault = _admit(st, request, model)
     except RequestError as err:
+        st.requests.add(request, raw, body)
         st.stats.rejected(err.status)
         return _error(err)
+    st.requests.add(request, raw, body)
     st.stats.received(request.path)
     client_id = request.headers.get("X-Request-Id")
     response_id = "embd-" + uuid.uuid4().hex

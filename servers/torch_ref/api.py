@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -18,6 +17,7 @@ from loadtest.sim.protocol import (
     ChunkWriter,
     RequestError,
     _dumps,
+    json_body,
     parse_request,
     usage,
 )
@@ -74,8 +74,8 @@ class _Request:
     def __init__(self, st: ServerState, raw: bytes, chat: bool) -> None:
         self.arrival_ns = time.perf_counter_ns()
         self.chat = chat
-        g = parse_request(raw, chat, st.tokenizer)
-        body = json.loads(raw)
+        body = json_body(raw)
+        g = parse_request(body, chat, st.tokenizer)
         if g.model and g.model != st.model_name and g.model.rsplit("/", 1)[-1] != st.model_name:
             raise RequestError(404, f"The model `{g.model}` does not exist.", "model_not_found", "model")
         temp = body.get("temperature", 1.0)
