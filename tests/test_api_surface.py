@@ -55,8 +55,10 @@ def test_responses_api_streams_with_reasoning_and_a_verdict(tmp_path: Path) -> N
     lines = read_lines(sorted((tmp_path / "run").glob("records*.jsonl")))
     ok = [ln for ln in lines if ln["outcome"] == "ok"]
     assert all(ln["api"] == "responses" and ln["output_tokens"] == 16 for ln in ok)
-    # reasoning items come first: the first answer token arrives after the first (reasoning) token
-    assert all(ln["first_answer_us"] > ln["ttft_us"] for ln in ok)
+    # reasoning items come first: the first answer token never arrives before the first (reasoning)
+    # token; both can land in one socket read (one kernel timestamp) when the stream is this short
+    assert all(ln["first_answer_us"] >= ln["ttft_us"] for ln in ok)
+    assert any(ln["first_answer_us"] > ln["ttft_us"] for ln in ok)
     assert all(
         ln["usage_reasoning_tokens"] and ln["reasoning_tokens"] == ln["usage_reasoning_tokens"] for ln in ok
     )
