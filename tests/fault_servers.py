@@ -17,6 +17,7 @@ import ssl
 import subprocess
 import threading
 import time
+import uuid
 from collections import Counter
 from pathlib import Path
 
@@ -30,6 +31,9 @@ BEHAVIOURS = (
     "big_event",
     "never_answer",
     "auth_echo",
+    "empty_done",  # llama.cpp's server ending a request it interrupted: a role chunk, then [DONE]
+    "context_400",  # vLLM refusing a prompt longer than its context window
+    "bad_request",  # HTTP 400 for everything (an endpoint that rejects the request shape)
 )
 BIG_EVENT_BYTES = 10 * 1024 * 1024
 MODEL = "fault-model"
@@ -67,7 +71,19 @@ def _delta(text: str, finish: str | None = None) -> dict:
 class FaultServer:
     """A threaded HTTP/1.1 server that misbehaves on schedule; ``stop_accepting()`` refuses new connections."""
 
-    def __init__(self, schedule: list[str], tls: tuple[Path, Path] | None = None) -> None:
+    def __init__(
+        self,
+        schedule: list[str],
+        tls: tuple[Path, Path] | None = None,
+        require_uuid: bool = False,
+        models_as_stream: bool = False,
+    ) -> None:
+        """``require_uuid``: answer 400 to a request whose X-Request-Id is present and not a UUID (as
+        llama.cpp's server does); ``models_as_stream``: answer every GET with an SSE stream (as the
+        MLPerf Endpoints mock servers do), except ``/health``."""
+        self.require_uuid = require_uuid
+        self.models_as_stream = models_as_stream
+        self.heads: list[str] = []  # every scheduled request's header block, as received
         for b in schedule:
             if b not in BEHAVIOURS:
                 raise ValueError(f"unknown behaviour {b!r}")
@@ -177,6 +193,11 @@ class FaultServer:
         lines = head.split("\r\n")
         method, path = lines[0].split(" ")[:2]
         headers = {k.strip().lower(): v.strip() for k, _, v in (ln.partition(":") for ln in lines[1:])}
+        if method == "GET" and path == "/health":
+            conn.sendall(self._head(200, "text/plain", 2) + b"ok")
+            return True
+        if method == "GET" and self.models_as_stream:
+            return self._stream(conn, self._ok_events())
         if method == "GET" and path.endswith("/models"):
             payload = json.dumps({"object": "list", "data": [{"id": MODEL, "object": "model"}]}).encode()
             conn.sendall(self._head(200, "application/json", len(payload)) + payload)
@@ -189,6 +210,10 @@ class FaultServer:
             self._n += 1
             self.truth[headers.get("x-request-id", f"anon-{self._n}")] = behaviour
             self.authorization.append(headers.get("authorization", ""))
+            self.heads.append(head)
+        rid = headers.get("x-request-id")
+        if self.require_uuid and rid is not None and not _is_uuid(rid):
+            return self._error(conn, 400, f"Invalid request id: {rid} (must be a UUID)")
         return getattr(self, f"_b_{behaviour}")(conn, headers)
 
     @staticmethod
@@ -197,6 +222,7 @@ class FaultServer:
             200: "OK",
             301: "Moved Permanently",
             307: "Temporary Redirect",
+            400: "Bad Request",
             401: "Unauthorized",
             404: "Not Found",
         }
@@ -273,11 +299,41 @@ class FaultServer:
                 continue
         return False
 
+    def _error(self, conn: socket.socket, status: int, message: str) -> bool:
+        payload = json.dumps({"error": {"message": message, "type": "BadRequestError", "code": status}})
+        conn.sendall(self._head(status, "application/json", len(payload)) + payload.encode())
+        return True
+
+    def _b_empty_done(self, conn: socket.socket, _h: dict[str, str]) -> bool:
+        role = {"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"role": "assistant"}}]}
+        return self._stream(conn, [_event(role), b"data: [DONE]\n\n"])
+
+    def _b_context_400(self, conn: socket.socket, _h: dict[str, str]) -> bool:
+        return self._error(
+            conn,
+            400,
+            "This model's maximum context length is 2048 tokens. However, you requested 4096 tokens "
+            "(4000 in the messages, 96 in the completion). Please reduce the length of the messages or completion.",
+        )
+
+    def _b_bad_request(self, conn: socket.socket, _h: dict[str, str]) -> bool:
+        return self._error(
+            conn, 400, "[{'type': 'missing', 'loc': ('body', 'prompt'), 'msg': 'Field required'}]"
+        )
+
     def _b_auth_echo(self, conn: socket.socket, h: dict[str, str]) -> bool:
         msg = {"error": {"message": f"invalid credentials: {h.get('authorization', '')}", "code": 401}}
         payload = json.dumps(msg).encode()
         conn.sendall(self._head(401, "application/json", len(payload)) + payload)
         return True
+
+
+def _is_uuid(text: str) -> bool:
+    try:
+        uuid.UUID(text)
+    except ValueError:
+        return False
+    return True
 
 
 def wait_until(check: object, timeout: float, what: str) -> None:

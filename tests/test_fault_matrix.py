@@ -136,15 +136,15 @@ def _check_accounting(
     assert len(ids) == len(set(ids)), "a request was recorded twice"
     assert all(r["outcome"] in OUTCOMES for r in records)
     wrong = [
-        (r["id"], label_of[r["id"]], r["outcome"], r["error"])
+        (r["id"], label_of[r["wire_id"]], r["outcome"], r["error"])
         for r in records
-        if r["outcome"] != expected[label_of[r["id"]]]
+        if r["outcome"] != expected[label_of[r["wire_id"]]]
     ]
     assert not wrong, wrong[:5]
     got = Counter(r["outcome"] for r in records)
     by = run["metrics"]["requests"]["by_outcome"]
     assert {k: v for k, v in by.items() if v} == dict(got)
-    truth = Counter(label_of[r["id"]] for r in records)
+    truth = Counter(label_of[r["wire_id"]] for r in records)
     want = Counter()
     for label, n in truth.items():
         want[expected[label]] += n
@@ -159,7 +159,7 @@ def _check_accounting(
         if outcome != "ok":
             assert outcome in reasons, (outcome, reasons)
     for label, n in sorted(truth.items()):
-        per = Counter(r["outcome"] for r in records if label_of[r["id"]] == label)
+        per = Counter(r["outcome"] for r in records if label_of[r["wire_id"]] == label)
         _table.append((label, mode, n, dict(per), expected[label]))
     return run
 
@@ -202,11 +202,11 @@ def test_proxy_and_server_faults(tmp_path: Path, mode: str) -> None:
         label_of = dict(srv.truth)
     records = read_lines(sorted(out.glob("records*.jsonl")))
     for r in records:
-        label_of.setdefault(r["id"], "refused")  # never reached the server
+        label_of.setdefault(r["wire_id"], "refused")  # never reached the server
     assert code in (11, 12), logs[-3000:]  # error rate (11 too when a loaded CI box lags)
     run = _check_accounting(out, SERVER_FAULTS, mode, label_of, logs)
     # Every request the server received has its record, and some were refused after it went away.
-    assert set(srv.truth) <= {r["id"] for r in records}
+    assert set(srv.truth) <= {r["wire_id"] for r in records}
     assert run["metrics"]["requests"]["by_outcome"]["connect_error"] > 0
     assert all(n >= 2 for n in Counter(srv.truth.values()).values())
 

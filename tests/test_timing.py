@@ -60,7 +60,7 @@ def test_ttft_and_itl_match_engine_timing_at_light_load(tmp_path: Path) -> None:
     added_first: list[float] = []
     added_gap: list[float] = []
     for r in records:
-        t = truth[r["id"]]
+        t = truth[r["wire_id"]]
         base_ns = t["arrival_ns"]
         client_first_rel = (r["ttft_us"] - r["sent_us"]) / 1e3  # ms after the send
         engine_first_rel = (t["first_token_ns"] - base_ns) / 1e6  # ms after the engine saw the request

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import logging
 
+from loadtest.client.preflight import add_endpoint_check_option
+
 DEFAULT_MASTER_PORT = 5557
 
 
@@ -33,6 +35,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     )
     m.add_argument("--profile", default="interactive-chat", help="shipped profile name or YAML path")
     m.add_argument("--host", required=True, help="endpoint base URL every worker can reach")
+    add_endpoint_check_option(m)
     m.add_argument(
         "--model", help="model name to request (default: the profile's, else the endpoint's first)"
     )
@@ -112,6 +115,7 @@ def master_command(args: argparse.Namespace) -> int:
             timeout=settings.connect_timeout,
             verify_tls=settings.verify_tls,
             headers=auth_headers(api_key, profile),
+            check=args.endpoint_check,
         )
     except EndpointError as e:
         return _fail(str(e), EXIT_COULD_NOT_RUN)

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from loadtest.client.apis import auth_headers
-from loadtest.client.preflight import EndpointError, list_models
+from loadtest.client.preflight import CHECK_MODELS, EndpointError, ServedModel, served_models
 from loadtest.profile.schema import Profile
 
 
@@ -28,6 +28,11 @@ class Endpoint:
     model: str | None
     engine_info: dict[str, Any] | None  # the embedded engine's configuration, when one was started
     server: dict[str, Any] | None = None  # what `loadtest serve` started there (engine, version, argv)
+    served: list[ServedModel] = field(default_factory=list)  # /v1/models as listed (context windows)
+
+    def served_model(self) -> ServedModel | None:
+        """The /v1/models entry of the model the run requests, when the server listed it."""
+        return next((m for m in self.served if m.id == self.model), None)
 
 
 def open_endpoint(
@@ -58,14 +63,16 @@ def open_endpoint(
     except ValueError as e:
         raise EndpointSetupError(str(e), usage=True) from e
     try:
-        models = list_models(
+        served = served_models(
             host,
             api_key,
             timeout=args.connect_timeout or 10.0,
             verify_tls=not getattr(args, "insecure", False),
             headers=auth_headers(api_key, profile),
+            check=getattr(args, "endpoint_check", CHECK_MODELS) if engine_info is None else CHECK_MODELS,
         )
     except EndpointError as e:
         raise EndpointSetupError(str(e), usage=False) from e
+    models = [m.id for m in served]
     model = args.model or profile.model or (models[0] if models else None)
-    return Endpoint(host, models, model, engine_info, server)
+    return Endpoint(host, models, model, engine_info, server, served)

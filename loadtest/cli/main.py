@@ -9,6 +9,7 @@ from loadtest.cli.compare_cmd import add_parser as add_compare_parser
 from loadtest.cli.export_cmd import add_parser as add_export_parser
 from loadtest.cli.sweep_cmd import add_parser as add_sweep_parser
 from loadtest.client.balancer import HostAction, add_fleet_options
+from loadtest.client.preflight import add_endpoint_check_option
 from loadtest.economics.spec import add_endpoint_options
 
 # Commands that run Locust: gevent must patch the process before ssl, socket or threading are used.
@@ -36,6 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
         "(default: start the embedded engine)",
     )
     add_fleet_options(run)  # --hosts-file, --balance (docs/multi-endpoint.md)
+    add_endpoint_check_option(run)  # --endpoint-check models|none|PATH
     add_endpoint_options(run)  # --gpu-kind, --gpu-count, prices, --endpoint-file (docs/economics.md)
     run.add_argument(
         "--model", help="model name to request (default: the profile's, else the endpoint's first model)"
@@ -142,6 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="shipped profile name or YAML path (default: %(default)s)",
     )
     ui.add_argument("--host", help="endpoint base URL (default: start the embedded engine)")
+    add_endpoint_check_option(ui)
     ui.add_argument(
         "--model", help="model name to request (default: the profile's, else the endpoint's first)"
     )

@@ -44,6 +44,7 @@ def check_replicas(settings: Any, api_key: str | None, args: argparse.Namespace,
                 timeout=args.connect_timeout or 10.0,
                 verify_tls=settings.verify_tls,
                 headers=headers,
+                check=getattr(args, "endpoint_check", "models"),
             )
         except EndpointError as e:
             return f"replica {host}: {e}"

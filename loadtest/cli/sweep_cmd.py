@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from loadtest.client.preflight import add_endpoint_check_option
 from loadtest.economics.spec import add_endpoint_options
 
 DEFAULT_PROFILE = "interactive-chat"
@@ -21,6 +22,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     s.add_argument(
         "--host", help="endpoint base URL (default: start one embedded engine for the whole sweep)"
     )
+    add_endpoint_check_option(s)
     s.add_argument(
         "--ladder",
         choices=("concurrency", "rate", "search"),

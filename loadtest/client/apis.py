@@ -20,7 +20,10 @@ _decoder = msgspec.json.Decoder()
 
 
 def configure_client(client: OpenAIClient, profile: Profile) -> None:
-    """Apply the profile's ``request`` section: auth scheme for the key, extra headers, extra body fields."""
+    """Apply the profile's ``request`` section: auth scheme for the key, extra headers, extra body fields.
+
+    A profile header replaces the client's header of the same name (names compare case-insensitively);
+    a null value removes it, the request-id header included."""
     spec = profile.request
     headers = client._headers
     key_header = headers.pop("Authorization", None)
@@ -28,7 +31,15 @@ def configure_client(client: OpenAIClient, profile: Profile) -> None:
         headers["Authorization"] = key_header
     elif key_header is not None and spec.auth == "api-key-header":
         headers[spec.auth_header] = key_header.removeprefix("Bearer ")
-    headers.update(spec.headers)
+    rid = (client.request_id_header or "").lower()
+    for name, value in spec.headers.items():
+        for have in [h for h in headers if h.lower() == name.lower()]:
+            del headers[have]
+        if name.lower() == rid:
+            client.request_id_header = None if value is None else name
+            client.fixed_request_id = value
+        elif value is not None:
+            headers[name] = value
     client.extra_body = dict(spec.extra_body)  # type: ignore[attr-defined]
 
 
@@ -41,7 +52,11 @@ def auth_headers(api_key: str | None, profile: Profile) -> dict[str, str]:
         out["Authorization"] = f"Bearer {api_key}"
     elif api_key and spec.auth == "api-key-header":
         out[spec.auth_header] = api_key
-    out.update(spec.headers)
+    for name, value in spec.headers.items():
+        for have in [h for h in out if h.lower() == name.lower()]:
+            del out[have]
+        if value is not None:
+            out[name] = value
     return out
 
 
@@ -64,11 +79,9 @@ def api_kind(req: PreparedRequest) -> str | None:
     return None
 
 
-def encode(client: OpenAIClient, req: PreparedRequest) -> bytes:
+def encode(client: OpenAIClient, req: PreparedRequest, rec: RequestRecord | None = None) -> bytes:
     """The HTTP request for a responses, embeddings or raw request (raw: the recorded body, unchanged)."""
-    headers = dict(client._headers)
-    headers["X-Request-Id"] = req.request_id
-    headers.update(req.extra_headers)
+    headers = client.request_headers(req, rec)
     ep = client.endpoint
     if req.api == "raw":
         return build_request(

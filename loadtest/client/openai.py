@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass, field
 from time import perf_counter_ns
 from typing import Any
@@ -16,6 +17,9 @@ from loadtest.client.sse import parse_stream
 from loadtest.workload.tokenizer import Tokenizer
 
 API_PATHS = {"chat": "/chat/completions", "completions": "/completions"}
+# Every request carries a fresh UUID here (servers such as llama.cpp's reject any other form); the record
+# keeps the readable id and this wire id. A profile may replace or remove the header (request.headers).
+REQUEST_ID_HEADER = "X-Request-Id"
 _json = msgspec.json.Encoder()
 _any_decoder = msgspec.json.Decoder()
 
@@ -66,13 +70,27 @@ class OpenAIClient:
         self._secrets = (api_key,) if api_key else ()
         if api_key:
             self._headers["Authorization"] = f"Bearer {api_key}"
+        # None: the profile removed the header; a fixed value is sent as the profile gives it.
+        self.request_id_header: str | None = REQUEST_ID_HEADER
+        self.fixed_request_id: str | None = None
+
+    def request_headers(self, req: PreparedRequest, rec: RequestRecord | None) -> dict[str, str]:
+        """This request's headers: the client's and the profile's, its wire id, then its own extra ones."""
+        headers = dict(self._headers)
+        if self.request_id_header:
+            wire_id = self.fixed_request_id or str(uuid.uuid4())
+            headers[self.request_id_header] = wire_id
+            if rec is not None:
+                rec.wire_id = wire_id
+        headers.update(req.extra_headers)
+        return headers
 
     def close(self) -> None:
         self.conn.close()
 
-    def encode(self, req: PreparedRequest) -> bytes:
+    def encode(self, req: PreparedRequest, rec: RequestRecord | None = None) -> bytes:
         if req.api in apis.OWN_APIS:  # responses, embeddings, raw replay (client/apis.py)
-            return apis.encode(self, req)
+            return apis.encode(self, req, rec)
         body = dict(req.body)
         apis.extra_body(self, body)  # the profile's request.extra_body
         if self.model:
@@ -80,9 +98,7 @@ class OpenAIClient:
         if req.stream:
             body["stream"] = True
             body["stream_options"] = {"include_usage": True}
-        headers = dict(self._headers)
-        headers["X-Request-Id"] = req.request_id
-        headers.update(req.extra_headers)
+        headers = self.request_headers(req, rec)
         path = self.endpoint.api_prefix + API_PATHS[req.api]
         return build_request(self.endpoint, "POST", path, _json.encode(body), headers)
 
@@ -107,7 +123,7 @@ class OpenAIClient:
         rec.scheduled_epoch = scheduled_epoch
         rec.requested_output_tokens = req.requested_output_tokens
         rec.prompt_tokens_client = req.prompt_tokens
-        raw = self.encode(req)
+        raw = self.encode(req, rec)
         sent = [0]
         deadline = perf_counter_ns() + int(self.timeouts.total * 1e9) if self.timeouts.total else 0
         try:
@@ -131,6 +147,8 @@ class OpenAIClient:
         if status >= 400 or status < 200:
             rec.outcome = "http_429" if status == 429 else "http_5xx" if status >= 500 else "http_4xx"
             rec.error = _error_message(resp)
+            if status in (400, 413, 422) and is_context_length_error(rec.error):
+                rec.outcome = "context_length"
             if status in (429, 503):
                 rec.retry_after_s = _retry_after(resp)
             return
@@ -178,8 +196,12 @@ class OpenAIClient:
                 rec.error = "stream ended without finish_reason or [DONE]"
             elif s.events == 0:
                 rec.outcome, rec.error = "protocol_error", "SSE stream held no data events"
+            elif _no_tokens(rec, s.answer_text + s.tool_text + s.reasoning_text):
+                _mark_empty(rec, f"[DONE] with finish_reason {s.finish_reason or 'none'}")
             else:
                 rec.outcome = "ok"
+            if rec.outcome == "stream_error" and is_context_length_error(rec.error):
+                rec.outcome = "context_length"
             return
         # Non-streamed answer: the whole body is the first (and last) token.
         rec.done_ns = resp.times[-1] if resp.times else resp.headers_ns
@@ -211,7 +233,55 @@ class OpenAIClient:
         rec.prompt_tokens_server = usage.get("prompt_tokens")
         rec.completion_tokens_server = usage.get("completion_tokens")
         rec.cached_tokens_server = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
+        if _no_tokens(rec, text + _tool_call_text(obj)):
+            _mark_empty(rec, f"finish_reason {rec.finish_reason or 'none'}")
+            return
         rec.outcome = "ok"
+
+
+def _tool_call_text(obj: dict[str, Any]) -> str:
+    out = ""
+    for c in obj.get("choices") or []:
+        for call in (c.get("message") or {}).get("tool_calls") or []:
+            fn = call.get("function") or {}
+            out += str(fn.get("name") or "") + str(fn.get("arguments") or "")
+    return out
+
+
+def _no_tokens(rec: RequestRecord, text: str) -> bool:
+    """True when tokens were asked for (or no limit set) and the answer carried none at all."""
+    if rec.requested_output_tokens == 0 or text:
+        return False
+    return not rec.completion_tokens_server
+
+
+def _mark_empty(rec: RequestRecord, how: str) -> None:
+    rec.outcome = "empty"
+    rec.error = (
+        f"the answer carried no output token ({how}); asked for {rec.requested_output_tokens or 'any'}"
+    )
+
+
+# What servers say when a prompt does not fit: vLLM ("This model's maximum context length is N tokens"),
+# llama.cpp ("the request exceeds the available context size"), SGLang, TGI, OpenAI ("context_length_exceeded").
+_CONTEXT_MARKERS = (
+    "maximum context length",
+    "context length",
+    "context_length",
+    "context size",
+    "context window",
+    "exceeds the available context",
+    "too many tokens",
+    "prompt is too long",
+    "input is too long",
+    "max_model_len",
+)
+
+
+def is_context_length_error(message: str) -> bool:
+    """Whether a server's error message says the prompt (plus max_tokens) exceeds the model's context."""
+    low = message.lower()
+    return any(m in low for m in _CONTEXT_MARKERS)
 
 
 def _retry_after(resp: Response) -> float | None:

@@ -2,17 +2,59 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import ssl
 import urllib.error
 import urllib.request
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from loadtest.client.http import Endpoint
+
+# `--endpoint-check`: "models" (GET /v1/models, a JSON model list), "none" (no check at all), or a path
+# such as /health (GET it from the server's root: any 2xx passes). Servers whose /v1/models is not a
+# JSON list (mock servers answering every path with a stream) need one of the last two.
+CHECK_MODELS, CHECK_NONE = "models", "none"
 
 
 class EndpointError(Exception):
     """The endpoint cannot be load-tested; the message is one line for the user."""
+
+
+@dataclass(frozen=True, slots=True)
+class ServedModel:
+    """One entry of ``/v1/models``: its id and, when the server says (vLLM, SGLang), its context window."""
+
+    id: str
+    max_model_len: int | None = None
+    root: str | None = None  # vLLM: the path or hub id the weights came from
+
+
+def check_mode(value: str) -> str:
+    """Validate an ``--endpoint-check`` value (argparse type)."""
+    if value in (CHECK_MODELS, CHECK_NONE) or (value.startswith("/") and " " not in value):
+        return value
+    raise ValueError(f"{value!r}: use models, none, or a path such as /health")
+
+
+def add_endpoint_check_option(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """``--endpoint-check models|none|PATH``: what is asked of the endpoint before the run."""
+
+    def parse(value: str) -> str:
+        try:
+            return check_mode(value)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from e
+
+    parser.add_argument(
+        "--endpoint-check",
+        type=parse,
+        default=CHECK_MODELS,
+        metavar="models|none|PATH",
+        help="before the run: GET /v1/models (default), nothing (none), or GET PATH, e.g. /health, "
+        "where any 2xx passes (servers without a JSON model list; give --model)",
+    )
 
 
 def list_models(
@@ -21,16 +63,63 @@ def list_models(
     timeout: float = 10.0,
     verify_tls: bool = True,
     headers: Mapping[str, str] | None = None,
+    check: str = CHECK_MODELS,
 ) -> list[str]:
-    """GET {host}/v1/models and return the model ids, or raise EndpointError saying what is wrong.
+    """The model ids ``host`` serves (see ``served_models``)."""
+    return [m.id for m in served_models(host, api_key, timeout, verify_tls, headers, check)]
+
+
+def served_models(
+    host: str,
+    api_key: str | None = None,
+    timeout: float = 10.0,
+    verify_tls: bool = True,
+    headers: Mapping[str, str] | None = None,
+    check: str = CHECK_MODELS,
+) -> list[ServedModel]:
+    """GET {host}/v1/models and return what it lists, or raise EndpointError saying what is wrong.
 
     ``headers``: what the run's requests carry (the profile's auth scheme and extra headers); without
-    them the key goes as a Bearer token."""
+    them the key goes as a Bearer token. ``check``: see CHECK_MODELS; "none" and a path return []."""
     try:
         ep = Endpoint.parse(host)
     except ValueError as e:
         raise EndpointError(str(e)) from e
-    url = f"{ep.origin}{ep.api_prefix}/models"
+    if check == CHECK_NONE:
+        return []
+    url = f"{ep.origin}{check}" if check != CHECK_MODELS else f"{ep.origin}{ep.api_prefix}/models"
+    body, ctype = _get(url, ep, api_key, timeout, verify_tls, headers)
+    if check != CHECK_MODELS:
+        return []
+    try:
+        obj = json.loads(body)
+        return [_served(m) for m in obj["data"]]
+    except (ValueError, KeyError, TypeError) as e:
+        raise EndpointError(
+            f"{url} is not an OpenAI-compatible endpoint (expected a JSON model list, got "
+            f"{ctype or 'no content-type'}); if the server has no model list, pass --endpoint-check none "
+            "(or a path to check instead, e.g. --endpoint-check /health) and --model"
+        ) from e
+
+
+def _served(entry: Mapping[str, object]) -> ServedModel:
+    length = entry.get("max_model_len") or entry.get("context_length") or entry.get("max_context_length")
+    root = entry.get("root")
+    return ServedModel(
+        str(entry["id"]),
+        int(length) if isinstance(length, int | float) and length > 0 else None,
+        str(root) if root else None,
+    )
+
+
+def _get(
+    url: str,
+    ep: Endpoint,
+    api_key: str | None,
+    timeout: float,
+    verify_tls: bool,
+    headers: Mapping[str, str] | None,
+) -> tuple[bytes, str]:
     req = urllib.request.Request(url, headers={"Accept": "application/json"})
     if headers is not None:
         for name, value in headers.items():
@@ -43,15 +132,17 @@ def list_models(
         ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
     try:
         with urllib.request.urlopen(req, timeout=timeout, context=ctx) as resp:
-            body = resp.read(1 << 20)
-            ctype = resp.headers.get("Content-Type", "")
+            return resp.read(1 << 20), resp.headers.get("Content-Type", "")
     except urllib.error.HTTPError as e:
         if e.code in (401, 403):
             raise EndpointError(
                 f"{url} answered HTTP {e.code}: check the API key (--api-key-env / --api-key-file) "
                 "and the profile's request.auth scheme"
             ) from e
-        raise EndpointError(f"{url} answered HTTP {e.code}: is this an OpenAI-compatible endpoint?") from e
+        raise EndpointError(
+            f"{url} answered HTTP {e.code}: is this an OpenAI-compatible endpoint? "
+            "(--endpoint-check none or PATH skips or replaces this check)"
+        ) from e
     except (urllib.error.URLError, OSError) as e:
         why = getattr(e, "reason", e)
         hint = (
@@ -60,11 +151,3 @@ def list_models(
             else ""
         )
         raise EndpointError(f"cannot reach {ep.origin}: {why}{hint}") from e
-    try:
-        obj = json.loads(body)
-        models = [str(m["id"]) for m in obj["data"]]
-    except (ValueError, KeyError, TypeError) as e:
-        raise EndpointError(
-            f"{url} is not an OpenAI-compatible endpoint (expected a JSON model list, got {ctype or 'no content-type'})"
-        ) from e
-    return models

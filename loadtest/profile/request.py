@@ -20,16 +20,17 @@ class RequestSpec(Strict):
 
     auth: Literal["bearer", "api-key-header", "none"] = "bearer"
     auth_header: str = "api-key"  # the header carrying the key with auth: api-key-header
-    headers: dict[str, str] = Field(default_factory=dict)
+    # A value replaces loadtest's header of that name (X-Request-Id, Accept, ...); null removes it.
+    headers: dict[str, str | None] = Field(default_factory=dict)
     extra_body: dict[str, Any] = Field(default_factory=dict)
 
     @field_validator("headers")
     @classmethod
-    def _headers(cls, v: dict[str, str]) -> dict[str, str]:
+    def _headers(cls, v: dict[str, str | None]) -> dict[str, str | None]:
         for name, value in v.items():
             if not _HEADER_NAME.match(name):
                 raise ValueError(f"{name!r} is not a valid HTTP header name")
-            if "\r" in value or "\n" in value:
+            if value is not None and ("\r" in value or "\n" in value):
                 raise ValueError(f"header {name}: a value may not contain a line break")
             if name.lower() in ("authorization", "content-length", "host", "transfer-encoding"):
                 raise ValueError(f"header {name} is set by loadtest (use auth: for the API key)")

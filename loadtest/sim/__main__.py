@@ -37,6 +37,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-num-seqs", type=int, default=None)
     p.add_argument("--max-num-batched-tokens", type=int, default=None)
     p.add_argument("--served-model-name", default=None)
+    p.add_argument(
+        "--max-model-len",
+        type=int,
+        default=None,
+        help="context window: listed in /v1/models, longer requests get vLLM's HTTP 400 (default: none)",
+    )
     p.add_argument("--gpu-memory-utilization", type=float, default=None, help="HBM share for weights and KV")
     p.add_argument("--kv-blocks", type=int, default=None, help="override the computed KV-cache block count")
     p.add_argument("--block-size", type=int, default=None, help="tokens per KV block")
@@ -87,6 +93,7 @@ def config_from_args(args: argparse.Namespace) -> EngineConfig:
         "gpu_memory_utilization",
         "kv_blocks",
         "block_size",
+        "max_model_len",
     ):
         value = getattr(args, name)
         if value is not None:

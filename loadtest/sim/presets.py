@@ -262,6 +262,7 @@ class EngineConfig:
     seed: int = 0
     output_len: OutputLengthDist = field(default_factory=OutputLengthDist)
     served_model_name: str | None = None
+    max_model_len: int | None = None  # context window (vLLM's --max-model-len); None: no limit
     # The event loop's timers round up to whole milliseconds; when True the last few ms before a
     # step deadline are slept in a helper thread (nanosleep, ~0.1 ms precise) instead.
     precise_timer: bool = True

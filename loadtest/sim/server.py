@@ -421,6 +421,7 @@ async def _generate(request: web.Request, chat: bool, api: str = "") -> web.Stre
         body = json_body(raw)  # decoded once: the parser and the request log share it
         tok = get_tokenizer(st.config.model.tokenizer)
         g = parse_responses_request(body, tok) if api == "responses" else parse_request(body, chat, tok)
+        _fits_context(st, g.prompt_tokens, g.max_tokens)
         fault = _admit(st, request, g.model)
     except RequestError as err:
         st.requests.add(request, raw, body)
@@ -593,13 +594,34 @@ async def sim_requests(request: web.Request) -> web.Response:
     return web.json_response(request.app[STATE_KEY].requests.items())
 
 
+def _fits_context(st: SimState, prompt_tokens: int, max_tokens: int | None) -> None:
+    """vLLM's refusal of a request longer than the context window (HTTP 400, its message)."""
+    limit = st.config.max_model_len
+    if limit is None or prompt_tokens + (max_tokens or 0) <= limit:
+        return
+    raise RequestError(
+        400,
+        f"This model's maximum context length is {limit} tokens. However, you requested "
+        f"{prompt_tokens + (max_tokens or 0)} tokens ({prompt_tokens} in the messages, "
+        f"{max_tokens or 0} in the completion). Please reduce the length of the messages or completion.",
+        "BadRequestError",
+        "messages",
+    )
+
+
 async def models(request: web.Request) -> web.Response:
     st = request.app[STATE_KEY]
     return web.json_response(
         {
             "object": "list",
             "data": [
-                {"id": st.config.model_name, "object": "model", "created": 0, "owned_by": "loadtest-sim"}
+                {
+                    "id": st.config.model_name,
+                    "object": "model",
+                    "created": 0,
+                    "owned_by": "loadtest-sim",
+                    **({"max_model_len": st.config.max_model_len} if st.config.max_model_len else {}),
+                }
             ],
         }
     )

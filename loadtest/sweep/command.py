@@ -30,7 +30,7 @@ from loadtest.profile.loader import ProfileError, load_profile
 from loadtest.profile.schema import Profile
 from loadtest.report.sweep_report import render_sweep_report
 from loadtest.sim.start import EngineStartError, start_engine
-from loadtest.sweep.analysis import best_under_slo, knee, measured
+from loadtest.sweep.analysis import best_search_point, best_under_slo, knee
 from loadtest.sweep.driver import Sweep
 from loadtest.sweep.ladder import (
     DEFAULT_OFFLINE_CONCURRENCY,
@@ -154,6 +154,8 @@ def _plan(args: argparse.Namespace) -> SweepPlan:
             run_args += [flag, f"{number:g}"]
     if args.insecure:
         run_args.append("--insecure")
+    if args.endpoint_check != "models":
+        run_args += ["--endpoint-check", args.endpoint_check]
     run_args += endpoint_args(args)  # hardware and price (loadtest/economics), the same for every point
     return SweepPlan(
         mode=mode,
@@ -200,6 +202,7 @@ def _open_host(args: argparse.Namespace, profile: Profile) -> dict[str, Any]:
             timeout=args.connect_timeout or 10.0,
             verify_tls=not args.insecure,
             headers=auth_headers(key, profile),
+            check=args.endpoint_check,
         )
     except EndpointError as e:
         raise EngineStartError(str(e), usage=False) from e
@@ -250,9 +253,7 @@ def _execute(plan: SweepPlan, args: argparse.Namespace, sweep: Sweep) -> Bisecti
 
 
 def _best_search_point(points: list[dict[str, Any]]) -> int | None:
-    ok = [p for p in measured(points) if p.get("rate") is not None and p.get("verdict") == "pass"]
-    ok = [p for p in ok if p.get("exit_code") == 0]
-    return max(ok, key=lambda p: p["rate"])["index"] if ok else None
+    return best_search_point(points)  # never a point whose endpoint failed (sweep/analysis.py)
 
 
 def _document(

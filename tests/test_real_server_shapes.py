@@ -1,0 +1,125 @@
+"""What real servers do that broke the client: request ids, empty streams, context limits, odd model lists."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections import Counter
+from pathlib import Path
+
+from conftest import read_lines, run_cli, write_profile
+from fault_servers import FaultServer
+
+from loadtest.sim.process import SimProcess
+
+
+def _run(tmp_path: Path, host: str, *extra: str, **profile: object) -> tuple[int, str, list[dict]]:
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    overrides: dict[str, object] = {"load": {"concurrency": 2}, "duration_s": 2, **profile}
+    prof = write_profile(tmp_path / "p.yaml", **overrides)
+    out = tmp_path / "out"
+    res = run_cli(["run", "--profile", str(prof), "--host", host, "--out", str(out), *extra])
+    records = read_lines(sorted(out.glob("records*.jsonl"))) if out.exists() else []
+    return res.returncode, res.stdout + res.stderr, records
+
+
+def test_request_ids_on_the_wire_are_uuids_and_the_record_keeps_both(tmp_path: Path) -> None:
+    with FaultServer(["ok"], require_uuid=True) as srv:
+        code, log, records = _run(tmp_path, srv.base_url)
+        truth = dict(srv.truth)
+    assert code == 0, log[-2000:]
+    assert records and all(r["outcome"] == "ok" for r in records)
+    for r in records:
+        assert str(uuid.UUID(r["wire_id"])) == r["wire_id"]
+        assert r["id"] != r["wire_id"] and r["id"].rsplit("-", 1)[1].isdigit()  # readable: <scenario>-<n>
+    assert set(truth) == {r["wire_id"] for r in records}  # what the server saw is what was recorded
+    assert len({r["wire_id"] for r in records}) == len(records)
+
+
+def test_profile_headers_replace_or_remove_the_clients_own(tmp_path: Path) -> None:
+    # A fixed id (different case) replaces the client's: one header, the profile's value.
+    with FaultServer(["ok"]) as srv:
+        code, log, records = _run(
+            tmp_path / "a", srv.base_url, request={"headers": {"x-request-id": "fixed-1", "Accept": "*/*"}}
+        )
+        heads = list(srv.heads)
+    assert code == 0, log[-2000:]
+    assert heads and records
+    for head in heads:
+        lines = [ln.lower() for ln in head.split("\r\n")[1:]]
+        assert [ln for ln in lines if ln.startswith("x-request-id:")] == ["x-request-id: fixed-1"]
+        assert [ln for ln in lines if ln.startswith("accept:")] == ["accept: */*"]
+    assert {r["wire_id"] for r in records} == {"fixed-1"}
+    # null removes it: a server that rejects any non-UUID id is happy without one.
+    with FaultServer(["ok"], require_uuid=True) as srv:
+        code, log, records = _run(tmp_path / "b", srv.base_url, request={"headers": {"X-Request-Id": None}})
+        heads = list(srv.heads)
+    assert code == 0, log[-2000:]
+    assert heads and not any("x-request-id" in h.lower() for h in heads)
+    assert records and all(r["wire_id"] is None and r["outcome"] == "ok" for r in records)
+
+
+def test_an_empty_stream_is_not_ok(tmp_path: Path) -> None:
+    with FaultServer(["ok", "empty_done"]) as srv:
+        code, log, records = _run(tmp_path, srv.base_url, "--slo", "error_rate=1%")
+        truth = dict(srv.truth)
+    assert code != 0, log[-2000:]
+    got = Counter((truth[r["wire_id"]], r["outcome"]) for r in records)
+    assert set(got) == {("ok", "ok"), ("empty_done", "empty")}, got
+    run = json.loads((tmp_path / "out" / "run.json").read_text())
+    by = run["metrics"]["requests"]["by_outcome"]
+    assert by["empty"] == got[("empty_done", "empty")] > 0
+    # Latency figures hold the answers that carried tokens only.
+    assert run["metrics"]["latency_ms"]["e2e"]["count"] == by["ok"]
+    empty = next(r for r in records if r["outcome"] == "empty")
+    assert "no output token" in empty["error"]
+
+
+def test_context_length_refusals_are_classified(tmp_path: Path) -> None:
+    with FaultServer(["ok", "context_400", "bad_request"]) as srv:
+        code, log, records = _run(tmp_path, srv.base_url, "--slo", "error_rate=1%")
+        truth = dict(srv.truth)
+    assert code != 0
+    got = {(truth[r["wire_id"]], r["outcome"]) for r in records}
+    assert got == {("ok", "ok"), ("context_400", "context_length"), ("bad_request", "http_4xx")}, got
+
+
+def test_prompts_over_the_served_context_are_refused_or_flagged_before_the_run(tmp_path: Path) -> None:
+    with SimProcess(speedup=20, extra_args=["--max-model-len", "1024"]) as sim:
+        # Every prompt is longer than the context: refused up front, nothing sent.
+        code, log, _ = _run(tmp_path / "all", sim.base_url, input_tokens={"dist": "fixed", "value": 2000})
+        assert code == 2, log[-2000:]
+        assert "max_model_len" in log and "1024" in log and "--max-model-len" in log
+        assert sim.stats()["requests_received"] == 0
+        # Some do not fit: said before the run, in run.json, and each is a context_length outcome.
+        code, log, records = _run(
+            tmp_path / "some",
+            sim.base_url,
+            "--slo",
+            "error_rate=100%",
+            input_tokens={"dist": "uniform", "min": 200, "max": 1800},
+            output_tokens={"dist": "fixed", "value": 8},
+        )
+    assert "need more than the model's context of 1024 tokens" in log
+    run = json.loads((tmp_path / "some" / "out" / "run.json").read_text())
+    assert run["endpoint"]["max_model_len"] == 1024
+    assert any("context of 1024 tokens" in n for n in run["notes"])
+    assert records
+    for r in records:
+        over = r["prompt_tokens"] + r["requested_output_tokens"] > 1024
+        assert r["outcome"] == ("context_length" if over else "ok"), r
+    assert {r["outcome"] for r in records} == {"ok", "context_length"}
+
+
+def test_endpoint_check_can_be_skipped_or_replaced(tmp_path: Path) -> None:
+    with FaultServer(["ok"], models_as_stream=True) as srv:
+        code, log, _ = _run(tmp_path / "default", srv.base_url)
+        assert code == 1 and "--endpoint-check" in log, log[-2000:]
+        for check in ("none", "/health"):
+            code, log, records = _run(
+                tmp_path / check.strip("/"), srv.base_url, "--endpoint-check", check, "--model", "m"
+            )
+            assert code == 0, log[-2000:]
+            assert records and all(r["outcome"] == "ok" for r in records)
+    code, log, _ = _run(tmp_path / "bad", "http://127.0.0.1:9", "--endpoint-check", "health")
+    assert code == 2 and "--endpoint-check" in log
