@@ -301,11 +301,11 @@ def _write_results(
         verdict.reasons.append(note)
     doc["verdict"] = verdict.to_dict()
     doc["config"]["slos"] = {s.key: getattr(s, "limit_ms", getattr(s, "limit", None)) for s in slos}
-    if telemetry is not None:
-        from loadtest.telemetry import attach
+    from loadtest.telemetry import attach
 
-        # after the verdict: a missing /metrics is a note, not a reason; t counts from the load's start
-        attach(doc, telemetry, outcome.started_epoch or None)
+    # after the verdict: a missing /metrics or a warm prefix cache is a note, not a reason; t counts
+    # from the load's start; the prefix-cache hit rate is also read from the records without telemetry
+    attach(doc, telemetry, outcome.started_epoch or None)
     write_run_json(out, doc)
     report = render_run_report(out)
     print(format_summary(doc))

@@ -56,6 +56,44 @@ def _token_table(run: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _server_table(run: dict[str, Any]) -> list[str]:
+    """Client against server percentiles (p50 / p90 / p99) for TTFT, ITL and E2E, when run.json has the
+    server's histograms (bucket-interpolated, docs/telemetry.md)."""
+    metrics = facts.section(run, "telemetry", "server_latency", "metrics")
+    if not metrics:
+        return []
+
+    def trio(values: list[float | None]) -> str:
+        return " / ".join(fmt_ms(v, NA) for v in values)
+
+    lines = [
+        "",
+        f"{'Server vs client':<16}{'client p50/p90/p99':>26}{'server p50/p90/p99':>26}{'client - server':>26}",
+    ]
+    for ckey, skey, label in (("ttft", "ttft", "TTFT"), ("itl", "itl", "ITL"), ("e2e", "e2e", "E2E")):
+        srv = metrics.get(skey)
+        if not srv:
+            continue
+        cli = facts.latency_stats(run, ckey)
+        c = [cli.get(k) for k in ("p50", "p90", "p99")]
+        sv = [srv.get(f"{k}_ms") for k in ("p50", "p90", "p99")]
+        d = [None if a is None or b is None else a - b for a, b in zip(c, sv, strict=True)]
+        lines.append(f"{label:<16}{trio(c):>26}{trio(sv):>26}{trio(d):>26}")
+    lines.append(
+        "server: the engine's histograms, bucket-interpolated (the bucket bounds are the resolution)"
+    )
+    return lines
+
+
+def _warm_lines(run: dict[str, Any]) -> list[str]:
+    pc = run.get("prefix_cache")
+    if not isinstance(pc, dict) or not pc.get("warm") or pc.get("hit_rate") is None:
+        return []
+    from loadtest.telemetry.warm import warm_note
+
+    return ["", *_kv("WARNING", str(pc.get("warning") or warm_note(float(pc["hit_rate"]))))]
+
+
 def format_summary(run: dict[str, Any]) -> str:
     """A readable fixed-width summary of a run.json dict (also for runs with no successful request)."""
     m = facts.metrics_of(run)
@@ -86,8 +124,10 @@ def format_summary(run: dict[str, Any]) -> str:
         *_goodput_lines(run),
         "",
         *_latency_table(run),
+        *_server_table(run),
         "",
         *_token_table(run),
+        *_warm_lines(run),
     ]
     return "\n".join(line.rstrip() for line in lines) + "\n"
 

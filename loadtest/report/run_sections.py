@@ -453,3 +453,100 @@ def telemetry_section(run: dict[str, Any]) -> dict[str, Any] | None:
 def engine_json(run: dict[str, Any]) -> str | None:
     engine = facts.section(run, "endpoint").get("engine")
     return json.dumps(engine, indent=2, sort_keys=True, default=str, ensure_ascii=False) if engine else None
+
+
+# ---- server-side vs client-side latency, prefix cache ----
+
+# (client metric, server metric, label): the client's HDR figures against the server's histograms
+SERVER_VS_CLIENT = (
+    ("ttft", "ttft", "TTFT"),
+    ("ttft_send", "ttft", "TTFT (from send)"),
+    ("itl", "itl", "ITL"),
+    ("tpot", "tpot", "TPOT"),
+    ("e2e", "e2e", "E2E"),
+)
+SERVER_PHASES = (("queue", "Queue time"), ("prefill", "Prefill time"), ("decode", "Decode time"))
+SERVER_PCTS = ("p50", "p90", "p99")
+
+
+def server_cell(s: dict[str, Any], key: str) -> tuple[str, str]:
+    """(value, hover text) of one bucket-interpolated server percentile; a rank past the last finite
+    bound reads as ``> bound``."""
+    v, bucket = s.get(f"{key}_ms"), s.get(f"{key}_bucket_ms") or [None, None]
+    lo, hi = (bucket + [None, None])[:2]
+    if v is None:
+        return NA, ""
+    if hi is None:
+        return f"> {fmt_ms(lo)}", f"in the +Inf bucket (above {fmt_ms(lo)} ms)"
+    return fmt_ms(v), f"bucket {fmt_ms(lo)}–{fmt_ms(hi)} ms"
+
+
+def server_latency_section(run: dict[str, Any]) -> dict[str, Any] | None:
+    """The server-side vs client-side table (client HDR percentiles, the server's bucket-interpolated
+    ones, client − server), and the server-only phases; None when run.json has no server histograms."""
+    sl = facts.section(run, "telemetry", "server_latency")
+    metrics = sl.get("metrics") or {}
+    if not metrics:
+        return None
+    rows = []
+    for ckey, skey, label in SERVER_VS_CLIENT:
+        srv = metrics.get(skey)
+        if not srv:
+            continue
+        cli = facts.latency_stats(run, ckey)
+        client = [fmt_ms(cli.get(p)) for p in SERVER_PCTS]
+        server = [server_cell(srv, p) for p in SERVER_PCTS]
+        diff = []
+        for p in SERVER_PCTS:
+            c, s = cli.get(p), srv.get(f"{p}_ms")
+            open_ended = ((srv.get(f"{p}_bucket_ms") or [None, None]) + [None])[1] is None
+            diff.append(NA if c is None or s is None or open_ended else fmt_ms(c - s))
+        rows.append(
+            {
+                "label": label,
+                "name": srv.get("name", ""),
+                "counts": f"{fmt_int(cli.get('count') or 0)} / {fmt_int(srv.get('count'))}",
+                "client": client,
+                "server": server,
+                "diff": diff,
+            }
+        )
+    phases = [
+        {
+            "label": label,
+            "name": metrics[key].get("name", ""),
+            "count": fmt_int(metrics[key].get("count")),
+            "mean": fmt_ms(metrics[key].get("mean_ms")),
+            "server": [server_cell(metrics[key], p) for p in SERVER_PCTS],
+        }
+        for key, label in SERVER_PHASES
+        if metrics.get(key)
+    ]
+    tel = facts.section(run, "telemetry")
+    judged = sl.get("judged") or {}
+    return {
+        "rows": rows,
+        "phases": phases,
+        "source": f"{tel.get('engine') or 'unknown engine'} histograms from {tel.get('url') or 'unknown URL'}, "
+        f"{fmt_num(sl.get('from_s'), 1)} s to {fmt_num(sl.get('to_s'), 1)} s since the load started",
+        "judged": bool(judged.get("metrics")),
+    }
+
+
+def prefix_cache_text(run: dict[str, Any]) -> str | None:
+    """The run's prefix-cache hit rate and where it came from, in one line (None when unknown)."""
+    pc = run.get("prefix_cache")
+    if not isinstance(pc, dict) or pc.get("hit_rate") is None:
+        return None
+    expected = f"; the profile expects reuse ({pc['expected_reuse']})" if pc.get("expected_reuse") else ""
+    return f"Prefix-cache hit rate {fmt_pct(pc['hit_rate'])} of prompt tokens ({pc.get('source')}){expected}."
+
+
+def warm_cache_warning(run: dict[str, Any]) -> str | None:
+    """The warm-cache warning (docs/reports.md) when the run was warm and its profile asks for no reuse."""
+    pc = run.get("prefix_cache")
+    if not isinstance(pc, dict) or not pc.get("warm") or pc.get("hit_rate") is None:
+        return None
+    from loadtest.telemetry.warm import warm_note
+
+    return str(pc.get("warning") or warm_note(float(pc["hit_rate"])))

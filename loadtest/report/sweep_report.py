@@ -13,6 +13,7 @@ from loadtest.report.fmt import NA, fmt_ms, fmt_num, fmt_pct, short_hash
 from loadtest.report.run_report import VERDICT_LABELS, template_env
 from loadtest.sweep import charts as sweep_charts
 from loadtest.sweep.model import REPORT_FILE, load_sweep, sweep_root
+from loadtest.telemetry.warm import WARM_THRESHOLD
 
 TEMPLATE = "sweep_report.html.j2"
 MODE_TEXT = {
@@ -54,6 +55,8 @@ def _rows(doc: dict[str, Any], root: Path) -> list[dict[str, Any]]:
             notes.append(f"offline: {p.get('concurrency')} streams")
         if p.get("reason"):
             notes.append(str(p["reason"]))
+        if p.get("warm_cache"):
+            notes.append(f"warm prefix cache ({fmt_pct(p.get('prefix_cache_hit_rate'))} of prompt tokens)")
         rel = p.get("dir")
         report = f"{rel}/report.html" if rel and (root / rel / "report.html").is_file() else None
         verdict = p.get("verdict")
@@ -80,6 +83,7 @@ def _rows(doc: dict[str, Any], root: Path) -> list[dict[str, Any]]:
                     fmt_num(p.get("goodput_rps"), 2),
                     fmt_pct(p.get("slo_attainment")),
                     fmt_pct(p.get("error_rate")),
+                    fmt_pct(p.get("prefix_cache_hit_rate")),
                 ],
                 "notes": "; ".join(notes),
             }
@@ -156,6 +160,8 @@ def render_html(doc: dict[str, Any], root: Path) -> str:
             interrupted=doc.get("status") == "interrupted",
             interrupted_reason=doc.get("interrupted_reason"),
             stopped_because=doc.get("stopped_because"),
+            warm_points=[p["label"] for p in pts if p.get("warm_cache")],
+            warm_threshold=f"{WARM_THRESHOLD:.0%}",
             knee_text=_point_text(doc, "knee"),
             best_text=_point_text(doc, "best_under_slo"),
             summary=[
@@ -182,6 +188,7 @@ def render_html(doc: dict[str, Any], root: Path) -> str:
                 "goodput req/s",
                 "SLO met",
                 "errors",
+                "prefix hit",
             ]
             + cost_columns(root),  # per-GPU and cost columns when the points carry them (economics/)
             rows=with_cost_cells(_rows(doc, root), root),

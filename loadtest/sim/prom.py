@@ -18,6 +18,7 @@ TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75
                 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)  # fmt: skip
 ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
                20.0, 40.0, 80.0)  # fmt: skip
+# request_latency_buckets: e2e, and the queue/prefill/decode/inference phase histograms
 E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0,
                240.0, 480.0, 960.0, 1920.0, 7680.0)  # fmt: skip
 
@@ -56,7 +57,9 @@ def engine_value(engine: Any, name: str) -> float:
 
 
 class SimMetrics(Collector):
-    """Server-observed counters and histograms plus engine gauges read at scrape time."""
+    """Server-observed counters and histograms plus engine gauges read at scrape time. The latency
+    histograms use vLLM's names and bounds and observe the engine's true times (arrival at the HTTP
+    handler, each token handed to the transport); queue and prefill times are not exposed."""
 
     def __init__(self, engine: Any, model_name: str) -> None:
         self.engine = engine
@@ -67,6 +70,8 @@ class SimMetrics(Collector):
         self.ttft = Hist(TTFT_BUCKETS)
         self.itl = Hist(ITL_BUCKETS)
         self.e2e = Hist(E2E_BUCKETS)
+        self.decode = Hist(E2E_BUCKETS)
+        self.tpot = Hist(ITL_BUCKETS)
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self)
 
@@ -82,6 +87,11 @@ class SimMetrics(Collector):
         if rec.finish_reason is not None and rec.done_ns is not None:
             self.success[rec.finish_reason] += 1
             self.e2e.observe((rec.done_ns - rec.arrival_ns) / 1e9)
+            if rec.first_token_ns is not None and ns:
+                decode = (ns[-1] - rec.first_token_ns) / 1e9  # vLLM: last token - first token
+                self.decode.observe(decode)
+                if len(ns) > 1:
+                    self.tpot.observe(decode / (len(ns) - 1))  # vLLM: decode time / (tokens - 1)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
@@ -125,4 +135,10 @@ class SimMetrics(Collector):
         yield ok
         yield self._hist("vllm:time_to_first_token_seconds", "Time to first token.", self.ttft)
         yield self._hist("vllm:inter_token_latency_seconds", "Inter-token latency.", self.itl)
+        yield self._hist(
+            "vllm:request_time_per_output_token_seconds", "Mean time per output token per request.", self.tpot
+        )
         yield self._hist("vllm:e2e_request_latency_seconds", "End-to-end request latency.", self.e2e)
+        yield self._hist(
+            "vllm:request_decode_time_seconds", "Decode phase: first to last token.", self.decode
+        )

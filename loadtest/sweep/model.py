@@ -28,7 +28,11 @@ FIGURE_KEYS = (
     "goodput_rps",
     "slo_attainment",
     "error_rate",
+    "prefix_cache_hit_rate",
 )
+# Per point besides the figures: True when its server's prefix cache answered most prompt tokens of a
+# profile that asks for no shared prefixes (run.json ``prefix_cache.warm``, docs/telemetry.md).
+FLAG_KEYS = ("warm_cache",)
 
 
 class SweepFormatError(ValueError):
@@ -66,11 +70,13 @@ def point_figures(run: dict[str, Any]) -> dict[str, Any]:
         "goodput_rps": gp.get("good_requests_per_s"),
         "slo_attainment": gp.get("attainment"),
         "error_rate": _get(m, "requests", "error_rate"),
+        "prefix_cache_hit_rate": _get(run, "prefix_cache", "hit_rate"),
+        "warm_cache": bool(_get(run, "prefix_cache", "warm")),
     }
 
 
 def empty_figures() -> dict[str, Any]:
-    return dict.fromkeys(FIGURE_KEYS)
+    return {**dict.fromkeys(FIGURE_KEYS), "warm_cache": False}
 
 
 def point_entry(
@@ -163,6 +169,7 @@ def load_sweep(path: str | Path) -> dict[str, Any]:
         )
         for key in FIGURE_KEYS:
             pt.setdefault(key, None)
+        pt.setdefault("warm_cache", False)
     n = len(points)
     for key in ("knee", "best_under_slo"):
         v = doc.get(key)

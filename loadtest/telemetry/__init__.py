@@ -8,6 +8,7 @@ from typing import Any
 from loadtest.telemetry.names import ENGINE_SERIES, SERIES, detect_engine
 from loadtest.telemetry.poller import TelemetryPoller
 from loadtest.telemetry.scrape import parse
+from loadtest.telemetry.warm import assess
 
 
 def metrics_urls(host: str | Sequence[str], override: str | None, server: dict[str, Any] | None) -> list[str]:
@@ -38,16 +39,21 @@ def start_for_run(
 def attach(
     doc: dict[str, Any], poller: TelemetryPoller | None, run_started_epoch: float | None = None
 ) -> None:
-    """Stop ``poller`` and put its series into run.json ``doc`` (or one line in ``notes``); ``t`` counts
-    from ``run_started_epoch`` when given."""
-    if poller is None:
-        return
-    poller.stop()
-    result = poller.result(run_started_epoch)
-    if result is not None:
-        doc["telemetry"] = result
-    elif poller.note:
-        doc.setdefault("notes", []).append(poller.note)
+    """Stop ``poller`` and put its series and server-side latency into run.json ``doc`` (or one line in
+    ``notes``); ``t`` counts from ``run_started_epoch`` when given. Then the run's prefix-cache hit rate
+    (``prefix_cache``, from the poller, else from the records' cached tokens; also without a poller)
+    and, for a warm run of a profile without shared prefixes, a note."""
+    prefix = None
+    if poller is not None:
+        poller.stop()
+        window = (doc.get("judged") or {}).get("window")
+        result = poller.result(run_started_epoch, window)
+        if result is not None:
+            doc["telemetry"] = result
+            prefix = poller.prefix_cache()
+        elif poller.note:
+            doc.setdefault("notes", []).append(poller.note)
+    assess(doc, prefix)
 
 
 __all__ = ["ENGINE_SERIES", "SERIES", "TelemetryPoller", "attach", "detect_engine", "parse", "start_for_run"]

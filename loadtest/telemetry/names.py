@@ -104,6 +104,56 @@ DETECT_ORDER = ("dynamo", "trtllm", "sglang", "vllm")
 PREFIX = {"dynamo": "dynamo_", "trtllm": "trtllm_", "sglang": "sglang:", "vllm": "vllm:"}
 
 
+# Server-side latency histograms (Prometheus histograms in seconds: `_bucket{le}`, `_sum`, `_count`),
+# candidates per metric, first present wins. vLLM: vllm/v1/metrics/loggers.py (`inter_token_latency`
+# replaced `time_per_output_token` in v0.10); SGLang: sglang/srt/metrics/collector.py; TensorRT-LLM:
+# tensorrt_llm/metrics/collector.py; Dynamo: the frontend's `dynamo_frontend_*` histograms.
+HISTOGRAMS = ("ttft", "itl", "tpot", "e2e", "queue", "prefill", "decode")
+ENGINE_HISTOGRAMS: dict[str, dict[str, tuple[str, ...]]] = {
+    "vllm": {
+        "ttft": ("vllm:time_to_first_token_seconds",),
+        "itl": ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"),
+        "tpot": ("vllm:request_time_per_output_token_seconds",),  # per request, as MLPerf's TPOT
+        "e2e": ("vllm:e2e_request_latency_seconds",),
+        "queue": ("vllm:request_queue_time_seconds",),
+        "prefill": ("vllm:request_prefill_time_seconds",),
+        "decode": ("vllm:request_decode_time_seconds",),
+    },
+    "sglang": {
+        "ttft": ("sglang:time_to_first_token_seconds",),
+        "itl": ("sglang:inter_token_latency_seconds", "sglang:time_per_output_token_seconds"),
+        "e2e": ("sglang:e2e_request_latency_seconds",),
+        "queue": ("sglang:queue_time_seconds",),
+    },
+    "trtllm": {
+        "ttft": ("trtllm_time_to_first_token_seconds",),
+        "itl": ("trtllm_time_per_output_token_seconds",),
+        "e2e": ("trtllm_e2e_request_latency_seconds",),
+        "queue": ("trtllm_request_queue_time_seconds",),
+        "prefill": ("trtllm_request_prefill_time_seconds",),
+        "decode": ("trtllm_request_decode_time_seconds",),
+    },
+    "dynamo": {
+        "ttft": ("dynamo_frontend_time_to_first_token_seconds",),
+        "itl": ("dynamo_frontend_inter_token_latency_seconds",),
+        "e2e": ("dynamo_frontend_request_duration_seconds",),
+    },
+}
+ENGINE_HISTOGRAMS["loadtest-sim"] = ENGINE_HISTOGRAMS["vllm"]
+HISTOGRAM_BASES = frozenset(n for table in ENGINE_HISTOGRAMS.values() for ns in table.values() for n in ns)
+
+
+def histogram_candidates(engine: str) -> dict[str, list[str]]:
+    """Per latency metric: the engine's own histogram names first, then every other engine's."""
+    out: dict[str, list[str]] = {}
+    for metric in HISTOGRAMS:
+        names = list(ENGINE_HISTOGRAMS.get(engine, {}).get(metric, ()))
+        for other in DETECT_ORDER:
+            names += [n for n in ENGINE_HISTOGRAMS[other].get(metric, ()) if n not in names]
+        out[metric] = names
+    return out
+
+
 def source_names(src: Source) -> tuple[str, ...]:
     if isinstance(src, Ratio):
         return (src.num, *src.den)
@@ -119,7 +169,8 @@ def wanted_names() -> frozenset[str]:
         for s in srcs
         for n in source_names(s)
     }
-    return frozenset(names | {n.removesuffix("_total") for n in names})
+    hists = {h + suffix for h in HISTOGRAM_BASES for suffix in ("_bucket", "_sum", "_count")}
+    return frozenset(names | {n.removesuffix("_total") for n in names} | hists)
 
 
 def detect_engine(text: str) -> str:

@@ -7,7 +7,8 @@ import threading
 import time
 from typing import Any
 
-from loadtest.telemetry.names import SERIES, Delta, Gauge, Source, candidates, source_names
+from loadtest.telemetry import histograms as hist
+from loadtest.telemetry.names import SERIES, Delta, Gauge, Ratio, Source, candidates, source_names
 from loadtest.telemetry.scrape import Scrape, ScrapeError, scrape
 
 log = logging.getLogger(__name__)
@@ -29,6 +30,10 @@ def combine(scrapes: list[Scrape]) -> Scrape:
             out.mean[name] = (out.mean.get(name, 0.0) * n_old + s.mean[name] * n_new) / (n_old + n_new)
             out.total[name] = out.total.get(name, 0.0) + total
             out.groups[name] = n_old + n_new
+        for name, b in s.buckets.items():
+            acc = out.buckets.setdefault(name, {})
+            for le, n in b.items():
+                acc[le] = acc.get(le, 0.0) + n
     return out
 
 
@@ -92,6 +97,13 @@ class TelemetryPoller:
         self._thread: threading.Thread | None = None
         self._t0 = 0.0
         self.started_epoch = 0.0
+        # first and last scrape (the last one taken at stop(), after the load), and every tick's
+        # histograms (compact) for a judged window
+        self.first: Scrape | None = None
+        self.last: Scrape | None = None
+        self.snaps: list[tuple[float, hist.Compact]] = []
+        self._bounds: dict[str, tuple[float, ...]] = {}
+        self._final_taken = False
 
     # ---- lifecycle -----------------------------------------------------------------------------
     def start(self) -> TelemetryPoller:
@@ -101,9 +113,23 @@ class TelemetryPoller:
         return self
 
     def stop(self) -> None:
+        """Stop polling, then take one last scrape (once) so the histograms cover the whole load."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=self.timeout_s * max(1, len(self.urls)) + 2.0)
+            if self._thread.is_alive() or self._final_taken or self.first is None:
+                return
+            self._final_taken = True
+            cur = self._scrape_all()
+            if cur is not None:
+                self._keep(cur, time.monotonic() - self._t0)
+
+    def _keep(self, cur: Scrape, t: float) -> None:
+        if self.first is None:
+            self.first = cur
+        self.last = cur
+        if cur.buckets:
+            self.snaps.append((round(t, 3), hist.compact(cur, self._bounds)))
 
     # ---- polling -------------------------------------------------------------------------------
     def _scrape_all(self) -> Scrape | None:
@@ -160,6 +186,7 @@ class TelemetryPoller:
         if not self.engine_hint and prev.engine != "unknown":
             self.engine = prev.engine
         prev_t = time.monotonic()
+        self._keep(prev, prev_t - self._t0)
         k = max(1, round((prev_t - self._t0) / self.interval_s) + 1)
         while not self._stop.wait(self._next_tick(k)):
             k = max(k + 1, int((time.monotonic() - self._t0) / self.interval_s) + 1)
@@ -169,6 +196,7 @@ class TelemetryPoller:
                 self.failed_ticks += 1
                 continue
             self._record(prev, cur, now - prev_t, now - self._t0)
+            self._keep(cur, now - self._t0)
             prev, prev_t = cur, now
 
     def _record(self, prev: Scrape, cur: Scrape, dt: float, t: float) -> None:
@@ -188,24 +216,100 @@ class TelemetryPoller:
     # ---- result --------------------------------------------------------------------------------
     @property
     def note(self) -> str | None:
-        if self.t:
+        if self.t or (self.last is not None and self.last is not self.first):
             return None
         why = "; ".join(f"{u}: {e}" for u, e in self.errors.items()) or "no answer during the run"
         return f"server telemetry: no metrics recorded ({why})"
 
-    def result(self, run_started_epoch: float | None = None) -> dict[str, Any] | None:
-        """run.json ``telemetry``: url, engine, interval_s, t, series. ``t`` counts seconds from
-        ``run_started_epoch`` (the load's start) when given, else from the poller's start; points
-        before the load started are dropped."""
-        if not self.t:
-            return None
+    def result(
+        self, run_started_epoch: float | None = None, window: dict[str, Any] | None = None
+    ) -> dict[str, Any] | None:
+        """run.json ``telemetry``: url, engine, interval_s, t, series, and when the server has latency
+        histograms ``server_latency`` (whole run; ``judged`` within it for a judged ``window`` with
+        epoch ``start``/``end``). ``t`` counts seconds from ``run_started_epoch`` (the load's start)
+        when given, else from the poller's start; points before the load started are dropped."""
         shift = self.started_epoch - run_started_epoch if run_started_epoch else 0.0
+        lat = self.server_latency(shift, window)
+        if not self.t and lat is None:
+            return None
         keep = [i for i, t in enumerate(self.t) if t + shift >= 0]
         series = {s: [self.rows[i].get(s) for i in keep] for s in SERIES if s in self.seen}
-        return {
+        out: dict[str, Any] = {
             "url": ",".join(self.urls),
             "engine": self.engine,
             "interval_s": self.interval_s,
             "t": [round(self.t[i] + shift, 3) for i in keep],
             "series": series,
         }
+        if lat is not None:
+            out["server_latency"] = lat
+        return out
+
+    def server_latency(
+        self, shift: float = 0.0, window: dict[str, Any] | None = None
+    ) -> dict[str, Any] | None:
+        """The server's latency histograms between the first and the last scrape (docs/telemetry.md)."""
+        if self.first is None or self.last is None or self.last is self.first or len(self.snaps) < 2:
+            return None
+        metrics = hist.server_latency(self.first, self.last, self.engine)
+        if not metrics:
+            return None
+        out: dict[str, Any] = {
+            "method": hist.METHOD,
+            "from_s": round(self.snaps[0][0] + shift, 3),
+            "to_s": round(self.snaps[-1][0] + shift, 3),
+            "metrics": metrics,
+        }
+        if window and window.get("start") is not None and window.get("end") is not None:
+            t_from = float(window["start"]) - self.started_epoch
+            t_to = float(window["end"]) - self.started_epoch
+            pair = hist.nearest_snapshots(self.snaps, t_from, t_to)
+            if pair is not None:
+                (ta, a), (tb, b) = pair
+                judged = hist.server_latency(
+                    hist.expand(a, self.engine), hist.expand(b, self.engine), self.engine, with_bounds=False
+                )
+                if judged:
+                    out["judged"] = {
+                        "from_s": round(ta + shift, 3),
+                        "to_s": round(tb + shift, 3),
+                        "metrics": judged,
+                    }
+        return out
+
+    def prefix_cache(self) -> dict[str, Any] | None:
+        """The server's prefix-cache hit rate over the run: hit over queried tokens between the first
+        and the last scrape, else the mean of the engine's hit-rate gauge; None when it has neither."""
+        if self.first is None or self.last is None:
+            return None
+        last = self.last
+        src = self.chosen.get("prefix_cache_hit_rate") or next(
+            (
+                s
+                for s in candidates(self.engine)["prefix_cache_hit_rate"]
+                if isinstance(s, Ratio) and all(n in last.total for n in source_names(s))
+            ),
+            None,
+        )
+        if src is None:
+            return None
+        if isinstance(src, Ratio):
+            num = _delta(self.first, self.last, src.num)
+            dens = [_delta(self.first, self.last, n) for n in src.den]
+            if num is None or any(d is None for d in dens):
+                return None
+            den = sum(d for d in dens if d is not None)
+            if den <= 0:
+                return None
+            return {
+                "hit_rate": _fraction(num / den),
+                "hit": round(num, 3),
+                "queried": round(den, 3),
+                "source": f"{src.num} / {' + '.join(src.den)}",
+            }
+        values = [row.get("prefix_cache_hit_rate") for row in self.rows]
+        got = [v for v in values if v is not None]
+        if not got:
+            return None
+        name = src.name if isinstance(src, Gauge) else "prefix_cache_hit_rate"
+        return {"hit_rate": round(sum(got) / len(got), 4), "source": f"{name} (mean of the polls)"}

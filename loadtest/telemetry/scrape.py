@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from loadtest.telemetry.names import detect_engine, wanted_names
+from loadtest.telemetry.names import HISTOGRAM_BASES, detect_engine, wanted_names
 
 MAX_BYTES = 16 << 20
 # Labels that tell apart ranks of one engine instance: they report the same requests (TensorRT-LLM's
@@ -30,12 +30,14 @@ class ScrapeError(Exception):
 
 @dataclass
 class Scrape:
-    """Per sample name: the sum and the mean over label sets (after taking the max over ranks)."""
+    """Per sample name: the sum and the mean over label sets (after taking the max over ranks); per
+    histogram (base name): its cumulative bucket counts by upper bound, summed the same way."""
 
     engine: str
     total: dict[str, float] = field(default_factory=dict)
     mean: dict[str, float] = field(default_factory=dict)
     groups: dict[str, int] = field(default_factory=dict)
+    buckets: dict[str, dict[float, float]] = field(default_factory=dict)
 
 
 def fetch(url: str, timeout: float, headers: dict[str, str] | None = None) -> str:
@@ -64,11 +66,20 @@ def wanted_lines(text: str) -> str:
 def parse(text: str) -> Scrape:
     """Sum the wanted samples of an exposition text over label sets (ranks: max)."""
     per_name: dict[str, dict[tuple[tuple[str, str], ...], float]] = {}
+    per_le: dict[str, dict[float, dict[tuple[tuple[str, str], ...], float]]] = {}
     for family in text_string_to_metric_families(wanted_lines(text)):
         for s in family.samples:
             if not math.isfinite(s.value):
                 continue
-            key = tuple(sorted((k, v) for k, v in s.labels.items() if k not in RANK_LABELS))
+            key = tuple(sorted((k, v) for k, v in s.labels.items() if k not in RANK_LABELS and k != "le"))
+            if s.name.endswith("_bucket") and "le" in s.labels:
+                try:
+                    le = float(s.labels["le"])
+                except ValueError:
+                    continue
+                by_key = per_le.setdefault(s.name.removesuffix("_bucket"), {}).setdefault(le, {})
+                by_key[key] = max(by_key.get(key, s.value), s.value)
+                continue
             groups = per_name.setdefault(s.name, {})
             groups[key] = max(groups.get(key, s.value), s.value)
     out = Scrape(engine=detect_engine(text))
@@ -81,6 +92,9 @@ def parse(text: str) -> Scrape:
             out.total.setdefault(n, sum(values))
             out.mean.setdefault(n, sum(values) / len(values))
             out.groups.setdefault(n, len(values))
+    for base, les in per_le.items():
+        if base in HISTOGRAM_BASES:
+            out.buckets[base] = {le: sum(by_key.values()) for le, by_key in sorted(les.items())}
     return out
 
 
