@@ -465,3 +465,37 @@ def test_report_renders_in_headless_chromium(telemetry_run: Path, tmp_path: Path
     assert seen["plots"] == charts
     assert all(n >= 1 for n in seen["traces"])
     assert shot.stat().st_size > 50_000 and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_server_vs_client_table_and_warm_banner(tmp_path: Path) -> None:
+    """A hand-made server_latency block (one p99 past vLLM's last finite bound) and a warm prefix cache."""
+    ttft = {"name": "vllm:time_to_first_token_seconds", "count": 60, "mean_ms": 210.0, "p50_ms": 180.0,
+            "p50_bucket_ms": [100.0, 250.0], "p90_ms": 400.0, "p90_bucket_ms": [250.0, 500.0],
+            "p99_ms": 2560000.0, "p99_bucket_ms": [2560000.0, None], "bounds_ms": [100.0, 250.0, 500.0]}  # fmt: skip
+    queue = {"name": "vllm:request_queue_time_seconds", "count": 60, "mean_ms": 1.0, "p50_ms": 150.0,
+             "p50_bucket_ms": [0.0, 300.0], "p90_ms": 270.0, "p90_bucket_ms": [0.0, 300.0], "p99_ms": 297.0,
+             "p99_bucket_ms": [0.0, 300.0]}  # fmt: skip
+    tel = {**TELEMETRY, "server_latency": {"method": "bucket-interpolated", "from_s": -0.5, "to_s": 16.2,
+                                           "metrics": {"ttft": ttft, "queue": queue}}}  # fmt: skip
+    warning = (
+        "warm prefix cache: the prefix cache answered 83 % of prompt tokens: the server saw a warm workload"
+    )
+    pc = {"hit_rate": 0.83, "source": "vllm:prefix_cache_hits_total / vllm:prefix_cache_queries_total",
+          "threshold": 0.5, "expected_reuse": None, "warm": True, "warning": warning}  # fmt: skip
+    run = _write_run(tmp_path, _records(60, 4), telemetry=tel, prefix_cache=pc)
+    html = render_run_report(tmp_path).read_text()
+    table = _section(html, "server-vs-client")
+    client_p50 = fmt_ms(run["metrics"]["latency_ms"]["ttft"]["p50"])
+    row = table[
+        table.index("<strong>TTFT</strong>") : table.index("</tr>", table.index("<strong>TTFT</strong>"))
+    ]
+    assert "60 / 60" in row and f">{client_p50}<" in row and 'title="bucket 100–250 ms">180<' in row
+    assert "&gt; 2,560,000" in row  # past the last finite bound: no value, and no difference
+    assert f">{fmt_ms(run['metrics']['latency_ms']['ttft']['p50'] - 180.0)}<" in row
+    assert "<strong>ITL</strong>" not in table  # the server exposed no ITL histogram
+    assert "Queue time" in table and "vllm:request_queue_time_seconds" in table
+    assert warning in _section(html, "warm-cache")
+    assert "Prefix-cache hit rate 83.00% of prompt tokens" in _section(html, "tokens")
+    text = format_summary(run)
+    assert "Server vs client" in text and "WARNING     warm prefix cache" in text
+    assert max(len(line) for line in text.splitlines()) <= 96
