@@ -7,7 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from loadtest.metrics.judged import aggregate_lines, choose_window, goodput_summary, steady_state
+from loadtest.metrics.judged import (
+    aggregate_lines,
+    choose_window,
+    default_warmup_s,
+    goodput_summary,
+    judge_lines,
+    steady_health,
+    steady_state,
+)
 from loadtest.metrics.slo import parse_slos
 from loadtest.metrics.summary import build_metrics
 from loadtest.sim import SimProcess
@@ -134,6 +142,8 @@ def test_live_goodput_counts_agree_with_the_record_log(tmp_path: Path, small_pro
                 "ttft_p99=40ms,tpot_p99=1s",
                 "--processes",
                 "2",
+                "--warmup",
+                "0",  # the whole run: the live counters count every request, like the record log
                 "--out",
                 str(tmp_path / "o"),
             ]
@@ -147,3 +157,64 @@ def test_live_goodput_counts_agree_with_the_record_log(tmp_path: Path, small_pro
     live = run["metrics"]["slo_live"]  # counted by the workers as requests finished, merged on the master
     assert (live["judged"], live["good"]) == (run["goodput"]["judged"], good)
     assert RunSettings.__dataclass_fields__["slo"].default is None
+
+
+def test_default_warmup_is_a_tenth_of_the_schedule_capped() -> None:
+    assert default_warmup_s(30.0) == 3.0 and default_warmup_s(600.0) == 30.0 and default_warmup_s(0.0) == 0.0
+    lines = [_line(i, 100, 10) for i in range(40)]  # scheduled at 1000 ... 1039
+    jr = judge_lines(lines, None, 0.0, per_scenario=False)
+    assert jr.window is not None and jr.window.warmup_s == 3.9 and jr.config["warmup_source"] == "default"
+    assert [r["t"] for r in jr.lines][0] == 1004.0 and jr.aggregates is not None
+    assert jr.aggregates.all.completed == 36
+    # Set explicitly: 0 judges everything (the old behaviour); a number is used as it is.
+    jr0 = judge_lines(lines, 0.0, 0.0, per_scenario=False)
+    assert jr0.window is None and len(jr0.lines) == 40 and jr0.config["warmup_source"] == "set"
+    assert judge_lines(lines, 10.0, 0.0, per_scenario=False).window.warmup_s == 10.0
+
+
+def test_generator_health_is_judged_over_the_steady_state() -> None:
+    """The issue's run: the first requests pay the connection set-up (90 ms), every later one < 2.4 ms."""
+    lines = [
+        {**_line(i, 100, 10), "t": 1000.0 + i * 0.1, "sent_us": 90_000 if i < 3 else 2_000}
+        for i in range(100)
+    ]
+    h = steady_health(lines, default_warmup_s(9.9))
+    assert h["whole_run_schedule_lag_p99_ms"] >= 89.0  # judged over the whole run: invalid
+    assert h["schedule_lag_p99_ms"] <= 2.1 and h["startup_s"] == 0.99 and h["requests"] == 90
+    # Even with --warmup 0 the health check leaves out the start-up.
+    jr = judge_lines(lines, 0.0, 0.0, per_scenario=False)
+    assert jr.window is None and jr.health["schedule_lag_p99_ms"] <= 2.1
+    # Nothing after the start-up: every request is judged rather than none.
+    assert steady_health(lines[:3], 50.0)["schedule_lag_p99_ms"] >= 89.0
+
+
+def test_default_warmup_in_a_real_run_and_warmup_0(tmp_path: Path, small_profile: Path) -> None:
+    with SimProcess(speedup=4) as sim:
+        res = run_cli(
+            ["run", "--profile", str(small_profile), "--host", sim.base_url, "--out", str(tmp_path / "d")]
+        )
+        zero = run_cli(
+            ["run", "--profile", str(small_profile), "--host", sim.base_url, "--warmup", "0"]
+            + ["--out", str(tmp_path / "z")]
+        )
+    assert res.returncode == 0 and zero.returncode == 0, res.stderr + zero.stderr
+    assert "judged after a 0.3 s warm-up (the default" in res.stdout  # printed at the start
+    run = json.loads((tmp_path / "d" / "run.json").read_text())
+    cfg = run["config"]["judging"]
+    assert cfg["warmup_source"] == "default" and 0 < cfg["warmup_s"] <= 0.3
+    assert run["judged"]["window"]["warmup_s"] == cfg["warmup_s"]
+    # The raw whole-run figures stay in metrics; the judged window's are in judged.metrics.
+    recs = read_lines([tmp_path / "d" / "records.jsonl"])
+    assert (
+        run["metrics"]["requests"]["completed"]
+        == len(recs)
+        > run["judged"]["metrics"]["requests"]["completed"]
+    )
+    health = run["generator_health"]
+    assert health["startup_s"] == cfg["generator_health_startup_s"] > 0
+    assert set(health) == {"startup_s", "requests", "schedule_lag_p99_ms", "whole_run_schedule_lag_p99_ms"}
+    lag = next(c for c in run["verdict"]["checks"] if c["name"] == "schedule_lag_p99")
+    assert lag["value"] == health["schedule_lag_p99_ms"]
+    old = json.loads((tmp_path / "z" / "run.json").read_text())
+    assert "judged" not in old and old["config"]["judging"]["warmup_s"] == 0.0
+    assert "judged from the first request" in zero.stdout

@@ -26,6 +26,7 @@ from loadtest.metrics.slo import (  # noqa: E402
 )
 from loadtest.metrics.summary import build_metrics  # noqa: E402
 from loadtest.metrics.verdict import (  # noqa: E402
+    DEFAULT_ERROR_RATE,
     EXIT_CODES,
     OVERLOADED,
     ValidityRules,
@@ -322,7 +323,9 @@ def test_pass() -> None:
     assert v.status == "pass" and v.exit_code == 0 and v.passed
     assert v.reasons == []
     names = [c.name for c in v.checks]
-    assert names == [
+    assert names == [  # by cause: the endpoint, validity, the generator's health, the SLOs, flags
+        "successful_requests",
+        "error_rate",
         "min_duration",
         "min_queries",
         "schedule_lag_p99",
@@ -331,7 +334,6 @@ def test_pass() -> None:
         "early_stopping.ttft_p99",
         "tpot_p99",
         "early_stopping.tpot_p99",
-        "error_rate",
         "token_agreement",
     ]
     ttft = v.checks[names.index("ttft_p99")]
@@ -403,10 +405,17 @@ def test_precedence() -> None:
     v = judge(metrics, hists, SLOS, ValidityRules(), {})
     assert v.status == "error_rate"
     assert [r.split(":")[0] for r in v.reasons[:2]] == ["error rate over limit", "SLO missed"]
+    metrics, hists = make_run(tpot_over=150)  # no errors: invalid outranks the missed SLO
     v = judge(metrics, hists, SLOS, ValidityRules(min_duration_s=10_000), {"cpu_max_percent": 99})
     assert v.status == "invalid" and v.exit_code == 11
     assert v.reasons[0].startswith("invalid")
     assert EXIT_CODES == {"pass": 0, "slo_missed": 10, "invalid": 11, "error_rate": 12}
+    # A failing endpoint outranks an invalid run: the generator is not blamed for the endpoint's errors.
+    metrics, hists = make_run(errors=100, duration_s=30.0)
+    v = judge(metrics, hists, SLOS, ValidityRules(min_duration_s=600), {"cpu_max_percent": 99})
+    assert v.status == "error_rate" and v.exit_code == 12
+    assert [r.split(":")[0] for r in v.reasons] == ["error rate over limit", "invalid", "invalid"]
+    assert OVERLOADED in v.reasons[2] and "min_duration" in v.reasons[1]
 
 
 def test_token_mismatch_is_flagged_not_failed() -> None:
@@ -448,7 +457,7 @@ def test_junit_xml_structure() -> None:
     for f in failures:
         assert f.get("message") and f.get("type") in ("slo_missed", "error_rate")
     kinds = {c.get("classname").rsplit(".", 1)[1] for c in cases}
-    assert kinds == {"validity", "health", "slo", "tokens"}
+    assert kinds == {"endpoint", "validity", "health", "slo", "tokens"}
     props = {p.get("name"): p.get("value") for p in suite.iter("property")}
     assert props == {"status": "error_rate", "exit_code": "12"}
     # The flagged token check is a passing testcase with its warning in system-out.
@@ -457,3 +466,91 @@ def test_junit_xml_structure() -> None:
     # Element order inside testsuite: properties first, then testcases (JUnit schema).
     assert [e.tag for e in suite][0] == "properties"
     assert {e.tag for e in suite} == {"properties", "testcase"}
+
+
+# ---------------------------------------------------------------- a failing endpoint
+def test_default_error_rate_limit_applies_without_an_error_rate_slo() -> None:
+    metrics, hists = make_run(errors=60)  # 60 of 3060 = 1.96 %
+    for slos in (None, "", "ttft_p99=2s"):
+        v = judge(metrics, hists, slos, ValidityRules(), {})
+        assert v.status == "error_rate" and v.exit_code == 12, slos
+        check = next(c for c in v.checks if c.name == "error_rate")
+        assert check.limit == DEFAULT_ERROR_RATE == 0.01 and check.kind == "endpoint"
+        assert "default limit" in check.detail and "60 of 3060 requests failed" in check.detail
+        assert v.reasons[0].startswith("error rate over limit: error rate 1.96 % > 1 %")
+    # Below the default limit: a pass; a profile's or --slo's error_rate replaces the default.
+    metrics, hists = make_run(errors=10)  # 0.33 %
+    assert judge(metrics, hists, None, ValidityRules(), {}).status == "pass"
+    metrics, hists = make_run(errors=60)
+    v = judge(metrics, hists, "error_rate=5%", ValidityRules(), {})
+    assert v.status == "pass" and "default" not in next(c for c in v.checks if c.name == "error_rate").detail
+    v = judge(metrics, hists, "error_rate=0.1%", ValidityRules(), {})
+    assert v.status == "error_rate"
+
+
+def _dead_run(failed: int = 57) -> tuple[dict, dict]:
+    agg = Aggregate()
+    hdr.record_many(agg.hists["schedule_lag"], np.full(failed, 90_000))  # 90 ms: the generator looks bad too
+    agg.outcomes.update({"http_4xx": failed})
+    agg.add_error_sample("http_4xx", "HTTP 400: model 'x' does not exist")
+    agg.extend_window(1_000_000.0, 1_000_020.0)
+    return build_metrics(agg), agg.hists
+
+
+def test_no_successful_request_never_passes_and_is_the_first_reason() -> None:
+    metrics, hists = _dead_run()
+    # Even with an error-rate SLO that allows everything, and no other SLO: a dead endpoint fails.
+    for slos in (None, "error_rate=100%", SLOS):
+        v = judge(metrics, hists, slos, ValidityRules(min_queries=1000), {"cpu_percent": 100.0})
+        assert v.status == "error_rate" and v.exit_code == 12 and not v.passed, slos
+        assert v.reasons[0] == (
+            "endpoint failing: no successful requests: 100 % of 57 requests failed "
+            "(http_4xx: HTTP 400: model 'x' does not exist)"
+        )
+        # Everything else that failed is a consequence, named on one line after the cause.
+        assert len(v.reasons) == 2 and v.reasons[1].startswith("also failed, as consequences")
+        for name in ("min_queries", "schedule_lag_p99", "generator_cpu"):
+            assert name in v.reasons[1]
+        assert OVERLOADED not in " ".join(v.reasons)
+    # The commonest failure from the record log, when given, names the class and message.
+    v = judge(metrics, hists, None, ValidityRules(), {}, failure="http_4xx: HTTP 400: bad request")
+    assert v.reasons[0].endswith("(http_4xx: HTTP 400: bad request)")
+    # Nothing finished at all (every request still waiting was cancelled at the end) fails the same way.
+    agg = Aggregate()
+    agg.outcomes.update({"cancelled": 4})
+    v = judge(build_metrics(agg), agg.hists, None, ValidityRules(), {})
+    assert v.status == "error_rate" and "no request finished" in v.reasons[0]
+
+
+def test_stopped_early_leads_the_verdict_and_junit() -> None:
+    metrics, hists = _dead_run(20)
+    cause = "endpoint failing: 100 % of 20 requests failed (http_4xx: HTTP 400: model 'x' does not exist)"
+    v = judge(metrics, hists, SLOS, ValidityRules(), {"schedule_lag_p99_ms": 90.0}, stopped_early=cause)
+    assert v.status == "error_rate" and v.exit_code == 12
+    assert v.reasons[0] == f"stopped early: {cause}"
+    assert [c.name for c in v.checks][:3] == ["stopped_early", "successful_requests", "error_rate"]
+    root = ET.fromstring(junit_xml(v).encode())
+    first = root.find("testsuite").findall("testcase")[0]
+    assert first.get("name") == "stopped_early" and first.get("classname") == "loadtest.endpoint"
+    assert first.find("failure").get("message") == f"stopped early: {cause}"
+    assert first.find("failure").get("type") == "error_rate"
+    # Stopped early after earlier successes: the stop is still a failure, whatever the error rate.
+    metrics, hists = make_run(errors=25)  # 0.8 %: under the default limit
+    v = judge(metrics, hists, None, ValidityRules(), {}, stopped_early="endpoint failing: the last 25 ...")
+    assert v.status == "error_rate" and v.reasons[0].startswith("stopped early:")
+
+
+def test_reasons_are_ordered_by_cause() -> None:
+    metrics, hists = make_run(errors=100, tpot_over=150, duration_s=30.0)
+    v = judge(
+        metrics,
+        hists,
+        SLOS,
+        ValidityRules(min_duration_s=600),
+        {"schedule_lag_p99_ms": 80.0, "startup_s": 3.0},
+    )
+    heads = [r.split(":")[0] for r in v.reasons]
+    assert heads[:4] == ["error rate over limit", "invalid", "invalid", "SLO missed"]
+    assert "min_duration" in v.reasons[1] and OVERLOADED in v.reasons[2]
+    assert "steady state: the first 3 s left out" in v.reasons[2]
+    assert v.status == "error_rate"

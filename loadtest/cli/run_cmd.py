@@ -17,13 +17,13 @@ from typing import TYPE_CHECKING, Any
 
 from loadtest.cli import run_extras
 from loadtest.cli.endpoint import EndpointSetupError, open_endpoint
-from loadtest.client.failures import failure_note
+from loadtest.client.failures import commonest_failure, failure_note, stopped_early_text
 from loadtest.client.secrets import KeySourceError, install_redaction, load_api_key
 
 if TYPE_CHECKING:
     from loadtest.locust.runtime import RunOutcome
 from loadtest.locust.settings import RunSettings, load_mode
-from loadtest.metrics.judged import aggregate_lines, choose_window, goodput_summary, in_window
+from loadtest.metrics.judged import describe_warmup, goodput_summary, judge_lines
 from loadtest.metrics.slo import AnySlo, merge_slos
 from loadtest.metrics.summary import build_metrics
 from loadtest.metrics.verdict import ValidityRules, Verdict, judge, junit_xml
@@ -167,6 +167,7 @@ def run_command(args: argparse.Namespace) -> int:
             f"running {profile.name} for {duration:g}s: {describe_load(profile)}, "
             f"{args.processes} process(es), model {model}; writing {out}/"
         )
+        print(f"  {describe_warmup(profile.judging.warmup_s, duration)}")
         telemetry = None
         if not getattr(args, "no_telemetry", False):
             from loadtest.telemetry import start_for_run
@@ -276,29 +277,40 @@ def _write_results(
     failed = failure_note(lines)
     if failed:
         doc["notes"].append(failed)
-    if lines and (judging.warmup_s or judging.cooldown_s):
-        try:
-            window = choose_window(lines, judging.warmup_s, judging.cooldown_s)
-        except ValueError as e:
-            doc["notes"].append(f"judged window: {e}; the whole run is judged")
-        else:
-            judged = aggregate_lines(in_window(lines, window), per_scenario=len(profile.scenarios) > 1)
-            metrics, hists = build_metrics(judged.all), judged.all.hists
-            doc["judged"] = {"window": window.to_dict(), "metrics": metrics}
-            lines = in_window(lines, window)
+    stop_cause = None
+    if outcome.stopped_early:  # the endpoint failed wholesale: the cause leads the notes and the verdict
+        stop_cause = stopped_early_text(
+            outcome.stopped_early, doc["metrics"]["requests"], commonest_failure(lines)
+        )
+        doc["stopped_early"] = {**outcome.stopped_early, "reason": f"stopped early: {stop_cause}"}
+        doc["notes"].insert(0, f"stopped early: {stop_cause}")
+    # The judged window (default warm-up: metrics/judged.py) and the generator's steady-state health.
+    jr = judge_lines(lines, judging.warmup_s, judging.cooldown_s, per_scenario=len(profile.scenarios) > 1)
+    if jr.note:
+        doc["notes"].append(jr.note)
+    if jr.window is not None and jr.aggregates is not None:
+        metrics, hists = build_metrics(jr.aggregates.all), jr.aggregates.all.hists
+        doc["judged"] = {"window": jr.window.to_dict(), "metrics": metrics}
+    lines = jr.lines
+    doc["config"]["judging"] = jr.config
+    doc["generator_health"] = jr.health
     gp = goodput_summary(lines, slos, per_scenario=len(profile.scenarios) > 1)
     if gp is not None:
         doc["goodput"] = gp
     health = {
-        "schedule_lag_p99_ms": metrics["generator"]["schedule_lag_p99_ms"],
+        "schedule_lag_p99_ms": jr.health["schedule_lag_p99_ms"],
+        "startup_s": jr.health["startup_s"],
         # Sustained load, not a start-up spike: the 90th percentile of the per-second samples.
         "cpu_percent": doc["metrics"]["generator"]["cpu_p90_percent"],
     }
     rules = ValidityRules(min_duration_s=judging.min_duration_s, min_queries=judging.min_queries)
-    verdict = judge(metrics, hists, slos, rules, health)
+    verdict = judge(
+        metrics, hists, slos, rules, health, failure=commonest_failure(lines), stopped_early=stop_cause
+    )
     run_extras.results(doc, verdict, lines, settings)  # per-endpoint, embeddings, economics
     for note in doc["notes"]:
-        verdict.reasons.append(note)
+        if note not in verdict.reasons:
+            verdict.reasons.append(note)
     doc["verdict"] = verdict.to_dict()
     doc["config"]["slos"] = {s.key: getattr(s, "limit_ms", getattr(s, "limit", None)) for s in slos}
     from loadtest.telemetry import attach
@@ -417,12 +429,23 @@ def _with_judging(profile: Profile, args: argparse.Namespace) -> Profile:
         (getattr(args, "cooldown", None), "cooldown_s"),
     ):
         if flag:
-            update[key] = "auto" if flag.strip() == "auto" else parse_duration(flag)
+            update[key] = "auto" if flag.strip() == "auto" else _window_seconds(flag, key)
     return (
         profile.model_copy(update={"judging": profile.judging.model_copy(update=update)})
         if update
         else profile
     )
+
+
+def _window_seconds(text: str, key: str) -> float:
+    """--warmup / --cooldown seconds: like --duration, but 0 is allowed (``--warmup 0``: judge from the start)."""
+    if re.fullmatch(r"\s*0+(?:\.0*)?\s*(ms|s|m|h)?\s*", text):
+        return 0.0
+    try:
+        return parse_duration(text)
+    except UsageError:
+        option = "--warmup" if key == "warmup_s" else "--cooldown"
+        raise UsageError(f"{option} {text!r}: use seconds like 30s, 2m, 0, or auto") from None
 
 
 def verdict_line(verdict: Verdict) -> str:

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import itertools
+import logging
 import time
+from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import gevent
 import psutil
@@ -20,6 +24,57 @@ from loadtest.profile.client import RetrySpec
 from loadtest.results.record_log import RecordLog
 from loadtest.workload.builder import Workload
 
+log = logging.getLogger("loadtest")
+_MAX_MESSAGES = 50  # distinct error messages kept per failing streak (bounded memory)
+
+
+class FailingStreak:
+    """Finished requests that failed in a row since the last success, for the early stop.
+
+    The run fails wholesale when at least ``min_failed`` finished requests in a row failed and
+    none succeeded for ``min_seconds`` (since the first failure of the streak was scheduled).
+    Cancelled requests (stopped by the generator) neither extend nor end a streak.
+    """
+
+    def __init__(self, min_failed: int, min_seconds: float) -> None:
+        self.min_failed = min_failed
+        self.min_seconds = min_seconds
+        self.any_ok = False
+        self.failed = 0
+        self.first_ns = 0
+        self.causes: Counter[str] = Counter()
+
+    def add(self, rec: RequestRecord) -> bool:
+        """Account one record; True when the run is now failing wholesale."""
+        if rec.outcome == "cancelled":
+            return False
+        if rec.outcome == "ok":
+            self.any_ok = True
+            self.failed, self.first_ns = 0, 0
+            self.causes.clear()
+            return False
+        if not self.failed:
+            self.first_ns = rec.scheduled_ns or time.perf_counter_ns()
+        self.failed += 1
+        msg = " ".join((rec.error or "").split())[:120]
+        key = f"{rec.outcome}: {msg}" if msg else rec.outcome
+        if key in self.causes or len(self.causes) < _MAX_MESSAGES:
+            self.causes[key] += 1
+        return self.min_failed > 0 and self.failed >= self.min_failed and self.seconds() >= self.min_seconds
+
+    def seconds(self) -> float:
+        return (time.perf_counter_ns() - self.first_ns) / 1e9 if self.failed else 0.0
+
+    def info(self, worker: int) -> dict[str, Any]:
+        """What run.json's ``stopped_early`` records (commonest: the streak's commonest class and message)."""
+        return {
+            "failed_in_a_row": self.failed,
+            "seconds": round(self.seconds(), 3),
+            "any_ok": self.any_ok,
+            "commonest": self.causes.most_common(1)[0][0] if self.causes else None,
+            "worker": worker,
+        }
+
 
 class RunContext:
     """What the users of one process share; ``finish`` is the single place a record is accounted."""
@@ -29,7 +84,7 @@ class RunContext:
         self.worker_index = worker_index
         self.n_workers = max(1, n_workers)
         self.profile, self.profile_path = settings.profile()
-        self.workload = Workload(self.profile, settings.seed)
+        self.workload = Workload(self.profile, settings.seed, run_nonce=settings.run_nonce)
         self.recorder = Recorder(per_scenario=len(self.profile.scenarios) > 1)
         # Per-request SLO (TTFT and TPOT limits) for live attainment and goodput; None without one.
         rule = RequestSlo.from_slos(merge_slos(self.profile.slos, settings.slo))
@@ -42,6 +97,13 @@ class RunContext:
         self.env: Environment | None = None
         self.in_flight = 0
         self.stopping = False  # set at the end of the run: issue nothing new, let in-flight requests finish
+        judging = self.profile.judging
+        self.streak = FailingStreak(judging.stop_after_failed, judging.stop_after_failing_s)
+        self.failure_backoff_max_s = self.profile.client.failure_backoff_max_s
+        # Called once, with FailingStreak.info(), when the run fails wholesale; the runtime ends the
+        # run (a worker tells its master). None (the web UI): runs are never stopped early.
+        self.on_failing: Callable[[dict[str, Any]], None] | None = None
+        self.failing: dict[str, Any] | None = None
         self._cpu_sampler = gevent.spawn(self._sample_cpu)
 
     def _sample_cpu(self) -> None:
@@ -91,6 +153,21 @@ class RunContext:
         if self.request_slo is not None and rec.outcome != "cancelled":
             self.recorder.judge_request(rec, self.request_slo.is_good_record(rec))
         self.log.write(rec)
+        if (
+            self.streak.add(rec)
+            and self.failing is None
+            and not self.stopping
+            and self.on_failing is not None
+        ):
+            self.failing = self.streak.info(self.worker_index)
+            log.error(
+                "the endpoint is failing: the last %d requests failed and none succeeded for %.1f s (%s); "
+                "stopping the run early",
+                self.failing["failed_in_a_row"],
+                self.failing["seconds"],
+                self.failing["commonest"],
+            )
+            self.on_failing(self.failing)
         if self.env is not None:
             e2e = ((rec.done_ns or rec.sent_ns or rec.scheduled_ns) - rec.scheduled_ns) / 1e6
             self.env.events.request.fire(

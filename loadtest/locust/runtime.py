@@ -55,6 +55,7 @@ MSG_SETTINGS = "loadtest_settings"  # master → worker on connect: {"index", "s
 MSG_READY = "loadtest_ready"  # worker → master: {"index", "host", "pid", "records", "error"}
 MSG_FINISH = "loadtest_finish"  # master → worker: {"drain": bool, "timeout": s}
 MSG_FINAL = "loadtest_final"  # worker → master: {"index", "delta", "lines", "count", "left"}
+MSG_FAILING = "loadtest_failing"  # worker → master: {"index", "info"}: failing wholesale, stop early
 # Keys a worker adds to each Locust report (every WORKER_REPORT_INTERVAL = 3 s).
 REPORT_INDEX, REPORT_DELTA, REPORT_LINES = "loadtest_index", "loadtest", "loadtest_lines"
 DRAIN_TIMEOUT_S = 60.0
@@ -73,6 +74,8 @@ class RunOutcome:
     workers_lost: list[int] = field(default_factory=list)
     started_epoch: float = 0.0
     ended_epoch: float = 0.0
+    # The run was stopped early because the endpoint failed wholesale: RunContext.failing (None otherwise).
+    stopped_early: dict[str, Any] | None = None
 
 
 def user_class(profile: Profile) -> type:
@@ -140,6 +143,7 @@ def run_local(settings: RunSettings) -> RunOutcome:
     env.loadtest = ctx  # type: ignore[attr-defined]
     stopper = _Stopper()
     stopper.install()
+    ctx.on_failing = lambda _info: stopper.event.set()  # end the wait; the drain and results follow
     runner = env.create_local_runner()
     tune_gc()
     started = time.time()
@@ -156,6 +160,7 @@ def run_local(settings: RunSettings) -> RunOutcome:
         records_written=ctx.log.count,
         started_epoch=started,
         ended_epoch=time.time(),
+        stopped_early=ctx.failing,
     )
 
 
@@ -300,6 +305,7 @@ def run_master(
     sink = RecordSink(out)
     workers: dict[int, _Worker] = {}
     by_client: dict[str, _Worker] = {}
+    failing: list[dict[str, Any]] = []  # the first worker's word that the endpoint fails wholesale
 
     def on_connect(client_id: str, **_kw: Any) -> None:
         if client_id in by_client:
@@ -349,12 +355,18 @@ def run_master(
             if data.get("left"):
                 _forget(runner, w.client_id)
 
+    def on_failing(environment: Environment, msg: Message, **_kw: Any) -> None:
+        if not failing:
+            failing.append(dict(msg.data.get("info") or {}))
+            stopper.event.set()  # every worker drains and sends its final results as at the end of a run
+
     env.events.worker_connect.add_listener(on_connect)
     env.events.heartbeat_sent.add_listener(seen)
     env.events.worker_report.add_listener(on_worker_report)
     runner.register_message(MSG_HELLO, on_hello)
     runner.register_message(MSG_READY, on_ready)
     runner.register_message(MSG_FINAL, on_final)
+    runner.register_message(MSG_FAILING, on_failing)
     stopper = _Stopper()
     stopper.install()
 
@@ -407,6 +419,7 @@ def run_master(
         workers_lost=[w.index for w in lost],
         started_epoch=started,
         ended_epoch=time.time(),
+        stopped_early=failing[0] if failing else None,
     )
 
 
@@ -649,6 +662,10 @@ def worker_main(
             return
         ctx.env = env
         env.loadtest = ctx  # type: ignore[attr-defined]
+        # The endpoint fails wholesale here: the master ends the run for every worker.
+        ctx.on_failing = lambda info: runner.send_message(
+            MSG_FAILING, {"index": ctx.worker_index, "info": info}
+        )
         state["ctx"] = ctx
         reply["records"] = str(ctx.log.path.resolve()) if ctx.log.path != Path(os.devnull) else None
         runner.send_message(MSG_READY, reply)

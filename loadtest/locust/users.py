@@ -52,6 +52,16 @@ def send_and_account(
 
 
 RETRYABLE_OUTCOMES = frozenset({"http_429", "http_5xx"})
+# Closed loop: the first wait after a failed unit; it doubles per failure in a row, up to the
+# profile's client.failure_backoff_max_s (default 1 s), and a success resets it.
+FAILURE_BACKOFF_FIRST_S = 0.05
+
+
+def failure_backoff_s(failures_in_a_row: int, cap_s: float) -> float:
+    """The wait before a stream's next unit after ``failures_in_a_row`` failed ones (0 after a success)."""
+    if failures_in_a_row <= 0 or cap_s <= 0:
+        return 0.0
+    return min(cap_s, FAILURE_BACKOFF_FIRST_S * 2.0 ** min(failures_in_a_row - 1, 30))
 
 
 def send_with_retries(
@@ -84,30 +94,36 @@ def send_with_retries(
 
 def run_unit(
     ctx: RunContext, client: OpenAIClient, unit: Unit, first: Step | None, first_ns: int, first_epoch: float
-) -> None:
-    """Every call of a unit: the first (built beforehand) at its scheduled time, later ones after think time."""
+) -> RequestRecord | None:
+    """Every call of a unit: the first (built beforehand) at its scheduled time, later ones after think
+    time. Returns the last call's record (None when none was sent)."""
     last: RequestRecord | None = None
     sched_ns, sched_epoch = first_ns, first_epoch
     step = first
     while step is not None:
         if last is not None:
             if ctx.stopping:
-                return  # the run is over: a session does not start another call
+                return last  # the run is over: a session does not start another call
             if step.think_before_s > 0:
                 gevent.sleep(step.think_before_s)
             sched_ns, sched_epoch = RunContext.now()
         last = send_with_retries(ctx, client, step.request, sched_ns, sched_epoch)
         step = unit.next(last)
+    return last
 
 
 class ClosedLoopUser(User):
-    """One concurrent stream: runs the next unit (a request or a whole session) as soon as the last ended."""
+    """One concurrent stream: runs the next unit (a request or a whole session) as soon as the last ended.
+
+    After a failed unit the stream backs off (failure_backoff_s) instead of resending at once: an
+    endpoint that fails fast would otherwise spin the generator at full CPU."""
 
     wait_time = constant(0)
 
     def on_start(self) -> None:
         self.ctx = _context(self)
         self.client = self.ctx.new_client()
+        self.failures_in_a_row = 0
 
     def on_stop(self) -> None:
         self.client.close()
@@ -119,7 +135,13 @@ class ClosedLoopUser(User):
         unit = self.ctx.workload.unit(self.ctx.next_closed_loop_index())
         first = unit.next(None)
         sched_ns, sched_epoch = RunContext.now()
-        run_unit(self.ctx, self.client, unit, first, sched_ns, sched_epoch)
+        last = run_unit(self.ctx, self.client, unit, first, sched_ns, sched_epoch)
+        if last is None or last.outcome == "cancelled":
+            return
+        self.failures_in_a_row = 0 if last.outcome == "ok" else self.failures_in_a_row + 1
+        wait = failure_backoff_s(self.failures_in_a_row, self.ctx.failure_backoff_max_s)
+        if wait > 0 and not self.ctx.stopping:
+            gevent.sleep(wait)  # the next unit is scheduled when it starts: the wait is not generator lag
 
 
 class OpenLoopUser(User):

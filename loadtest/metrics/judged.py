@@ -1,4 +1,5 @@
-"""The judged window: warm-up and cool-down cut off, metrics rebuilt from the record log, and goodput."""
+"""The judged window: warm-up and cool-down cut off, metrics rebuilt from the record log, the
+generator's steady-state health, and goodput."""
 
 from __future__ import annotations
 
@@ -8,11 +9,41 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from loadtest.client.record import RequestRecord
-from loadtest.metrics.recorder import Recorder, RunAggregates
+from loadtest.client.record import RequestRecord, line_output_tokens
+from loadtest.metrics import hdr
+from loadtest.metrics.recorder import HIST_HIGHEST, Recorder, RunAggregates
 from loadtest.metrics.slo import AnySlo, RequestSlo, goodput
 
 _BASE_NS = 10**12  # records keep µs offsets from their scheduled time; rebuild on a non-zero base
+
+# The default warm-up (when neither the profile's judging.warmup_s nor --warmup says): requests
+# scheduled in the first 10 % of the schedule, at most 30 s, are left out of the judged window. Every
+# stream starting at once, connections being set up and caches filling are the start-up, not the
+# endpoint's steady state. ``--warmup 0`` judges from the first request.
+DEFAULT_WARMUP_SHARE = 0.1
+DEFAULT_WARMUP_MAX_S = 30.0
+
+
+def default_warmup_s(span_s: float) -> float:
+    """The default warm-up of a schedule ``span_s`` seconds long: 10 % of it, at most 30 s."""
+    return round(min(DEFAULT_WARMUP_MAX_S, max(0.0, span_s) * DEFAULT_WARMUP_SHARE), 3)
+
+
+def describe_warmup(warmup: float | str | None, duration_s: float) -> str:
+    """For the start-up line: ``judged after a 3 s warm-up (the default: 10 % of the run, at most 30 s;
+    --warmup 0 judges from the start)``."""
+    if warmup is None:
+        return (
+            f"judged after a {default_warmup_s(duration_s):g} s warm-up (the default: "
+            f"{DEFAULT_WARMUP_SHARE:.0%} of the run, at most {DEFAULT_WARMUP_MAX_S:g} s; --warmup 0 judges from the start)"
+        )
+    if warmup == "auto":
+        return "judged from the detected steady state (warm-up auto)"
+    return (
+        f"judged after a {float(warmup):g} s warm-up"
+        if warmup
+        else "judged from the first request (no warm-up)"
+    )
 
 
 @dataclass(frozen=True)
@@ -85,7 +116,7 @@ def _completion_rates(lines: Sequence[Mapping[str, Any]], t0: float) -> list[flo
     per_sec: dict[int, float] = defaultdict(float)
     for r in lines:
         if r.get("outcome") == "ok" and r.get("e2e_us") is not None:
-            per_sec[int(r["t"] + r["e2e_us"] / 1e6 - t0)] += r.get("output_tokens") or 0
+            per_sec[int(r["t"] + r["e2e_us"] / 1e6 - t0)] += line_output_tokens(r)
     n = max(per_sec) + 1 if per_sec else 0
     return [per_sec.get(i, 0.0) for i in range(n)]
 
@@ -123,6 +154,45 @@ def choose_window(lines: Sequence[Mapping[str, Any]], warmup: float | str, coold
 
 def in_window(lines: Iterable[Mapping[str, Any]], window: Window) -> list[Mapping[str, Any]]:
     return [r for r in lines if window.start <= r["t"] < window.end]
+
+
+def schedule_span_s(lines: Sequence[Mapping[str, Any]]) -> float:
+    """Seconds from the first to the last scheduled request of the record-log lines (0 without lines)."""
+    if not lines:
+        return 0.0
+    ts = [r["t"] for r in lines]
+    return max(ts) - min(ts)
+
+
+def steady_health(lines: Sequence[Mapping[str, Any]], startup_s: float) -> dict[str, Any]:
+    """The generator's schedule lag over its steady state: requests scheduled ``startup_s`` or more
+    after the first one (the first requests of every connection pay its set-up; a run's start is not
+    what the generator sustains). Falls back to every request when none is left after the start-up.
+
+    Returns ``startup_s`` (the seconds left out), ``requests`` (lag samples judged),
+    ``schedule_lag_p99_ms`` (HDR p99, like run.json's percentiles; None without samples) and
+    ``whole_run_schedule_lag_p99_ms``.
+    """
+
+    def p99(values: list[int]) -> float | None:
+        if not values:
+            return None
+        h = hdr.new_histogram(HIST_HIGHEST["schedule_lag"])
+        hdr.record_many(h, values)
+        return round(h.get_value_at_percentile(99) / 1000.0, 3)
+
+    t0 = min((r["t"] for r in lines), default=0.0)
+    every = [max(0, int(r["sent_us"])) for r in lines if r.get("sent_us") is not None]
+    steady = [
+        max(0, int(r["sent_us"])) for r in lines if r.get("sent_us") is not None and r["t"] >= t0 + startup_s
+    ]
+    used = steady if steady else every
+    return {
+        "startup_s": round(startup_s, 3) if steady else 0.0,
+        "requests": len(used),
+        "schedule_lag_p99_ms": p99(used),
+        "whole_run_schedule_lag_p99_ms": p99(every),
+    }
 
 
 def goodput_summary(
@@ -169,3 +239,57 @@ def goodput_summary(
             by[str(r.get("scenario"))].append(r)
         out["scenarios"] = {name: one(rs) for name, rs in sorted(by.items())}
     return out
+
+
+@dataclass
+class JudgedRun:
+    """What the verdict judges: the window (None: the whole run), its lines and metrics, the
+    generator's steady-state health, the judging settings used (run.json ``config.judging``) and a
+    note when the asked-for window could not be used."""
+
+    window: Window | None
+    lines: list[Mapping[str, Any]]
+    aggregates: RunAggregates | None
+    health: dict[str, Any]
+    config: dict[str, Any]
+    note: str | None = None
+
+
+def judge_lines(
+    lines: Sequence[Mapping[str, Any]],
+    warmup: float | str | None,
+    cooldown: float | str,
+    per_scenario: bool,
+) -> JudgedRun:
+    """The judged window from the profile's (or --warmup's) warm-up, ``None`` for the default
+    (default_warmup_s of the schedule), and the cool-down; metrics rebuilt from the lines inside it.
+
+    The generator's health is judged over its steady state whatever the warm-up: requests scheduled
+    in the default warm-up (or the window's, when longer) are left out of the schedule-lag p99.
+    """
+    span = schedule_span_s(lines)
+    default = warmup is None
+    w: float | str = default_warmup_s(span) if warmup is None else warmup
+    config: dict[str, Any] = {
+        "warmup_s": w,
+        "warmup_source": "default" if default else "set",
+        "cooldown_s": cooldown,
+    }
+    window: Window | None = None
+    note: str | None = None
+    inside: list[Mapping[str, Any]] = list(lines)
+    if lines and (w or cooldown):
+        try:
+            window = choose_window(lines, w, cooldown)
+        except ValueError as e:
+            note = f"judged window: {e}; the whole run is judged"
+        else:
+            inside = in_window(lines, window)
+            if not inside:
+                note = f"judged window: no request was scheduled in [{window.start:.3f}, {window.end:.3f}); the whole run is judged"
+                window, inside = None, list(lines)
+    startup = max(default_warmup_s(span), window.warmup_s if window is not None else 0.0)
+    health = steady_health(lines, startup)
+    config["generator_health_startup_s"] = health["startup_s"]
+    aggregates = aggregate_lines(inside, per_scenario) if window is not None else None
+    return JudgedRun(window, inside, aggregates, health, config, note)

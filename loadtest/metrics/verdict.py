@@ -1,4 +1,4 @@
-"""Run verdict: SLO, validity, generator-health and token checks, exit codes and JUnit XML."""
+"""Run verdict: endpoint, validity, generator-health, SLO and token checks, exit codes and JUnit XML."""
 
 from __future__ import annotations
 
@@ -9,10 +9,11 @@ from typing import Any, Literal
 
 from hdrh.histogram import HdrHistogram
 
+from loadtest.client.failures import commonest_from_metrics, failing_text, pct
 from loadtest.metrics import early_stopping as es
 from loadtest.metrics.slo import AnySlo, ErrorRateSlo, Slo, parse_slos
 
-CheckKind = Literal["slo", "validity", "health", "tokens"]
+CheckKind = Literal["endpoint", "validity", "health", "slo", "tokens"]
 Status = Literal["pass", "slo_missed", "invalid", "error_rate"]
 
 # Process exit codes. 1 ("could not run": crash, endpoint unreachable before the run) and
@@ -21,11 +22,19 @@ EXIT_CODES: dict[str, int] = {
     "pass": 0,  # every SLO met, with early-stopping evidence, on a valid run
     "slo_missed": 10,  # a latency percentile SLO is over its limit
     "invalid": 11,  # too short, too few queries, generator overloaded, or not enough evidence
-    "error_rate": 12,  # the error rate is over its limit
+    "error_rate": 12,  # the endpoint failed: no successful requests, error rate over its limit, stopped early
 }
-# When several apply, the first wins: an invalid run proves nothing, so its SLO results do not count.
-PRECEDENCE: tuple[Status, ...] = ("invalid", "error_rate", "slo_missed")
+# When several apply, the first wins. A failing endpoint is the cause of whatever else fails (an
+# overloaded generator spinning on fast errors, no samples to judge), so it comes first; then an
+# invalid run, which proves nothing, so its SLO results do not count.
+PRECEDENCE: tuple[Status, ...] = ("error_rate", "invalid", "slo_missed")
 OVERLOADED = "the load generator, not the endpoint, limited this run"
+# The error-rate limit when neither the profile's slos nor --slo give one: a CI gate never passes an
+# endpoint that fails more than 1 in 100 requests. An explicit error_rate (even 100%) replaces it.
+DEFAULT_ERROR_RATE = 0.01
+# Failed checks are listed (reasons) by cause: the endpoint, then validity and evidence, then the
+# generator's health, then the SLOs, then flags that never fail a run.
+CAUSE_ORDER: dict[str, int] = {"endpoint": 0, "validity": 1, "health": 2, "slo": 3, "tokens": 4}
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,11 +153,13 @@ def _health_checks(
         lag = _get(metrics, "latency_ms", "schedule_lag", "p99")
     if lag is not None:
         ok = lag <= rules.max_schedule_lag_p99_ms
+        startup = health.get("startup_s")
+        where = f" (steady state: the first {startup:g} s left out)" if startup else ""
         out.append(
             Check(
                 "schedule_lag_p99",
                 ok,
-                f"schedule lag p99 {lag:g} ms {'≤' if ok else '>'} {rules.max_schedule_lag_p99_ms:g} ms",
+                f"schedule lag p99 {lag:g} ms {'≤' if ok else '>'} {rules.max_schedule_lag_p99_ms:g} ms{where}",
                 "health",
                 float(lag),
                 rules.max_schedule_lag_p99_ms,
@@ -250,17 +261,44 @@ def _percentile_checks(
     ]
 
 
-def _error_rate_check(slo: ErrorRateSlo, metrics: Mapping[str, Any]) -> Check:
-    rate = float(_get(metrics, "requests", "error_rate") or 0.0)
-    ok = rate <= slo.limit
-    return Check(
-        "error_rate",
-        ok,
-        f"error rate {rate * 100:.4g} % {'≤' if ok else '>'} {slo.limit * 100:g} %",
-        "slo",
-        rate,
-        slo.limit,
+def _endpoint_checks(
+    metrics: Mapping[str, Any],
+    error_slo: ErrorRateSlo | None,
+    failure: str | None,
+    stopped_early: str | None,
+) -> list[Check]:
+    """Did the endpoint work? Stopped early for failing wholesale, no successful request, error rate."""
+    req = metrics.get("requests") or {}
+    ok = int(req.get("ok") or 0)
+    failed = int(req.get("failed") or 0)
+    counted = ok + failed
+    failure = failure or commonest_from_metrics(metrics)
+    out: list[Check] = []
+    if stopped_early:
+        out.append(Check("stopped_early", False, stopped_early, "endpoint", float(failed), None))
+    out.append(
+        Check(
+            "successful_requests",
+            ok > 0,
+            f"{ok} of {counted} requests succeeded"
+            if ok
+            else f"no successful requests: {failing_text(req, failure)}",
+            "endpoint",
+            float(ok),
+            1.0,
+        )
     )
+    limit = error_slo.limit if error_slo is not None else DEFAULT_ERROR_RATE
+    source = (
+        "" if error_slo is not None else " (the default limit: set error_rate in the profile's slos or --slo)"
+    )
+    rate = float(req.get("error_rate") or 0.0)
+    passed = rate <= limit
+    detail = f"error rate {pct(rate)} {'≤' if passed else '>'} {limit * 100:g} %{source}"
+    if failed:
+        detail += f": {failed} of {counted} requests failed" + (f", most often {failure}" if failure else "")
+    out.append(Check("error_rate", passed, detail, "endpoint", rate, limit))
+    return out
 
 
 def _token_check(metrics: Mapping[str, Any], rules: ValidityRules) -> Check | None:
@@ -283,6 +321,12 @@ def _token_check(metrics: Mapping[str, Any], rules: ValidityRules) -> Check | No
 
 
 def _reason(c: Check) -> str:
+    if c.kind == "endpoint":
+        if c.name == "stopped_early":
+            return f"stopped early: {c.detail}"
+        if c.name == "error_rate":
+            return f"error rate over limit: {c.detail}"
+        return f"endpoint failing: {c.detail}"
     if c.kind == "health":
         return f"invalid: {OVERLOADED} ({c.detail})"
     if c.kind == "tokens":
@@ -294,15 +338,32 @@ def _reason(c: Check) -> str:
         return f"note: early stopping for {slo_key} also fails: {c.detail}"
     if c.kind == "validity":
         return f"invalid: {c.name}: {c.detail}"
-    if c.name == "error_rate":
-        return f"error rate over limit: {c.detail}"
     return f"SLO missed: {c.name}: {c.detail}"
 
 
 def _status_of(c: Check) -> Status:
+    if c.kind == "endpoint":
+        return "error_rate"
     if c.kind in ("validity", "health"):
         return "invalid"
-    return "error_rate" if c.name == "error_rate" else "slo_missed"
+    return "slo_missed"
+
+
+def _reasons(failed: list[Check]) -> list[str]:
+    """One sentence per failed check, by cause (CAUSE_ORDER), blocking ones first.
+
+    When the endpoint failed wholesale (stopped early, or no request succeeded) that is the one cause:
+    its first sentence leads, and every other failed check is named on one line as a consequence.
+    """
+    ranked = sorted(failed, key=lambda c: (not c.blocking, CAUSE_ORDER[c.kind]))
+    dead = next((c for c in ranked if c.name in ("stopped_early", "successful_requests")), None)
+    if dead is None:
+        return [_reason(c) for c in ranked]
+    others = [c.name for c in ranked if c.kind != "endpoint" and c.blocking]
+    out = [_reason(dead)]
+    if others:
+        out.append(f"also failed, as consequences of the failing endpoint: {', '.join(others)}")
+    return out
 
 
 def judge(
@@ -311,8 +372,16 @@ def judge(
     slos: Iterable[AnySlo] | Mapping[str, Any] | str | None,
     validity: ValidityRules | None = None,
     health: Mapping[str, Any] | None = None,
+    *,
+    failure: str | None = None,
+    stopped_early: str | None = None,
 ) -> Verdict:
     """Judge a run from its run.json ``metrics`` dict and its (µs) histograms.
+
+    The endpoint is judged first: at least one successful request, and the error rate within the
+    ``error_rate`` SLO (DEFAULT_ERROR_RATE when none is given). ``failure`` names the commonest failed
+    class and message (``http_4xx: HTTP 400: ...``, from the record log; else taken from ``metrics``);
+    ``stopped_early`` is the cause when the run was stopped for failing wholesale (always a failure).
 
     Percentile SLOs use the histogram when given (any percentile), else ``metrics['latency_ms']``.
     Early stopping (LoadGen Server, per metric): n = the metric's sample count, t = samples over
@@ -322,11 +391,14 @@ def judge(
     rules = validity or ValidityRules()
     hists = histograms or {}
     parsed = parse_slos(slos) if isinstance(slos, str | Mapping) or slos is None else list(slos)
-    checks: list[Check] = [*_validity_checks(metrics, rules), *_health_checks(metrics, health or {}, rules)]
+    error_slo = next((s for s in parsed if isinstance(s, ErrorRateSlo)), None)
+    checks: list[Check] = [
+        *_endpoint_checks(metrics, error_slo, failure, stopped_early),
+        *_validity_checks(metrics, rules),
+        *_health_checks(metrics, health or {}, rules),
+    ]
     for s in parsed:
-        if isinstance(s, ErrorRateSlo):
-            checks.append(_error_rate_check(s, metrics))
-        else:
+        if isinstance(s, Slo):
             checks.extend(_percentile_checks(s, metrics, hists.get(s.metric), rules.confidence))
     tok = _token_check(metrics, rules)
     if tok is not None:
@@ -334,9 +406,7 @@ def judge(
     failed = [c for c in checks if not c.passed]
     statuses = {_status_of(c) for c in failed if c.blocking}
     status: Status = next((s for s in PRECEDENCE if s in statuses), "pass")
-    order = {"invalid": 0, "error_rate": 1, "slo_missed": 2}
-    ranked = sorted(failed, key=lambda c: (not c.blocking, order[_status_of(c)]))
-    return Verdict(status, checks, [_reason(c) for c in ranked])
+    return Verdict(status, checks, _reasons(failed))
 
 
 def junit_xml(verdict: Verdict, suite_name: str = "loadtest", time_s: float = 0.0) -> str:

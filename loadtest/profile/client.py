@@ -33,3 +33,6 @@ class ClientSpec(Strict):
     read_timeout_s: float = Field(default=300.0, gt=0)  # longest silence within a response
     total_timeout_s: float = Field(default=0.0, ge=0)  # whole request; 0 = no limit
     retries: RetrySpec = Field(default_factory=RetrySpec)
+    # Closed loop: after a failed request a stream waits 0.05 s, doubling per failure in a row up to
+    # this cap, before its next request (reset by a success); 0 = send again at once.
+    failure_backoff_max_s: float = Field(default=1.0, ge=0)

@@ -90,10 +90,15 @@ class EngineSpec(Strict):
 class Judging(Strict):
     """Which part of a run is judged, and what makes a run valid (MLPerf: 600 s, a minimum query count)."""
 
-    warmup_s: float | Literal["auto"] = Field(default=0.0)
+    # None: the default warm-up, 10 % of the schedule, at most 30 s (metrics/judged.py; 0 = none).
+    warmup_s: float | Literal["auto"] | None = Field(default=None)
     cooldown_s: float | Literal["auto"] = Field(default=0.0)
     min_duration_s: float = Field(default=0.0, ge=0)
     min_queries: int = Field(default=0, ge=0)
+    # Stop the run early when it fails wholesale: this many finished requests in a row failed and none
+    # succeeded for this many seconds (per process; 0 requests = never stop early). docs/ci.md.
+    stop_after_failed: int = Field(default=20, ge=0)
+    stop_after_failing_s: float = Field(default=10.0, ge=0)
 
     @field_validator("warmup_s", "cooldown_s")
     @classmethod

@@ -26,9 +26,30 @@ def measured(points: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return [p for p in points if p.get("status") == "completed" and _tps(p) is not None]
 
 
+def endpoint_dead(p: dict[str, Any]) -> bool:
+    """No successful request at this point: 0 ok requests/s (ok ÷ duration), or every request failed."""
+    rps, err = p.get("requests_per_s"), p.get("error_rate")
+    return (isinstance(rps, int | float) and rps <= 0) or (isinstance(err, int | float) and err >= 1.0)
+
+
+def endpoint_failed(p: dict[str, Any]) -> bool:
+    """The point's endpoint check failed: no successful request, or its verdict is ``error_rate``
+    (error rate over its limit, or stopped early for failing wholesale; docs/ci.md)."""
+    return endpoint_dead(p) or p.get("verdict") == "error_rate"
+
+
+def usable(points: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Measured points whose endpoint worked: the only candidates for the knee and the best point."""
+    return [p for p in measured(points) if not endpoint_failed(p)]
+
+
 def ladder_points(points: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """Measured ladder points (the offline point apart), in increasing load."""
     pts = [p for p in measured(points) if not p.get("offline")]
+    return _by_load(pts)
+
+
+def _by_load(pts: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return sorted(pts, key=lambda p: p["concurrency"] if p.get("concurrency") is not None else p["rate"])
 
 
@@ -59,10 +80,11 @@ def knee(points: Sequence[dict[str, Any]], mode: str) -> int | None:
     points (load on a log2 axis for a concurrency ladder, linear for a rate ladder), the point where
     the curve lifts highest above the chord from the first to the last point. None for a search, with
     fewer than 3 points, or when no point lifts KNEE_MIN_LIFT above the chord (throughput still
-    growing in proportion to load)."""
+    growing in proportion to load). Only usable points count: one whose endpoint failed (no
+    successful request, error rate over its limit, stopped early) is neither the knee nor on the curve."""
     if mode == "search":
         return None
-    pts = ladder_points(points)
+    pts = _by_load([p for p in usable(points) if not p.get("offline")])
     if len(pts) < 3:
         return None
     xs = [math.log2(p["concurrency"]) if mode == "concurrency" else float(p["rate"]) for p in pts]
@@ -75,10 +97,21 @@ def knee(points: Sequence[dict[str, Any]], mode: str) -> int | None:
     return pts[best]["index"] if lifts[best] >= KNEE_MIN_LIFT else None
 
 
+def passed(points: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Usable points whose run passed its verdict (exit 0)."""
+    return [p for p in usable(points) if p.get("verdict") == "pass" and p.get("exit_code") == 0]
+
+
 def best_under_slo(points: Sequence[dict[str, Any]]) -> int | None:
-    """The point with the highest output tokens/s among those whose run passed its verdict (exit 0)."""
-    ok = [p for p in measured(points) if p.get("verdict") == "pass" and p.get("exit_code") == 0]
+    """The point with the highest output tokens/s among the usable ones whose run passed its verdict."""
+    ok = passed(points)
     return max(ok, key=lambda p: _tps(p) or 0.0)["index"] if ok else None
+
+
+def best_search_point(points: Sequence[dict[str, Any]]) -> int | None:
+    """A search's best point: the highest rate among the usable points that passed."""
+    ok = [p for p in passed(points) if p.get("rate") is not None]
+    return max(ok, key=lambda p: p["rate"])["index"] if ok else None
 
 
 def saturation(points: Sequence[dict[str, Any]]) -> str | None:

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from loadtest.report.fmt import fmt_ms, fmt_num, fmt_pct
-from loadtest.sweep.analysis import saturation
+from loadtest.sweep.analysis import endpoint_dead, saturation
 from loadtest.sweep.ladder import LoadPoint, rate_point
 from loadtest.sweep.runner import PointRunner
 from loadtest.sweep.search import Bisection
@@ -29,7 +29,8 @@ def point_line(p: dict[str, Any]) -> str:
 
 class Sweep:
     """Runs points through ``runner`` and keeps their sweep.json entries in run order. ``halted``
-    says why no further point may run (interrupted, or a point could not run); ``stopped_because``
+    says why no further point may run (interrupted, a point could not run, or the endpoint failed
+    every request of a point: more load cannot help a dead endpoint); ``stopped_because``
     is the reason the sweep ended before its last point (halted, saturation, or the search's end)."""
 
     def __init__(
@@ -61,6 +62,11 @@ class Sweep:
             self.halted = f"{entry['label']} could not run: {entry['reason']}"
         elif entry["status"] == "interrupted":
             self.halted = f"{entry['label']} was interrupted ({entry.get('reason') or 'signal'})"
+        elif endpoint_dead(entry):
+            self.halted = (
+                f"{entry['label']}: the endpoint failed every request (no successful request; "
+                f"see {entry['dir']}/run.json)"
+            )
         if self.halted:
             self.stopped_because = self.halted
         return entry
