@@ -31,6 +31,10 @@ def build_parser(engine: str) -> argparse.ArgumentParser:
         "--preset", required=True, help="serving preset name or YAML path (`loadtest serve presets`)"
     )
     ap.add_argument("--gpus", type=int, help="GPU count (default: the preset's smallest for the mode)")
+    ap.add_argument("--model", help="serve this model instead of the preset's: a local folder or a hub id")
+    ap.add_argument(
+        "--cpu-cores", metavar="CORES", help="CPU presets: cores for the engine's threads, e.g. 1 or 0-3"
+    )
     ap.add_argument(
         "--mode", choices=["aggregated", "disagg"], default="aggregated", help="default: %(default)s"
     )
@@ -95,6 +99,8 @@ def _options(args: argparse.Namespace, workdir: Path) -> LaunchOptions:
         gpu_ids=_gpu_ids(args.gpu_ids),
         dynamo_backend=getattr(args, "dynamo_backend", "vllm"),
         workdir=workdir.resolve(),
+        model=args.model,
+        cpu_cores=args.cpu_cores,
     )
 
 
@@ -169,7 +175,8 @@ def run_plan(plan: LaunchPlan, workdir: Path, health_timeout: float, info_out: s
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     ready, registered = False, False
     print(
-        f"starting {plan.engine} {plan.preset} ({plan.mode}, {plan.gpus} GPUs): logs in {workdir}/",
+        f"starting {plan.engine} {plan.preset} ({plan.mode}, {f'{plan.gpus} GPUs' if plan.gpus else 'CPU'}): "
+        f"logs in {workdir}/",
         flush=True,
     )
     try:

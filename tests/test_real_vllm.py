@@ -1,0 +1,160 @@
+"""Against a real vLLM (its CPU build, a tiny local model), started by `loadtest serve vllm`: counts, failures, cache.
+
+One vLLM serves the whole module (it takes about a minute to start). Every request's prompt and output
+token counts must equal vLLM's own usage; the model's tokenizer is found from `/v1/models` without
+being named; endpoint failures come first in the verdict; every sweep point sees a cold prefix cache.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from real_engines import CLI, ROOT, ServedVllm, pid_alive, print_figures, run_load
+
+pytestmark = [pytest.mark.real_engine, pytest.mark.timeout(900)]
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("tiny-llama") / "tiny-llama"
+    subprocess.run([*CLI[:1], str(ROOT / "servers" / "tiny_llama.py"), str(out)], check=True, timeout=120)
+    return out
+
+
+@pytest.fixture(scope="module")
+def vllm(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedVllm]:
+    served = ServedVllm(tiny_model, tmp_path_factory.mktemp("vllm"))
+    try:
+        served.wait_ready()
+        yield served
+    finally:
+        served.stop()
+    pids = [p["pid"] for p in served.server.get("processes", [])]
+    assert pids and not any(pid_alive(p) for p in pids), "vLLM outlived its launcher"
+
+
+def test_the_launcher_starts_and_records_the_real_vllm(vllm: ServedVllm, tiny_model: Path) -> None:
+    doc = vllm.server
+    assert doc["engine"] == "vllm" and doc["version"].startswith("0.")  # vLLM's own /version
+    assert doc["preset"] == "tiny-llama-cpu" and doc["model"] == str(tiny_model)
+    (proc,) = doc["processes"]
+    assert "vllm.entrypoints.openai.api_server" in proc["argv"]
+    assert proc["env"]["VLLM_CPU_KVCACHE_SPACE"] == "1" and pid_alive(proc["pid"])
+    models = json.loads(
+        subprocess.run(["curl", "-s", vllm.url + "/v1/models"], capture_output=True, text=True).stdout
+    )
+    assert models["data"][0]["id"] == "tiny-llama" and models["data"][0]["max_model_len"] == 8192
+
+
+def test_every_request_counts_like_the_server(vllm: ServedVllm, tmp_path: Path) -> None:
+    """The default profile names llama3; the served model's own tokenizer (its folder, from /v1/models
+    `root`, with chat_template.jinja) is found and used, and then every count equals vLLM's usage."""
+    env_state = {"LOADTEST_STATE_DIR": str(vllm.state_dir)}
+    res, run, records = run_load(
+        ["--host", vllm.url, "--duration", "12", "--concurrency", "4"], tmp_path / "o", env=env_state
+    )
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    ok = [r for r in records if r["outcome"] == "ok"]
+    assert len(ok) >= 8 and len(ok) == len(records)
+    for r in ok:
+        assert r["prompt_tokens"] == r["usage_prompt_tokens"], r["id"]
+        assert r["output_tokens"] == r["usage_completion_tokens"] == r["requested_output_tokens"], r["id"]
+    assert "tiny-llama" in run["config"]["tokenizer"]  # the model's folder, not the profile's llama3
+    assert run["endpoint"]["server"]["engine"] == "vllm"  # what `loadtest serve` started, recorded
+    tel = run["telemetry"]
+    assert tel["engine"] == "vllm"
+    for series in ("requests_running", "kv_cache_usage"):
+        assert any(v is not None for v in tel["series"][series]), series
+    server = tel["server_latency"]["metrics"]
+    assert server["ttft"]["count"] >= len(ok) - 4  # requests vLLM finished inside the polled window
+    lat = run["metrics"]["latency_ms"]
+    for name in ("ttft", "e2e"):  # the client's median is the server's plus what network and client add
+        bucket = server[name]["p50_bucket_ms"]
+        assert lat[name]["p50"] >= 0.5 * bucket[0], (name, lat[name]["p50"], bucket)
+    print_figures("vllm", run, records)
+
+
+def test_an_endpoint_that_rejects_everything_fails_with_its_own_error_first(
+    vllm: ServedVllm, tmp_path: Path
+) -> None:
+    prof = tmp_path / "bad.yaml"
+    prof.write_text(
+        json.dumps(
+            {
+                "name": "bad-params",
+                "input_tokens": {"dist": "fixed", "value": 32},
+                "output_tokens": {"dist": "fixed", "value": 8},
+                "request": {"extra_body": {"temperature": -1}},  # vLLM: HTTP 400 for every request
+                "load": {"concurrency": 2},
+                "duration_s": 6,
+            }
+        )
+    )
+    res, run, records = run_load(["--profile", str(prof), "--host", vllm.url], tmp_path / "o")
+    assert res.returncode != 0
+    assert records and all(r["outcome"] == "http_4xx" for r in records)
+    first = run["verdict"]["reasons"][0]
+    assert "http_4xx" in first and "temperature" in first, run["verdict"]["reasons"]
+    assert "load generator" not in first
+
+
+def test_prompts_longer_than_the_context_are_flagged_then_classified(
+    vllm: ServedVllm, tmp_path: Path
+) -> None:
+    prof = tmp_path / "long.yaml"
+    prof.write_text(
+        json.dumps(
+            {
+                "name": "long-prompts",
+                "tokenizer": "llama3",
+                "input_tokens": {"dist": "uniform", "min": 4000, "max": 12000},
+                "output_tokens": {"dist": "fixed", "value": 4},
+                "load": {"concurrency": 1},
+                "duration_s": 8,
+            }
+        )
+    )
+    res, run, records = run_load(
+        ["--profile", str(prof), "--host", vllm.url, "--slo", "error_rate=100%"], tmp_path / "o"
+    )
+    log = res.stdout + res.stderr
+    assert "need more than the model's context of 8192 tokens" in log, log[-3000:]
+    outcomes = {r["outcome"] for r in records}
+    assert "context_length" in outcomes, [(r["outcome"], r["error"]) for r in records][:5]
+    assert outcomes <= {"ok", "context_length"}
+    refused = next(r for r in records if r["outcome"] == "context_length")
+    assert "maximum context length" in refused["error"]  # vLLM's own words, kept
+
+
+def test_a_sweep_with_the_default_profile_is_cold_at_every_point(vllm: ServedVllm, tmp_path: Path) -> None:
+    out = tmp_path / "sweep"
+    res = subprocess.run(
+        [
+            *CLI,
+            "sweep",
+            "--host",
+            vllm.url,
+            "--concurrency",
+            "1,4",
+            "--point-duration",
+            "8",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+    )
+    assert (out / "sweep.json").exists(), res.stdout[-3000:] + res.stderr[-3000:]
+    sweep = json.loads((out / "sweep.json").read_text())
+    points = sweep["points"]
+    assert len(points) == 2
+    for p in points:
+        rate = p["prefix_cache_hit_rate"]
+        assert rate is not None and rate < 0.2, (p["label"], rate)
+        assert not p.get("cache_warm"), p["label"]
