@@ -20,7 +20,7 @@ from loadtest.report.sweep_report import render_sweep_report
 from loadtest.sim import SimProcess
 from loadtest.sweep.model import SCHEMA_VERSION, point_entry, point_figures, write_sweep_json
 from loadtest.telemetry import TelemetryPoller, attach, parse
-from loadtest.telemetry.histograms import delta, nearest_snapshots, quantile, server_latency
+from loadtest.telemetry.histograms import delta, nearest_snapshots, quantile, server_latency, summarize
 from loadtest.telemetry.warm import WARM_THRESHOLD, expected_reuse
 from tests.conftest import run_cli, write_profile
 
@@ -38,6 +38,16 @@ def test_quantile_interpolates_linearly_within_the_bucket() -> None:
     assert quantile(0.5, {0.1: 1.0, math.inf: 10.0}) == (0.1, 0.1, None)  # +Inf: the last finite bound
     assert quantile(0.5, {0.1: 0.0, math.inf: 0.0}) is None
     assert quantile(0.5, {0.1: 3.0}) is None  # no +Inf bucket: not a Prometheus histogram
+
+
+def test_percentiles_never_exceed_markovs_bound() -> None:
+    b = {0.3: 100.0, math.inf: 100.0}  # 100 values in (0, 300 ms], averaging 1 ms
+    s = summarize("q", b, total_s=0.1)
+    assert s is not None and s["mean_ms"] == 1.0
+    assert s["p50_ms"] == 2.0 and s["p50_bucket_ms"] == [0.0, 2.0]  # not 150 ms: mean / (1 - 0.5)
+    assert s["p90_ms"] == pytest.approx(10.0) and s["p99_ms"] == pytest.approx(100.0)
+    wide = summarize("q", b, total_s=15.0)  # mean 150 ms: the interpolation stands
+    assert wide is not None and wide["p50_ms"] == 150.0 and wide["p50_bucket_ms"] == [0.0, 300.0]
 
 
 def test_delta_counts_from_zero_after_a_restart() -> None:
@@ -121,7 +131,12 @@ def test_a_real_vllm_metrics_page() -> None:
     assert ttft["mean_ms"] == pytest.approx(27.449, abs=0.001) and ttft["p50_bucket_ms"] == [20.0, 40.0]
     assert ttft["p50_ms"] == pytest.approx(30.0) and ttft["p99_ms"] == pytest.approx(39.8)
     assert ttft["bounds_ms"][:4] == [1.0, 5.0, 10.0, 20.0] and ttft["bounds_ms"][-1] == 2_560_000.0
-    assert lat["e2e"]["bounds_ms"][0] == 300.0 and lat["queue"]["p50_bucket_ms"] == [0.0, 300.0]
+    assert lat["e2e"]["bounds_ms"][0] == 300.0
+    # one queue time of 0.046 ms in vLLM's first bucket (0-300 ms): interpolation alone would say 150 ms;
+    # Markov's bound (p50 <= 2 x mean for latencies >= 0) caps the value and the bucket's upper end
+    queue = lat["queue"]
+    assert queue["mean_ms"] == pytest.approx(0.046) and queue["p50_bucket_ms"] == [0.0, 0.092]
+    assert queue["p50_ms"] == pytest.approx(0.092) and queue["p99_ms"] == pytest.approx(4.609)
     assert (
         end.total["vllm:prefix_cache_queries_total"] == 21.0
         and end.total["vllm:prefix_cache_hits_total"] == 0

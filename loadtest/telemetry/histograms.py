@@ -13,7 +13,8 @@ from loadtest.telemetry.scrape import Scrape
 PERCENTILES = ((50.0, "p50"), (90.0, "p90"), (99.0, "p99"))
 METHOD = (
     "bucket-interpolated: Prometheus histogram_quantile (linear within the bucket that holds the rank), "
-    "so the bucket bounds are the resolution; a rank in the +Inf bucket reads as the last finite bound"
+    "so the bucket bounds are the resolution; a rank in the +Inf bucket reads as the last finite bound; "
+    "a value and its bucket's upper end are capped at mean / (1 - q) (Markov's bound, latencies being >= 0)"
 )
 Buckets = Mapping[float, float]  # upper bound (math.inf last) -> cumulative count
 
@@ -68,13 +69,19 @@ def summarize(
     if count <= 0:
         return None
     out: dict[str, Any] = {"name": name, "count": int(round(count))}
-    out["mean_ms"] = _ms(total_s / count) if total_s is not None and total_s >= 0 else None
+    mean = total_s / count if total_s is not None and total_s >= 0 else None
+    out["mean_ms"] = _ms(mean)
     for p, key in PERCENTILES:
         got = quantile(p / 100.0, buckets)
         if got is None:
             out[f"{key}_ms"], out[f"{key}_bucket_ms"] = None, None
             continue
         value, lo, hi = got
+        if mean is not None and hi is not None:
+            # No more than 1 - q of non-negative values can exceed mean / (1 - q) (Markov): a coarse first
+            # bucket (vLLM's queue time: 0-300 ms) then no longer reads as 150 ms for a 0.01 ms queue.
+            cap = max(lo, mean / (1.0 - p / 100.0))
+            value, hi = min(value, cap), min(hi, cap)
         out[f"{key}_ms"] = _ms(value)
         out[f"{key}_bucket_ms"] = [_ms(lo), _ms(hi)]
     if with_bounds:
