@@ -213,6 +213,7 @@ def _write_results(
 ) -> int:
     from loadtest.report import format_summary, render_run_report
     from loadtest.results.run_json import build_run_document, write_run_json
+    from loadtest.workload.salt import describe_run_salt
 
     status = "interrupted" if outcome.interrupted_reason else "completed"
     mode = load_mode(profile)
@@ -233,6 +234,7 @@ def _write_results(
         },
         "scenarios": [{"name": sc.name, "kind": sc.kind, "weight": sc.weight} for sc in profile.scenarios],
         "tokenizer": workload.tokenizer.name,
+        "run_salt": describe_run_salt(profile.run_salt, settings.run_nonce, settings.seed),
         "duration_s": settings.duration_s,
         "seed": settings.seed,
         "processes": settings.processes,
@@ -378,7 +380,8 @@ def prepare_run(
     _apply_client_policy(settings, profile, args)
     settings.seed = profile.seed if args.seed is None else args.seed
     try:
-        workload = Workload(profile, settings.seed)  # checks the tokenizer and reads any trace now
+        # checks the tokenizer and reads any trace now; the run nonce is the one every worker gets
+        workload = Workload(profile, settings.seed, run_nonce=settings.run_nonce)
     except (ValueError, OSError, TraceFormatError) as e:
         raise UsageError(f"{profile_path}: {e}") from e
     profile = _with_judging(profile, args)

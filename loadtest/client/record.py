@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -124,3 +125,15 @@ class RequestRecord:
             "endpoint": self.endpoint,
             **({"inputs": self.inputs} if self.inputs else {}),
         }
+
+
+def line_output_tokens(line: Mapping[str, Any]) -> int:
+    """``RequestRecord.output_tokens`` of a record-log line: ``usage_completion_tokens``, else ``output_tokens``."""
+    usage = line.get("usage_completion_tokens")
+    return int(usage) if usage is not None else int(line.get("output_tokens") or 0)
+
+
+def line_input_tokens(line: Mapping[str, Any]) -> int:
+    """``RequestRecord.input_tokens`` of a record-log line: ``usage_prompt_tokens``, else ``prompt_tokens``."""
+    usage = line.get("usage_prompt_tokens")
+    return int(usage) if usage is not None else int(line.get("prompt_tokens") or 0)

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from loadtest.profile.loader import ProfileError, load_profile
 from loadtest.profile.schema import Load, Profile
+from loadtest.workload.salt import new_run_nonce
 
 
 def load_mode(profile: Profile) -> str:
@@ -45,6 +46,12 @@ class RunSettings:
     hosts: list[str] | None = None  # several endpoints (replicas); host is the first
     balance: str = "round-robin"  # how requests spread over hosts (loadtest.client.balancer)
     endpoint_spec: dict | None = None  # hardware and price behind the endpoint (loadtest.economics)
+    # The run's random nonce, mixed into every prompt under run_salt: per_run (workload/salt.py): drawn
+    # once per run where the settings are made, and sent to every worker with them (not a secret).
+    run_nonce: int = field(default_factory=new_run_nonce)
+    # Where the client tokenizer came from (option, profile, model folder, HF cache, a guess...):
+    # cli/run_cmd.choose_tokenizer; run.json's `tokens` describes it.
+    tokenizer_source: dict | None = None
 
     def profile(self) -> tuple[Profile, Path]:
         """The profile as this run uses it: the file, with the command line's overrides applied."""

@@ -22,6 +22,7 @@ from loadtest.metrics.recorder import Aggregate
 from loadtest.metrics.slo import AnySlo, ErrorRateSlo
 from loadtest.profile.loader import resolve_profile_path
 from loadtest.profile.schema import Profile
+from loadtest.workload.salt import new_run_nonce
 
 if TYPE_CHECKING:  # importing locust monkey-patches the process: only where a run happens
     from locust.env import Environment
@@ -198,7 +199,8 @@ class LlmWebUi:
             self.profile, self.load_description = profile, describe_load(profile)
             self.slos = merge_slos(profile.slos, base.slo)
         out = new_run_dir(self.reports_root, profile.name)
-        settings = dataclasses.replace(base, out_dir=str(out), run_id=out.name)
+        # each start is its own run: its own run nonce (run_salt: per_run sends new prompts)
+        settings = dataclasses.replace(base, out_dir=str(out), run_id=out.name, run_nonce=new_run_nonce())
         if environment.host:
             settings.host = environment.host  # the start form's host field
         ctx = RunContext(settings, 0, 1, "records.jsonl")

@@ -33,6 +33,7 @@ __all__ = [
     "FLAT_KEYS",
     "AgentSpec",
     "ClientSpec",
+    "RunSalt",
     "Dist",
     "Empirical",
     "EngineSpec",
@@ -73,6 +74,9 @@ def _slo_value(v: Any) -> Any:
     return v
 
 
+# Which runs may send the same prompts (docs/profiles.md): none (a fresh nonce per run), runs with the
+# same seed, or all (no run salt; the bodies of versions before run_salt existed).
+RunSalt = Literal["per_run", "per_seed", "off"]
 SloKey = Annotated[str, StringConstraints(pattern=SLO_KEY_PATTERN)]
 SloValue = Annotated[float | str, BeforeValidator(_slo_value)]
 
@@ -119,6 +123,7 @@ class Profile(Strict):
     tokenizer: str = Field(default="llama3", min_length=1)
     model: str | None = None
     seed: int = 0
+    run_salt: RunSalt = "per_run"
     duration_s: float = Field(default=30.0, gt=0)
     load: Load = Field(default_factory=lambda: Load(concurrency=8))
     scenarios: list[Scenario] = Field(min_length=1)

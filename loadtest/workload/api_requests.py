@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any
 
 from loadtest.client.openai import PreparedRequest
 from loadtest.workload.lengths import sample_length
-from loadtest.workload.salt import salt_text
 from loadtest.workload.text import synth_text
 
 if TYPE_CHECKING:
@@ -49,7 +48,7 @@ def _responses(w: Workload, sc: Scenario, index: int) -> PreparedRequest:
 def _embeddings(w: Workload, sc: Scenario, index: int) -> PreparedRequest:
     assert sc.input_tokens is not None
     rng = random.Random(f"{w.seed}:{index}")
-    lead = salt_text(w.seed, index) if sc.salt else ""
+    lead = w.salt_lead(sc, index)  # the per-query salt or the run salt (workload/salt.py)
     inputs = []
     for _ in range(sc.inputs_per_request):
         n = max(1, sample_length(sc.input_tokens, rng) - (w.tokenizer.count(lead) if lead else 0))

@@ -6,6 +6,7 @@ import hashlib
 import json
 import random
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ from loadtest.workload.api_requests import build_request
 from loadtest.workload.images import image_part, user_content
 from loadtest.workload.lengths import sample_length, sample_seconds
 from loadtest.workload.prefix import PrefixBank
-from loadtest.workload.salt import salt_text
+from loadtest.workload.salt import FINGERPRINT_NONCE, resolve_nonce, salt_text
 from loadtest.workload.sessions import AgentSession, ChatSession, SessionCall
 from loadtest.workload.text import synth_text
 from loadtest.workload.tokenizer import Tokenizer, get_tokenizer
@@ -109,12 +110,24 @@ def _length_controls(body: dict[str, Any], n_out: int, sc: Scenario) -> None:
 
 
 class Workload:
-    """Builds unit ``i`` of a run from the profile and seed alone."""
+    """Builds unit ``i`` of a run from the profile, the seed and the run nonce alone.
 
-    def __init__(self, profile: Profile, seed: int | None = None, tokenizer: str | None = None) -> None:
+    ``run_nonce`` is the run's random nonce (``RunSettings.run_nonce``, the same in every worker); the
+    profile's ``run_salt`` decides whether prompts carry it (``per_run``), a nonce derived from the
+    seed (``per_seed``) or none (``off``). Without one, a ``per_run`` workload draws its own.
+    """
+
+    def __init__(
+        self,
+        profile: Profile,
+        seed: int | None = None,
+        tokenizer: str | None = None,
+        run_nonce: int | None = None,
+    ) -> None:
         self.profile = profile
         self.seed = profile.seed if seed is None else seed
         self.tokenizer: Tokenizer = get_tokenizer(tokenizer or profile.tokenizer)
+        self.nonce: int | None = resolve_nonce(profile.run_salt, run_nonce, self.seed)
         self.scenarios = list(profile.scenarios)
         total = sum(s.weight for s in self.scenarios)
         acc = 0.0
@@ -122,7 +135,7 @@ class Workload:
         for s in self.scenarios:
             acc += s.weight / total
             self._cumulative.append(acc)
-        self.prefixes = PrefixBank(self.seed, self.tokenizer)
+        self.prefixes = PrefixBank(self.seed, self.tokenizer, nonce=self.nonce)
         self._system: dict[str, str] = {s.name: self._system_prompt(s) for s in self.scenarios}
         self._overhead: dict[str, int] = {}
         self.trace: list[TraceRecord] | None = self._load_trace()
@@ -187,6 +200,13 @@ class Workload:
             records = records[: spec.max_requests]
         return records
 
+    def salt_lead(self, sc: Scenario, key: int | str) -> str:
+        """The salt that follows a request's shared prefix: the per-query salt (``salt: true``) or the
+        run salt, both mixed with the run nonce; "" with neither (``run_salt: off``, no ``salt``)."""
+        if not sc.salt and self.nonce is None:
+            return ""
+        return salt_text(self.seed, key, self.nonce)
+
     def _system_prompt(self, sc: Scenario) -> str:
         if not sc.system_prompt_tokens:
             return ""
@@ -215,12 +235,13 @@ class Workload:
         budget = max(1, n_in - (self._chat_overhead(sc, messages) if api == "chat" else 0))
         # Shared prefix (at most the request's own length: a shorter text of a group is a prefix of
         # the longer one, so short requests still share), then the salt, then the request's own text.
+        # Hash-id blocks carry the run nonce in their text instead (their reuse is the trace's own).
         lead = ""
         if sc.prefix is not None:
             group = rng.randrange(sc.prefix.groups)
             lead += self.prefixes.group_text(group, min(sc.prefix.tokens, budget - 1))
-        if sc.salt:
-            lead += salt_text(self.seed, index)
+        if sc.salt or not hash_ids:
+            lead += self.salt_lead(sc, index)
         rest = max(1, budget - self.tokenizer.count(lead))
         text = lead + (
             self.prefixes.blocks_text(hash_ids, rest) if hash_ids else synth_text(rest, rng, self.tokenizer)
@@ -229,8 +250,9 @@ class Workload:
             content: Any = text
             if sc.images is not None:
                 im = sc.images
+                image_seed = self.seed if self.nonce is None else self.seed ^ self.nonce
                 parts = [
-                    image_part(self.seed, index * 16 + k, im.width, im.height, im.detail)
+                    image_part(image_seed, index * 16 + k, im.width, im.height, im.detail)
                     for k in range(im.count)
                 ]
                 content = user_content(text, parts)
@@ -273,6 +295,7 @@ class Workload:
             system_prompt=self._system[sc.name],
             salt=sc.salt,
             expect_reasoning=sc.reasoning,
+            nonce=self.nonce,
         )
 
     def _agent_session(self, sc: Scenario, index: int) -> AgentSession:
@@ -292,20 +315,39 @@ class Workload:
             max_context_tokens=a.max_context_tokens,
             think_time_s=lambda r: sample_seconds(a.think_time_s, r),
             expect_reasoning=sc.reasoning,
+            nonce=self.nonce,
         )
 
     def fingerprint(self, n: int = 64) -> str:
-        """A hash of the resolved profile and the first ``n`` units' first requests: equal means same traffic."""
+        """A hash of the resolved profile and the first ``n`` units' first requests: equal means same traffic.
+
+        The requests are built with a fixed nonce: runs of one profile and seed share a fingerprint
+        whatever their run nonces (``run_salt`` itself is part of the profile, so it counts)."""
         h = hashlib.sha256(json.dumps(_without_locations(self.profile), sort_keys=True).encode())
         h.update(f"{self.seed}:{Path(self.tokenizer.name).name}".encode())
         if self.trace is not None:
             h.update(
                 json.dumps([(r.timestamp_s, r.input_tokens, r.output_tokens) for r in self.trace]).encode()
             )
-        for i in range(n):
-            r = self.request(i)
-            h.update(json.dumps(r.body, sort_keys=True).encode())
+        with self._fixed_nonce():
+            for i in range(n):
+                r = self.request(i)
+                h.update(json.dumps(r.body, sort_keys=True).encode())
         return h.hexdigest()
+
+    @contextmanager
+    def _fixed_nonce(self) -> Iterator[None]:
+        """Build requests with ``FINGERPRINT_NONCE`` in place of the run's nonce (none stays none)."""
+        if self.nonce is None:
+            yield
+            return
+        saved = self.nonce, self.prefixes
+        self.nonce = FINGERPRINT_NONCE
+        self.prefixes = PrefixBank(self.seed, self.tokenizer, nonce=FINGERPRINT_NONCE)
+        try:
+            yield
+        finally:
+            self.nonce, self.prefixes = saved
 
 
 def _without_locations(profile: Profile) -> dict[str, Any]:

@@ -14,11 +14,18 @@ class PrefixBank:
     """Deterministic prefix texts from a seed; synth_text pieces are single tokens, so token counts add."""
 
     def __init__(
-        self, seed: int, tokenizer: Tokenizer, block_tokens: int = 512, max_cached: int = 4096
+        self,
+        seed: int,
+        tokenizer: Tokenizer,
+        block_tokens: int = 512,
+        max_cached: int = 4096,
+        nonce: int | None = None,
     ) -> None:
         if block_tokens < 1:
             raise ValueError("block_tokens must be ≥ 1")
         self.seed = seed
+        # Hash-id blocks are keyed by the run nonce too: equal within a run, new in every run.
+        self._key = str(seed) if nonce is None else f"{seed}:{nonce:x}"
         self.tokenizer = tokenizer
         self.block_tokens = block_tokens
         self.max_cached = max_cached
@@ -32,7 +39,7 @@ class PrefixBank:
         """The ``block_tokens``-token text of one hash id (cached, least recently used dropped first)."""
         text = self._blocks.get(hash_id)
         if text is None:
-            text = synth_text(self.block_tokens, random.Random(f"{self.seed}:block:{hash_id}"))
+            text = synth_text(self.block_tokens, random.Random(f"{self._key}:block:{hash_id}"))
             self._blocks[hash_id] = text
             if len(self._blocks) > self.max_cached:
                 self._blocks.popitem(last=False)
@@ -56,7 +63,7 @@ class PrefixBank:
             left -= self.block_tokens
         if left > 0:
             last = hash_ids[-1] if hash_ids else "none"
-            key = f"{self.seed}:tail:{len(hash_ids)}:{last}"
+            key = f"{self._key}:tail:{len(hash_ids)}:{last}"
             parts.append(synth_text(left, random.Random(key)))
         return "".join(parts)
 

@@ -1,12 +1,21 @@
-"""Per-query salt: a 64-bit random value as a fixed number of single-token words (defeats prefix caching)."""
+"""Salts that defeat prefix caching: the per-query salt and the per-run nonce mixed into every prompt.
+
+A salt is a 64-bit value written as ``SALT_TOKENS`` single-token words. The per-query salt of
+query ``index`` follows from the seed (MLPerf's rule); the run nonce (``run_salt: per_run``, the
+default) is a fresh random value per run, mixed into every query's salt, so that no run's prompts
+repeat an earlier run's past the profile's intentionally shared prefixes (docs/profiles.md).
+"""
 
 from __future__ import annotations
 
 import random
+import secrets
 
 from loadtest.workload.text import TOKEN_PIECES
 
 SALT_BITS = 64
+# The nonce the workload fingerprint is computed with: the fingerprint must not depend on the nonce.
+FINGERPRINT_NONCE = 0
 
 
 def _digits_needed(bits: int, base: int) -> int:
@@ -21,14 +30,35 @@ def _digits_needed(bits: int, base: int) -> int:
 SALT_TOKENS = _digits_needed(SALT_BITS, len(TOKEN_PIECES))
 
 
-def salt_value(seed: int, index: int) -> int:
-    """The 64-bit salt of query ``index`` (the same for the same seed and index)."""
-    return random.Random(f"{seed}:salt:{index}").getrandbits(SALT_BITS)
+def new_run_nonce() -> int:
+    """A fresh random 64-bit run nonce (one per run, shared by every worker of that run)."""
+    return secrets.randbits(SALT_BITS)
 
 
-def salt_text(seed: int, index: int) -> str:
+def resolve_nonce(mode: str, nonce: int | None, seed: int) -> int | None:
+    """The nonce a run's prompts carry: ``nonce`` (per_run), one derived from the seed (per_seed), or none."""
+    if mode == "off":
+        return None
+    if mode == "per_seed":
+        return random.Random(f"{seed}:run-salt").getrandbits(SALT_BITS)
+    return new_run_nonce() if nonce is None else nonce
+
+
+def describe_run_salt(mode: str, nonce: int | None, seed: int) -> dict[str, str | None]:
+    """run.json's ``config.run_salt``: the mode and the nonce the prompts carried, in hex (null when off)."""
+    value = resolve_nonce(mode, nonce, seed) if nonce is not None or mode != "per_run" else None
+    return {"mode": mode, "nonce": None if value is None else f"{value:016x}"}
+
+
+def salt_value(seed: int, index: int | str, nonce: int | None = None) -> int:
+    """The 64-bit salt of query ``index``: the same for the same seed, index and run nonce."""
+    key = f"{seed}:salt:{index}" if nonce is None else f"{seed}:salt:{index}:{nonce:x}"
+    return random.Random(key).getrandbits(SALT_BITS)
+
+
+def salt_text(seed: int, index: int | str, nonce: int | None = None) -> str:
     """The salt as ``SALT_TOKENS`` single-token words (leading space each): distinct values, distinct text."""
-    v = salt_value(seed, index)
+    v = salt_value(seed, index, nonce)
     base = len(TOKEN_PIECES)
     pieces = []
     for _ in range(SALT_TOKENS):

@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from loadtest.workload.salt import salt_text
+from loadtest.workload.salt import SALT_TOKENS, salt_text
 from loadtest.workload.text import synth_text
 from loadtest.workload.tokenizer import Tokenizer
 from loadtest.workload.tools import (
@@ -40,7 +40,12 @@ class SessionCall:
 
 
 class ChatSession:
-    """A multi-turn chat: each turn adds a synthetic user message, then the server's actual answer."""
+    """A multi-turn chat: each turn adds a synthetic user message, then the server's actual answer.
+
+    ``salt`` puts the per-query salt after the system prompt; otherwise a run ``nonce`` puts the run
+    salt at the start of the first user message (after the shared system prompt, before everything
+    the session adds), so the session's history is shared between its turns but never across runs.
+    """
 
     def __init__(
         self,
@@ -56,6 +61,7 @@ class ChatSession:
         salt: bool = False,
         expect_reasoning: bool = False,
         max_context_tokens: int | None = None,
+        nonce: int | None = None,
     ) -> None:
         self.seed, self.index, self.tokenizer = seed, index, tokenizer
         rng = random.Random(f"{seed}:chat:{index}")
@@ -64,7 +70,8 @@ class ChatSession:
         self._input, self._output = input_tokens, output_tokens
         self.expect_reasoning = expect_reasoning
         self.max_context_tokens = max_context_tokens
-        system = system_prompt + (salt_text(seed, index) if salt else "")
+        system = system_prompt + (salt_text(seed, index, nonce) if salt else "")
+        self._run_salt = salt_text(seed, index, nonce) if nonce is not None and not salt else ""
         self.messages: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
         self.turn = 0
         self.done = False
@@ -83,7 +90,11 @@ class ChatSession:
         rng = random.Random(f"{self.seed}:chat:{self.index}:{self.turn}")
         n_in = max(1, int(draw(self._input, rng)))
         max_tokens = max(1, int(draw(self._output, rng)))
-        messages = [*self.messages, {"role": "user", "content": synth_text(n_in, rng).lstrip()}]
+        if self.turn == 0 and self._run_salt:
+            user = (self._run_salt + synth_text(max(1, n_in - SALT_TOKENS), rng)).lstrip()
+        else:
+            user = synth_text(n_in, rng).lstrip()
+        messages = [*self.messages, {"role": "user", "content": user}]
         n = self.prompt_tokens(messages)
         if self.max_context_tokens is not None and n + max_tokens > self.max_context_tokens:
             self.done = True
@@ -120,7 +131,9 @@ class AgentSession:
     Every call but a turn's last records a tool call and its result; the last records the answer
     text (or the tool call, if the server made one). When a call would not fit
     ``max_context_tokens`` (prompt + max_tokens), ``overflow="stop"`` ends the session and
-    ``"truncate"`` first drops the oldest whole turns (the prefix is always kept).
+    ``"truncate"`` first drops the oldest whole turns (the prefix is always kept). A run ``nonce``
+    puts the run salt at the start of every user turn (after the shared prefix; a kept turn still
+    starts with one when older turns are dropped).
     """
 
     def __init__(
@@ -141,6 +154,7 @@ class AgentSession:
         tool_latency_s: Sampler = 0.0,
         expect_reasoning: bool = False,
         overflow: Literal["stop", "truncate"] = "stop",
+        nonce: int | None = None,
     ) -> None:
         self.seed, self.index, self.tokenizer = seed, index, tokenizer
         system, self.tools = shared_prefix(seed, tokenizer, prefix_tokens, tools)
@@ -154,6 +168,7 @@ class AgentSession:
         self.max_context_tokens = max_context_tokens
         self.expect_reasoning = expect_reasoning
         self.overflow = overflow
+        self.nonce = nonce
         self.turn = self.call = 0
         self._n_calls = 0
         self.done = False
@@ -179,7 +194,12 @@ class AgentSession:
         if self.call == 0:
             rng = random.Random(key)
             self._n_calls = max(1, int(draw(self._calls, rng)))
-            user = synth_text(max(1, int(draw(self._input, rng))), rng).lstrip()
+            n_in = max(1, int(draw(self._input, rng)))
+            if self.nonce is None:
+                user = synth_text(n_in, rng).lstrip()
+            else:
+                salt = salt_text(self.seed, f"{self.index}:{self.turn}", self.nonce)
+                user = (salt + synth_text(max(1, n_in - SALT_TOKENS), rng)).lstrip()
             self._turns.append([{"role": "user", "content": user}])
             think = self.think_times[self.turn]
         else:
