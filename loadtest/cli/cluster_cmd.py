@@ -120,6 +120,9 @@ def master_command(args: argparse.Namespace) -> int:
     except EndpointError as e:
         return _fail(str(e), EXIT_COULD_NOT_RUN)
     settings.model = args.model or profile.model or (models[0] if models else None)
+    from loadtest.cli.run_tokens import settle_tokenizer  # the model's own tokenizer; a guess said loudly
+
+    profile, workload = settle_tokenizer(settings, profile, workload, settings.model, None)
     print(
         f"master on {args.master_bind_host}:{args.master_port}: waiting for {n} worker(s), then "
         f"{profile.name} for {settings.duration_s:g}s: {run_cmd.describe_load(profile)}, "

@@ -163,6 +163,10 @@ def run_command(args: argparse.Namespace) -> int:
         replica_error = run_extras.check_replicas(settings, api_key, args, profile)
         if replica_error:
             return _fail(replica_error, EXIT_COULD_NOT_RUN)
+        # the model's own tokenizer when this host has it; a loud warning when it is a guess
+        from loadtest.cli.run_tokens import settle_tokenizer
+
+        profile, workload = settle_tokenizer(settings, profile, workload, model, engine_info)
         print(
             f"running {profile.name} for {duration:g}s: {describe_load(profile)}, "
             f"{args.processes} process(es), model {model}; writing {out}/"
@@ -211,6 +215,7 @@ def _write_results(
     server: dict[str, Any] | None = None,
     telemetry: Any = None,
 ) -> int:
+    from loadtest.cli.run_tokens import describe_tokens
     from loadtest.report import format_summary, render_run_report
     from loadtest.results.run_json import build_run_document, write_run_json
     from loadtest.workload.salt import describe_run_salt
@@ -276,6 +281,7 @@ def _write_results(
     metrics, hists = doc["metrics"], outcome.aggregates.all.hists
     judging = profile.judging
     lines = list(read_records([out / f for f in outcome.record_files]))
+    describe_tokens(doc, settings, workload)  # run.json `tokens`; a note when counted with a guess
     failed = failure_note(lines)
     if failed:
         doc["notes"].append(failed)

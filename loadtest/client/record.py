@@ -65,8 +65,18 @@ class RequestRecord:
     # ---- derived metrics (MLPerf definitions; see docs/metrics.md) ----
     @property
     def output_tokens(self) -> int:
-        """Output tokens as MLPerf counts them: the client tokenizer (server usage as fallback)."""
-        return self.completion_tokens_client or (self.completion_tokens_server or 0)
+        """The output tokens every figure uses (TPOT, tokens/s, goodput): the server's usage when it sent
+        one, else the client tokenizer's count (docs/metrics.md, "What counts as a token")."""
+        if self.completion_tokens_server is not None:
+            return self.completion_tokens_server
+        return self.completion_tokens_client
+
+    @property
+    def input_tokens(self) -> int:
+        """The prompt tokens throughput uses: the server's usage when it sent one, else the client's count."""
+        if self.prompt_tokens_server is not None:
+            return self.prompt_tokens_server
+        return self.prompt_tokens_client
 
     def ttft_us(self) -> int | None:
         return (self.first_token_ns - self.scheduled_ns) // 1000 if self.first_token_ns else None

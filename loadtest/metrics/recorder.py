@@ -33,7 +33,8 @@ HIST_HIGHEST = {
     "generator_cpu": 100_000,
 }
 # Per-second series columns, keyed by epoch second: requests by the second they completed in,
-# output tokens by the second their chunks arrived in.
+# output tokens by the second their chunks arrived in. Tokens are the counted ones (server usage
+# when the server sent it, else the client tokenizer: RequestRecord.output_tokens / input_tokens).
 SERIES_COLUMNS = ("completed", "ok", "errors", "output_tokens", "input_tokens")
 MAX_ERROR_SAMPLES = 5
 _FLUSH_AT = 65536
@@ -122,7 +123,7 @@ class Track:
         if rec.sent_ns:
             values.append(("schedule_lag", (rec.sent_ns - rec.scheduled_ns) // 1000))
         inc: dict[str, int] = {}
-        n_out = rec.output_tokens
+        n_out, n_in = rec.output_tokens, rec.input_tokens
         if ok:
             e2e = (rec.done_ns - rec.scheduled_ns) // 1000
             values.append(("e2e", e2e))
@@ -140,9 +141,13 @@ class Track:
                     gaps = np.diff(np.asarray(rec.chunk_ns, dtype=np.int64)) // 1000
                     self._itl_pending.append(gaps)
                     self._pending_n += gaps.size
+            # output_tokens / input_tokens: the counted tokens every figure uses; client_*: the client
+            # tokenizer's own counts, kept as the cross-check (docs/metrics.md).
             inc = {
                 "output_tokens": n_out,
-                "input_tokens": rec.prompt_tokens_client,
+                "input_tokens": n_in,
+                "client_output_tokens": rec.completion_tokens_client,
+                "client_input_tokens": rec.prompt_tokens_client,
                 "reasoning_tokens": rec.reasoning_tokens_client,
             }
             if rec.completion_tokens_server is not None:
@@ -161,7 +166,7 @@ class Track:
             row[0] += 1
             if ok:
                 row[1] += 1
-                row[4] += rec.prompt_tokens_client
+                row[4] += n_in
                 for sec, n in token_seconds:
                     agg.series[sec][3] += n
                 agg.totals.update(inc)

@@ -8,6 +8,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from loadtest.client.record import line_output_tokens
+
 # Metrics an SLO may name (the latency histograms of loadtest.metrics.recorder.LATENCY_METRICS).
 SLO_METRICS: tuple[str, ...] = ("ttft", "ttft_send", "ttfa", "itl", "tpot", "e2e", "schedule_lag")
 
@@ -216,7 +218,7 @@ def completion_epoch(record: Mapping[str, Any]) -> float:
 
 
 def _output_tokens(record: Mapping[str, Any]) -> int:
-    return int(record.get("output_tokens") or record.get("usage_completion_tokens") or 0)
+    return line_output_tokens(record)  # server usage when sent, else the client count
 
 
 def _in_window(record: Mapping[str, Any], window: tuple[float, float] | None) -> bool:
@@ -258,7 +260,7 @@ def attainment(
 def goodput(records: Iterable[Mapping[str, Any]], slo: RequestSlo, window: tuple[float, float]) -> Goodput:
     """Good requests/s and good output tokens/s for requests completing in [start, end) epoch seconds.
 
-    Output tokens are the client count (``output_tokens``), the server's usage as fallback.
+    Output tokens are the server's usage (``usage_completion_tokens``), the client count as fallback.
     """
     start, end = window
     if not end > start:

@@ -41,6 +41,7 @@ def build_metrics(agg: Aggregate) -> dict[str, Any]:
     for i, col in enumerate(SERIES_COLUMNS):
         series[col] = [agg.series[s][i] for s in secs]
     usage_reports = int(t.get("usage_reports", 0))
+    counted_by = _counted_by(ok, usage_reports)
     return {
         "requests": {
             "completed": completed,
@@ -59,8 +60,14 @@ def build_metrics(agg: Aggregate) -> dict[str, Any]:
             "tps_per_user": round(1000.0 / tpot_p90, 3) if tpot_p90 else None,
         },
         "tokens": {
-            "output_total": int(t.get("output_tokens", 0)),
-            "input_total": int(t.get("input_tokens", 0)),
+            # What the throughput, TPOT and goodput figures count: the server's usage on the requests
+            # that carried one, the client tokenizer on the rest (docs/metrics.md).
+            "counted_by": counted_by,
+            "counted_output_total": int(t.get("output_tokens", 0)),
+            "counted_input_total": int(t.get("input_tokens", 0)),
+            # The client tokenizer's counts (the cross-check), and the server's usage.
+            "output_total": int(t.get("client_output_tokens", 0)),
+            "input_total": int(t.get("client_input_tokens", 0)),
             "reasoning_total": int(t.get("reasoning_tokens", 0)),
             "usage_reports": usage_reports,
             "usage_output_total": int(t.get("usage_output_tokens", 0)) if usage_reports else None,
@@ -83,6 +90,15 @@ def build_metrics(agg: Aggregate) -> dict[str, Any]:
         if t.get("slo_judged")
         else None,
     }
+
+
+def _counted_by(ok: int, usage_reports: int) -> str | None:
+    """Whose output token count the figures use: every ok request's usage, none's, or some's."""
+    if not ok:
+        return None
+    if usage_reports >= ok:
+        return "server_usage"
+    return "mixed" if usage_reports else "client_tokenizer"
 
 
 def _generator_health(agg: Aggregate) -> dict[str, Any]:

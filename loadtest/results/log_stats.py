@@ -101,12 +101,14 @@ class LogStats:
         # Output tokens by the bucket their chunks arrived in (non-streamed answers: at the end).
         rec = b.chunk_record
         chunk_b = self._bucket(t[rec] + b.chunk_us / 1e6)
-        per_chunk = np.where(ok, b.f["output_tokens"], 0.0) / np.maximum(b.n_chunks, 1)
+        usage_out = b.f["usage_completion_tokens"]  # the counted tokens: usage, else the client count
+        counted = np.where(np.isnan(usage_out), b.f["output_tokens"], usage_out)
+        per_chunk = np.where(ok, counted, 0.0) / np.maximum(b.n_chunks, 1)
         self._out_tokens = _add(self._out_tokens, chunk_b, per_chunk[rec])
         no_chunks = ok & (b.n_chunks == 0)
         if no_chunks.any():
             idx = self._bucket(t[no_chunks] + b.end_us[no_chunks] / 1e6)
-            self._out_tokens = _add(self._out_tokens, idx, b.f["output_tokens"][no_chunks])
+            self._out_tokens = _add(self._out_tokens, idx, counted[no_chunks])
         # ITL of successful requests, binned per bucket of arrival.
         g_ok = ok[rec[b.gap_chunk]]
         if g_ok.any():

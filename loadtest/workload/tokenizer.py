@@ -1,14 +1,20 @@
-"""Offline tokenizers and chat-template token counting shared by the workload, client and engine."""
+"""Offline tokenizers, chat-template token counting, and finding a model's own tokenizer on this host."""
 
 from __future__ import annotations
 
 import json
+import os
+import re
 from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from datetime import datetime
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 import quicktok
+from jinja2.exceptions import TemplateError
+from jinja2.ext import loopcontrols
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 # Tokenizer families bundled by quicktok (no download, works offline).
@@ -29,8 +35,10 @@ class Tokenizer:
     """An offline tokenizer with a chat-template token counter.
 
     ``name`` is a bundled encoding (``llama3``, ``cl100k``, ``o200k``, ``o200k_harmony``, ``qwen3``)
-    or the path of a Hugging Face ``tokenizer.json`` or of a folder holding one (its
-    ``tokenizer_config.json`` chat template, when present, is used for chat prompts).
+    or the path of a Hugging Face ``tokenizer.json`` or of a folder holding one. The folder's chat
+    template, when it has one, is used for chat prompts: ``chat_template.jinja`` (what current
+    transformers' ``save_pretrained`` writes), else ``chat_template.json``, else the
+    ``chat_template`` of ``tokenizer_config.json`` (the older place); ``template_file`` says which.
     """
 
     def __init__(self, name: str = DEFAULT_TOKENIZER) -> None:
@@ -38,6 +46,7 @@ class Tokenizer:
         self._hf: Any = None
         self._template: Any = None
         self._special: dict[str, str] = {}
+        self.template_file: str | None = None
         if key is not None:
             self.name = key
             self._enc = quicktok.get_encoding(key)
@@ -62,18 +71,24 @@ class Tokenizer:
             self._hf = HfTokenizer.from_file(str(file))
         except Exception as e:  # the library raises its own exception types
             raise ValueError(f"{file}: not a Hugging Face tokenizer.json ({e})") from e
-        config = folder / "tokenizer_config.json"
-        if config.is_file():
-            cfg = json.loads(config.read_text())
-            template = cfg.get("chat_template")
-            if isinstance(template, list):  # named templates: take the default one
-                template = next((t.get("template") for t in template if t.get("name") == "default"), None)
-            if isinstance(template, str):
-                env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+        cfg = _read_json(folder / "tokenizer_config.json")
+        specials = _read_json(folder / "special_tokens_map.json")
+        for key in ("bos_token", "eos_token"):
+            tok = cfg.get(key, specials.get(key))
+            self._special[key] = tok.get("content", "") if isinstance(tok, dict) else str(tok or "")
+        template, self.template_file = _chat_template(folder, cfg)
+        if template is not None:
+            env = ImmutableSandboxedEnvironment(
+                trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols]
+            )
+            env.globals["raise_exception"] = _raise_exception
+            env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
+            try:
                 self._template = env.from_string(template)
-            for key in ("bos_token", "eos_token"):
-                tok = cfg.get(key)
-                self._special[key] = tok.get("content", "") if isinstance(tok, dict) else (tok or "")
+            except TemplateError as e:
+                raise ValueError(
+                    f"{folder / (self.template_file or '')}: the chat template does not parse ({e})"
+                ) from e
 
     def count(self, text: str) -> int:
         """Tokens in plain text (no special tokens)."""
@@ -171,6 +186,40 @@ class Tokenizer:
         return self._template.render(messages=list(messages), add_generation_prompt=True, **self._special)
 
 
+def _read_json(path: Path) -> dict[str, Any]:
+    """A JSON object file's content, {} when the file is absent."""
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as e:
+        raise ValueError(f"{path}: not JSON ({e})") from e
+    return data if isinstance(data, dict) else {}
+
+
+def _chat_template(folder: Path, cfg: dict[str, Any]) -> tuple[str | None, str | None]:
+    """The folder's chat template and the file it came from: chat_template.jinja, chat_template.json,
+    then tokenizer_config.json's ``chat_template`` (a string, or named templates: the default one)."""
+    jinja = folder / "chat_template.jinja"
+    if jinja.is_file():
+        return jinja.read_text(encoding="utf-8"), jinja.name
+    for name, doc in (
+        ("chat_template.json", _read_json(folder / "chat_template.json")),
+        ("tokenizer_config.json", cfg),
+    ):
+        template = doc.get("chat_template")
+        if isinstance(template, list):  # named templates: take the default one
+            template = next((t.get("template") for t in template if t.get("name") == "default"), None)
+        if isinstance(template, str):
+            return template, name
+    return None, None
+
+
+def _raise_exception(message: str) -> None:
+    """What HF chat templates call on input they refuse."""
+    raise TemplateError(message)
+
+
 def _chatml(messages: Sequence[dict[str, Any]]) -> str:
     """The ChatML layout used for families without a template of their own here."""
     parts = [
@@ -205,3 +254,150 @@ def _text_of(content: Any) -> str:
 def get_tokenizer(name: str = DEFAULT_TOKENIZER) -> Tokenizer:
     """A shared tokenizer instance per name."""
     return Tokenizer(name)
+
+
+# ---- which tokenizer a run uses: the model's own when this host has it, else a named family ----
+
+# Bundled family -> model ids it is the real tokenizer of (case-insensitive search in the served id).
+_FAMILIES: tuple[tuple[str, str], ...] = (
+    ("o200k_harmony", r"gpt-oss"),
+    ("llama3", r"llama[-_ ]?3"),
+    ("qwen3", r"qwen[-_ ]?3"),
+    ("o200k_base", r"gpt-4o|gpt-4\.1|gpt-5|(^|/)o[134](-|$)"),
+    ("cl100k_base", r"gpt-4(?!o|\.)|gpt-3\.5"),
+)
+
+
+def bundled_family(model: str | None) -> str | None:
+    """The bundled encoding that is ``model``'s own tokenizer, judged by its name (None: not known)."""
+    for key, pattern in _FAMILIES:
+        if model and re.search(pattern, model, re.IGNORECASE):
+            return key
+    return None
+
+
+def hf_hub_cache() -> Path:
+    """The Hugging Face hub cache folder: $HF_HUB_CACHE, $HF_HOME/hub, else ~/.cache/huggingface/hub."""
+    for var in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
+        if os.environ.get(var):
+            return Path(os.environ[var]).expanduser()
+    if os.environ.get("HF_HOME"):
+        return Path(os.environ["HF_HOME"]).expanduser() / "hub"
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache").expanduser()
+    return cache / "huggingface" / "hub"
+
+
+@dataclass(frozen=True)
+class FoundTokenizer:
+    """A model's own tokenizer on this host: the folder holding its tokenizer.json, and how it was found."""
+
+    path: str
+    how: str  # "model_folder" (the served id is a folder here) or "hf_cache"
+    repo: str | None = None  # the Hugging Face repository id, for the cache
+
+
+def find_model_tokenizer(model: str | None, hub: Path | None = None) -> FoundTokenizer | None:
+    """The served model's own tokenizer, from local files only (never a download).
+
+    ``model`` is the id the server serves (``/v1/models``): vLLM and llama.cpp started with
+    ``--model /path/to/dir`` serve that path, so a folder here (or a file such as a .gguf in one)
+    holding ``tokenizer.json`` is used; otherwise the Hugging Face cache is searched for the
+    repository ``ORG/NAME`` (also from a path that holds ``models--ORG--NAME``), or for the one
+    cached repository whose name equals the id's last part (case-insensitive).
+    """
+    if not model:
+        return None
+    local = Path(model).expanduser()
+    for folder in (local, local.parent) if local.is_file() else (local,):
+        if folder.is_dir() and (folder / "tokenizer.json").is_file():
+            return FoundTokenizer(str(folder.resolve()), "model_folder")
+    hub = hf_hub_cache() if hub is None else hub
+    if not hub.is_dir():
+        return None
+    cached = {d.name.lower(): d for d in hub.iterdir() if d.name.startswith("models--") and d.is_dir()}
+    m = re.search(r"models--([^/\\]+?)--([^/\\]+)", model)
+    repo = f"{m.group(1)}/{m.group(2)}" if m else model if re.fullmatch(r"[\w.-]+/[\w.-]+", model) else None
+    if repo is not None:
+        folder = cached.get("models--" + repo.replace("/", "--").lower())
+    else:  # a served name or a path on the server's host: its last part, when exactly one repo has that name
+        name = re.split(r"[/\\]", model.rstrip("/\\"))[-1].lower()
+        hits = [d for key, d in cached.items() if key.split("--", 2)[-1] == name]
+        folder = hits[0] if len(hits) == 1 else None
+    snapshot = _snapshot_with_tokenizer(folder) if folder is not None else None
+    if snapshot is None:
+        return None
+    repo_id = "/".join(folder.name.split("--", 2)[1:]) if folder is not None else None
+    return FoundTokenizer(str(snapshot), "hf_cache", repo_id)
+
+
+def _snapshot_with_tokenizer(repo_folder: Path) -> Path | None:
+    """The cached snapshot holding tokenizer.json: the one refs/main names, else the newest."""
+    snapshots = repo_folder / "snapshots"
+    ref = repo_folder / "refs" / "main"
+    if ref.is_file():
+        main = snapshots / ref.read_text().strip()
+        if (main / "tokenizer.json").is_file():
+            return main
+    found = [d for d in snapshots.glob("*") if (d / "tokenizer.json").is_file()] if snapshots.is_dir() else []
+    return max(found, key=lambda d: d.stat().st_mtime) if found else None
+
+
+@dataclass(frozen=True)
+class TokenizerChoice:
+    """The client tokenizer of a run and why it is that one (run.json's ``tokens.tokenizer``)."""
+
+    name: str  # a bundled name or a tokenizer folder / file
+    source: str  # option | profile | model_folder | hf_cache | engine | family | guess
+    detail: str  # one line for people
+
+    @property
+    def guessed(self) -> bool:
+        """True when nothing says this is the served model's tokenizer."""
+        return self.source == "guess"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "guessed": self.guessed}
+
+
+def choose_tokenizer(
+    *,
+    option: str | None,
+    profile_tokenizer: str,
+    model: str | None,
+    engine_tokenizer: str | None = None,
+    profile_sets_it: bool = True,
+    hub: Path | None = None,
+) -> TokenizerChoice:
+    """The client tokenizer, best evidence first: ``--tokenizer``; the profile's tokenizer file; for the
+    embedded engine its own; the served model's own from this host's files (``find_model_tokenizer``);
+    the profile's bundled family when the model's name is of that family; else that family, a guess."""
+    if option:
+        return TokenizerChoice(option, "option", f"{option}, given by --tokenizer")
+    family = TOKENIZER_ALIASES.get(profile_tokenizer.lower())
+    if family is None:
+        return TokenizerChoice(
+            profile_tokenizer, "profile", f"{profile_tokenizer}, the profile's tokenizer file"
+        )
+    if engine_tokenizer is not None:
+        engine_family = TOKENIZER_ALIASES.get(engine_tokenizer.lower(), engine_tokenizer)
+        if engine_family == family or not profile_sets_it:
+            return TokenizerChoice(engine_family, "engine", f"{engine_family}, the embedded engine's own")
+        return TokenizerChoice(
+            family, "profile", f"{family}, the profile's (the embedded engine counts with {engine_family})"
+        )
+    found = find_model_tokenizer(model, hub)
+    if found is not None:
+        where = (
+            f"the served model id {model} is this folder"
+            if found.how == "model_folder"
+            else f"the Hugging Face cache holds {found.repo}"
+        )
+        return TokenizerChoice(found.path, found.how, f"{found.path}, the model's own ({where})")
+    if model and bundled_family(model) == family:
+        return TokenizerChoice(family, "family", f"bundled {family}, the tokenizer family of {model}")
+    return TokenizerChoice(
+        family,
+        "guess",
+        f"bundled {family}, a guess: model {model or '(unknown)'}'s own tokenizer is not on this host "
+        f"(no such folder; not in the Hugging Face cache {hf_hub_cache() if hub is None else hub})",
+    )
