@@ -17,6 +17,7 @@ from loadtest.sim import SimProcess
 from loadtest.traces import read_trace, trace_stats
 from loadtest.workload.builder import Workload
 from loadtest.workload.lengths import sample_length
+from loadtest.workload.salt import SALT_TOKENS
 from tests.conftest import read_lines, run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -67,8 +68,10 @@ def test_prompts_hit_their_length_within_one_percent(tmp_path: Path, tokenizer: 
     prof = prof.model_copy(update={"tokenizer": tokenizer})
     w = Workload(prof)
     sc = prof.scenarios[0]
-    # The system prompt and the chat template are the same for every request: no prompt is shorter.
-    floor = w.request(0).prompt_tokens - w.tokenizer.count(w.request(0).body["messages"][-1]["content"]) + 1
+    # The system prompt, the chat template and the run salt (run_salt: per_run) are in every request:
+    # no prompt is shorter than they are plus one token of its own.
+    overhead = w.request(0).prompt_tokens - w.tokenizer.count(w.request(0).body["messages"][-1]["content"])
+    floor = overhead + SALT_TOKENS + 1
     checked = 0
     for i in range(300):
         target = sample_length(sc.input_tokens, random.Random(f"{prof.seed}:{i}"))
