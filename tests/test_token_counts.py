@@ -199,7 +199,7 @@ def test_a_model_served_from_a_local_folder_brings_its_own_tokenizer(
     got = sorted({ln["prompt_tokens"] for ln in lines})
     # The profile's length in the model's own tokens (a coarse tokenizer overshoots by a few); the
     # engine, counting with Llama 3's, sees far fewer.
-    assert lines and 64 <= got[0] and got[-1] <= 70, got
+    assert lines and got[0] >= 64 and got[-1] <= 70, got
     assert all(ln["usage_prompt_tokens"] < 0.8 * ln["prompt_tokens"] for ln in lines if ln["outcome"] == "ok")
     msgs = [{"role": "user", "content": "x"}]
     assert tiny.count_chat(msgs) == len(tiny.encode("<|user|>\nx<|end|>\n<|assistant|>\n"))
