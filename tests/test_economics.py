@@ -17,8 +17,9 @@ PRICE_IN, PRICE_OUT = 0.2, 0.6
 
 
 def _hand(run: dict) -> tuple[float, float]:
-    """(output tok/s, input tok/s) the verdict judged, read straight from run.json."""
-    thr = run["metrics"]["throughput"]
+    """(output tok/s, input tok/s) the verdict judged, read straight from run.json (the judged window's
+    metrics: by default the warm-up is left out)."""
+    thr = (run.get("judged") or run)["metrics"]["throughput"]
     return thr["output_tokens_per_s"], thr["input_tokens_per_s"]
 
 

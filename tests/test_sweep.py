@@ -21,6 +21,7 @@ from loadtest.sim.presets import EngineConfig, get_gpu, get_model
 from loadtest.sweep import SweepFormatError, load_sweep
 from loadtest.sweep.analysis import best_under_slo, knee, pareto_front, saturation
 from loadtest.sweep.ladder import concurrency_ladder, parse_list, rate_ladder, rate_point
+from loadtest.sweep.model import judged_metrics
 from loadtest.sweep.search import Bisection
 from tests.browser import ARTIFACTS, CHROMIUM, open_in_chromium
 from tests.conftest import CLI, interrupt_when, run_cli, write_profile
@@ -171,7 +172,11 @@ def test_ladder_writes_the_sweep_contract(ladder: tuple[Path, subprocess.Complet
         assert run["config"]["seed"] == doc["seed"] and run["config"]["profile"] == doc["profile"]
         assert run["config"]["load"]["concurrency"] == p["concurrency"]
         assert p["exit_code"] == run["verdict"]["exit_code"] and p["verdict"] == run["verdict"]["status"]
-        thr, lat = run["metrics"]["throughput"], run["metrics"]["latency_ms"]
+        # The figures are the judged window's (the default warm-up leaves out the start-up).
+        assert run["config"]["judging"]["warmup_source"] == "default" and "judged" in run
+        m = judged_metrics(run)
+        assert m is run["judged"]["metrics"]
+        thr, lat = m["throughput"], m["latency_ms"]
         assert p["output_tps"] == thr["output_tokens_per_s"] > 0
         assert p["tps_per_user"] == thr["tps_per_user"] and p["ttft_p90_ms"] == lat["ttft"]["p90"]
         assert p["tpot_p50_ms"] == lat["tpot"]["p50"] and p["e2e_p90_ms"] == lat["e2e"]["p90"]

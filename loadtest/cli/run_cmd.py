@@ -299,7 +299,7 @@ def _write_results(
     if jr.window is not None and jr.aggregates is not None:
         metrics, hists = build_metrics(jr.aggregates.all), jr.aggregates.all.hists
         doc["judged"] = {"window": jr.window.to_dict(), "metrics": metrics}
-    lines = jr.lines
+    every_line, lines = lines, jr.lines
     doc["config"]["judging"] = jr.config
     doc["generator_health"] = jr.health
     gp = goodput_summary(lines, slos, per_scenario=len(profile.scenarios) > 1)
@@ -315,7 +315,8 @@ def _write_results(
     verdict = judge(
         metrics, hists, slos, rules, health, failure=commonest_failure(lines), stopped_early=stop_cause
     )
-    run_extras.results(doc, verdict, lines, settings)  # per-endpoint, embeddings, economics
+    # per-endpoint, embeddings, economics: into `metrics`, so over the whole run like the rest of it
+    run_extras.results(doc, verdict, every_line, settings)
     for note in doc["notes"]:
         if note not in verdict.reasons:
             verdict.reasons.append(note)
