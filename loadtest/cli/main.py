@@ -69,7 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--warmup",
         metavar="S|auto",
-        help="judge only requests scheduled after this (30s, 1m, or auto: steady state)",
+        help="judge only requests scheduled after this (30s, 1m, auto: steady state, 0: from the start; "
+        "default 10%% of the run, at most 30s)",
     )
     run.add_argument(
         "--cooldown", metavar="S|auto", help="and before this long before the last one (or auto)"
