@@ -74,3 +74,13 @@ def interrupt_when(
 @pytest.fixture
 def small_profile(tmp_path: Path) -> Path:
     return write_profile(tmp_path / "test-chat.yaml")
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """The real-engine tests' figures (client vs server counts and medians), at the end of every run."""
+    from real_engines import FIGURES
+
+    if FIGURES:
+        terminalreporter.section("real engines")
+        for line in FIGURES:
+            terminalreporter.write_line(line)

@@ -22,6 +22,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 CLI = [sys.executable, "-m", "loadtest.cli.main"]
+FIGURES: list[str] = []  # what the real-engine tests measured; conftest prints them at the end of the run
 VLLM_START_S = 420.0  # vLLM's CPU build is up in 50-95 s on an idle 2-core machine; CI boxes are busier
 ENGINE_CORE = str((os.cpu_count() or 1) - 1)  # the engine's threads; the generator has the other core(s)
 
@@ -205,10 +206,14 @@ def print_figures(engine: str, run: dict[str, Any], records: list[dict[str, Any]
     client_out = sum(r["output_tokens"] or 0 for r in records if r["outcome"] == "ok")
     usage = [r["usage_completion_tokens"] for r in records if r["outcome"] == "ok"]
     server_out = sum(u for u in usage if u is not None) if any(u is not None for u in usage) else None
-    print(f"\n[{engine}] requests_ok: {req['ok']} of {req['completed']}")
-    print(f"[{engine}] output_tokens_client: {client_out}  output_tokens_server: {server_out}")
+    lines = [
+        f"{engine} requests_ok: {req['ok']} of {req['completed']}",
+        f"{engine} output_tokens: client {client_out}, server usage {server_out}",
+    ]
     for name in ("ttft", "itl", "tpot", "e2e"):
         srv = (server.get(name) or {}).get("p50_ms")
-        print(f"[{engine}] {name}_p50_ms client: {lat[name]['p50']}  server: {srv}")
+        lines.append(f"{engine} {name}_p50: client {lat[name]['p50']} ms, server {srv} ms")
     series = sorted((tel.get("series") or {}).keys()) if isinstance(tel.get("series"), dict) else []
-    print(f"[{engine}] telemetry_series: {len(series)} {' '.join(series[:12])}")
+    lines.append(f"{engine} telemetry_series: {len(series)} ({' '.join(series) or 'none'})")
+    FIGURES.extend(lines)
+    print("\n" + "\n".join(lines))

@@ -82,7 +82,7 @@ def master_command(args: argparse.Namespace) -> int:
     from loadtest.cli import run_cmd
     from loadtest.cli.run_cmd import EXIT_COULD_NOT_RUN, EXIT_USAGE, UsageError, _fail
     from loadtest.client.apis import auth_headers
-    from loadtest.client.preflight import EndpointError, list_models
+    from loadtest.client.preflight import EndpointError, served_models
     from loadtest.profile.loader import ProfileError, load_profile
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -109,7 +109,7 @@ def master_command(args: argparse.Namespace) -> int:
     except (ProfileError, UsageError) as e:
         return _fail(str(e), EXIT_USAGE)
     try:
-        models = list_models(
+        served = served_models(
             args.host,
             api_key,
             timeout=settings.connect_timeout,
@@ -119,10 +119,12 @@ def master_command(args: argparse.Namespace) -> int:
         )
     except EndpointError as e:
         return _fail(str(e), EXIT_COULD_NOT_RUN)
+    models = [m.id for m in served]
     settings.model = args.model or profile.model or (models[0] if models else None)
+    root = next((m.root for m in served if m.id == settings.model and m.root), settings.model)
     from loadtest.cli.run_tokens import settle_tokenizer  # the model's own tokenizer; a guess said loudly
 
-    profile, workload = settle_tokenizer(settings, profile, workload, settings.model, None)
+    profile, workload = settle_tokenizer(settings, profile, workload, root, None)
     print(
         f"master on {args.master_bind_host}:{args.master_port}: waiting for {n} worker(s), then "
         f"{profile.name} for {settings.duration_s:g}s: {run_cmd.describe_load(profile)}, "

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from loadtest.cli import run_extras
-from loadtest.cli.endpoint import EndpointSetupError, open_endpoint
+from loadtest.cli.endpoint import Endpoint, EndpointSetupError, open_endpoint
 from loadtest.client.failures import commonest_failure, failure_note, stopped_early_text
 from loadtest.client.secrets import KeySourceError, install_redaction, load_api_key
 
@@ -33,6 +33,7 @@ from loadtest.report.run_report import VERDICT_LABELS
 from loadtest.results.record_log import read_records
 from loadtest.traces import TraceFormatError
 from loadtest.workload.builder import Workload
+from loadtest.workload.context_fit import check_fit
 
 EXIT_OK = 0
 EXIT_COULD_NOT_RUN = 1
@@ -166,7 +167,14 @@ def run_command(args: argparse.Namespace) -> int:
         # the model's own tokenizer when this host has it; a loud warning when it is a guess
         from loadtest.cli.run_tokens import settle_tokenizer
 
-        profile, workload = settle_tokenizer(settings, profile, workload, model, engine_info)
+        # vLLM lists its served name as the id and the weights' folder or hub id as `root`
+        served = ep.served_model()
+        tokenizer_model = served.root if served is not None and served.root else model
+        profile, workload = settle_tokenizer(settings, profile, workload, tokenizer_model, engine_info)
+        try:
+            early_notes = context_notes(ep, workload, profile_path)
+        except UsageError as e:
+            return _fail(str(e), EXIT_USAGE)
         print(
             f"running {profile.name} for {duration:g}s: {describe_load(profile)}, "
             f"{args.processes} process(es), model {model}; writing {out}/"
@@ -197,9 +205,31 @@ def run_command(args: argparse.Namespace) -> int:
             telemetry.stop()
         return _write_results(
             settings, profile, workload, outcome, models, engine_info, out, slos, args.junit,
-            server=ep.server, telemetry=telemetry,
+            server=ep.server, telemetry=telemetry, early_notes=early_notes,
+            max_model_len=(sm.max_model_len if (sm := ep.served_model()) else None),
         )  # fmt: skip
     return EXIT_COULD_NOT_RUN  # pragma: no cover
+
+
+def context_notes(ep: Endpoint, workload: Workload, profile_path: Path) -> list[str]:
+    """Check the workload's first requests against the served context window before the run.
+
+    Nothing fits: UsageError (the run could only fail). Some do not: a warning now and a run.json note."""
+    served = ep.served_model()
+    if served is None or not served.max_model_len:
+        return []
+    fit = check_fit(workload, served.max_model_len)
+    if fit.nothing_fits:
+        raise UsageError(
+            f"{profile_path}: every prompt of the first {fit.sampled} requests is longer than {served.id}'s "
+            f"context of {served.max_model_len} tokens (/v1/models max_model_len): shorten the profile's "
+            "input lengths, or serve the model with a longer context (vLLM --max-model-len)"
+        )
+    if not fit.over:
+        return []
+    note = f"warning: {fit.message()}"
+    print(note, flush=True)
+    return [note]
 
 
 def _write_results(
@@ -214,6 +244,8 @@ def _write_results(
     junit: str | None,
     server: dict[str, Any] | None = None,
     telemetry: Any = None,
+    early_notes: list[str] | None = None,
+    max_model_len: int | None = None,
 ) -> int:
     from loadtest.cli.run_tokens import describe_tokens
     from loadtest.report import format_summary, render_run_report
@@ -256,10 +288,13 @@ def _write_results(
         "tls_verify": settings.verify_tls,
     }
     endpoint = {"url": settings.host, "embedded": settings.embedded, "models": models, "engine": engine_info}
+    if max_model_len:
+        endpoint["max_model_len"] = max_model_len  # the served model's context window (/v1/models)
     if server is not None:
         endpoint["server"] = server  # engine, version and flags of a server `loadtest serve` started
     endpoint.update(run_extras.endpoint_extras(settings, engine_info))  # replicas, hardware, price
     notes = [f"worker {w} was lost; every request it reported is included" for w in outcome.workers_lost]
+    notes += early_notes or []
     if not settings.verify_tls:
         notes.append("note: TLS certificates were not verified (--insecure)")
     if settings.retries and settings.retries.get("max"):

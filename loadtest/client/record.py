@@ -16,6 +16,8 @@ OUTCOMES: tuple[str, ...] = (
     "timeout",  # connect, read or total timeout
     "stream_error",  # an error frame inside a 200 stream, or the connection broke mid-stream
     "truncated",  # the stream ended cleanly but without finish_reason / [DONE]
+    "empty",  # a complete answer that carried no output token although tokens were asked for
+    "context_length",  # refused: the prompt (plus max_tokens) exceeds the model's context window
     "protocol_error",  # the response is not an OpenAI-compatible answer (not SSE, not JSON...)
     "cancelled",  # the generator stopped it (end of run, Ctrl-C)
 )
@@ -25,7 +27,8 @@ OUTCOMES: tuple[str, ...] = (
 class RequestRecord:
     """One request as the client saw it. Times are ``perf_counter_ns`` values (0 = did not happen)."""
 
-    request_id: str
+    request_id: str  # readable: <scenario>-<n> (retries and session calls add a suffix)
+    wire_id: str | None = None  # what the X-Request-Id header carried (a UUID), to find it in server logs
     scenario: str = "default"
     api: str = "chat"
     stream: bool = True
@@ -106,6 +109,7 @@ class RequestRecord:
 
         return {
             "id": self.request_id,
+            "wire_id": self.wire_id,
             "scenario": self.scenario,
             "api": self.api,
             "stream": self.stream,
