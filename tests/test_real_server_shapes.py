@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -123,3 +124,22 @@ def test_endpoint_check_can_be_skipped_or_replaced(tmp_path: Path) -> None:
             assert records and all(r["outcome"] == "ok" for r in records)
     code, log, _ = _run(tmp_path / "bad", "http://127.0.0.1:9", "--endpoint-check", "health")
     assert code == 2 and "--endpoint-check" in log
+
+
+def test_a_dead_or_silent_endpoint_fails_with_its_own_failure_first(tmp_path: Path) -> None:
+    # Nothing listens (the model check skipped, so the run itself meets the dead port).
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}"
+    code, log, records = _run(tmp_path / "dead", dead, "--endpoint-check", "none", "--model", "m")
+    run = json.loads((tmp_path / "dead" / "out" / "run.json").read_text())
+    assert code == 12, log[-2000:]
+    assert records and {r["outcome"] for r in records} == {"connect_error"}
+    assert "connect_error" in run["verdict"]["reasons"][0], run["verdict"]["reasons"]
+    # Accepts the request and never answers: every request times out, and that is the first reason.
+    with FaultServer(["never_answer"]) as srv:
+        code, log, records = _run(tmp_path / "silent", srv.base_url, "--read-timeout", "1")
+    run = json.loads((tmp_path / "silent" / "out" / "run.json").read_text())
+    assert code == 12, log[-2000:]
+    assert records and {r["outcome"] for r in records} == {"timeout"}
+    assert "timeout" in run["verdict"]["reasons"][0], run["verdict"]["reasons"]

@@ -66,8 +66,11 @@ def dry_run_plan(capsys: pytest.CaptureFixture[str], engine: str, *args: str) ->
 
 
 def cases() -> list[tuple[str, str, str, int]]:
+    """Every GPU preset, mode and GPU count with every engine (CPU presets: test_cpu_preset_plan)."""
     out = []
     for preset in all_presets().values():
+        if preset.device == "cpu":
+            continue
         for mode in ("aggregated", "disagg"):
             for gpus in preset.layouts(mode):
                 out += [(engine, preset.name, mode, gpus) for engine in ENGINES]
@@ -292,3 +295,33 @@ def test_missing_engine_executable(tmp_path: Path) -> None:
          "--executable", str(tmp_path / "nope"), "--log-dir", str(tmp_path / "logs")]
     )  # fmt: skip
     assert r.returncode == 1 and "cannot run" in r.stderr and "--executable" in r.stderr
+
+
+def test_cpu_preset_plan(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """A CPU preset starts vLLM's CPU build: its server module, no GPUs, OpenMP and KV-cache env."""
+    model = tmp_path / "tiny"
+    model.mkdir()
+    plan = dry_run_plan(
+        capsys, "vllm", "--preset", "tiny-llama-cpu", "--model", str(model), "--cpu-cores", "0-1",
+        "--python", "/opt/vllm/bin/python",
+    )  # fmt: skip
+    (proc,) = plan["processes"]
+    assert proc["argv"][:3] == ["/opt/vllm/bin/python", "-m", "vllm.entrypoints.openai.api_server"]
+    assert proc["argv"][proc["argv"].index("--model") + 1] == str(model)
+    assert proc["argv"][proc["argv"].index("--served-model-name") + 1] == "tiny-llama"
+    assert "--gpu-memory-utilization" not in proc["argv"] and "--tensor-parallel-size" not in proc["argv"]
+    assert proc["env"] == {
+        "VLLM_CPU_KVCACHE_SPACE": "1",
+        "VLLM_CPU_OMP_THREADS_BIND": "0-1",
+        "OMP_NUM_THREADS": "2",
+    }
+    assert plan["gpus"] == 0 and plan["layout"]["device"] == "cpu" and plan["ready"] == "models"
+    # Other engines, a missing model folder and a bad core list are refused with one line.
+    for argv in (
+        ["sglang", "--preset", "tiny-llama-cpu", "--model", str(model)],
+        ["vllm", "--preset", "tiny-llama-cpu", "--model", str(tmp_path / "missing")],
+        ["vllm", "--preset", "tiny-llama-cpu", "--model", str(model), "--cpu-cores", "3-1"],
+    ):
+        assert serve_command(argv[0], ["--dry-run", *argv[1:]]) == 2
+    err = capsys.readouterr().err
+    assert "CPU preset" in err and "tiny_llama.py" in err and "--cpu-cores" in err

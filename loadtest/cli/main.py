@@ -112,7 +112,9 @@ def build_parser() -> argparse.ArgumentParser:
     tele = run.add_argument_group("server telemetry and record (docs/telemetry.md)")
     tele.add_argument("--no-telemetry", action="store_true", help="do not poll the endpoint's /metrics")
     tele.add_argument(
-        "--metrics-url", metavar="URL", help="Prometheus URL(s) to poll, comma-separated (default: HOST/metrics)"
+        "--metrics-url",
+        metavar="URL",
+        help="Prometheus URL(s) to poll, comma-separated (default: HOST/metrics)",
     )
     tele.add_argument(
         "--server-info",

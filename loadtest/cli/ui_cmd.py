@@ -92,6 +92,11 @@ def ui_command(args: argparse.Namespace) -> int:
             return _fail(str(e), EXIT_USAGE if e.usage else EXIT_COULD_NOT_RUN)
         models, engine_info = ep.models, ep.engine_info
         settings.host, settings.model, settings.embedded = ep.host, ep.model, engine_info is not None
+        from loadtest.cli.run_tokens import settle_tokenizer  # the model's own tokenizer; a guess said loudly
+
+        served = ep.served_model()
+        root = served.root if served is not None and served.root else ep.model
+        profile, _ = settle_tokenizer(settings, profile, prepared.workload, root, engine_info)
         return _serve(args, settings, profile, slos, models, engine_info, reports_root, auth, api_key)
     return EXIT_COULD_NOT_RUN  # pragma: no cover
 

@@ -53,6 +53,8 @@ def _token_table(run: dict[str, Any]) -> list[str]:
         )
     else:
         lines.append("the server sent no usage")
+    if described := facts.section(run, "tokens").get("description"):
+        lines.append(f"figures count tokens by {described}")
     return lines
 
 

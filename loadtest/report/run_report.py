@@ -52,7 +52,9 @@ def _summary_rows(run: dict[str, Any]) -> list[tuple[str, str, str]]:
     req, thr, tok = m.get("requests", {}), m.get("throughput", {}), m.get("tokens", {})
     cfg, tool = facts.section(run, "config"), facts.section(run, "tool")
     fp = facts.section(run, "workload").get("fingerprint")
-    out_t, in_t = tok.get("output_total"), tok.get("input_total")
+    # The counts the figures use (server usage where sent); older run.json files have the client's only.
+    out_t = tok.get("counted_output_total", tok.get("output_total"))
+    in_t = tok.get("counted_input_total", tok.get("input_total"))
     total = (out_t or 0) + (in_t or 0) if out_t is not None or in_t is not None else None
     return [
         ("Requests completed", fmt_int(req.get("completed")), ""),
@@ -112,6 +114,7 @@ def _token_rows(run: dict[str, Any]) -> dict[str, Any]:
         "reasoning": fmt_int(tok.get("reasoning_total")),
         "cached": fmt_int(tok.get("usage_cached_total")),
         "mismatched": fmt_int(tok.get("mismatched_requests") or 0),
+        "counted_by": facts.section(run, "tokens").get("description"),
     }
 
 
