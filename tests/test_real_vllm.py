@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from real_engines import CLI, ROOT, ServedVllm, pid_alive, print_figures, run_load
+from real_engines import CLI, PIN_GENERATOR, ROOT, ServedVllm, pid_alive, print_figures, run_load
 
 pytestmark = [pytest.mark.real_engine, pytest.mark.timeout(900)]
 
@@ -132,7 +132,18 @@ def test_prompts_longer_than_the_context_are_flagged_then_classified(
 
 def test_a_sweep_with_the_default_profile_is_cold_at_every_point(vllm: ServedVllm, tmp_path: Path) -> None:
     out = tmp_path / "sweep"
-    argv = [*CLI, "sweep", "--host", vllm.url, "--points", "1,4", "--no-offline", "--point-duration", "8"]
+    argv = [
+        *PIN_GENERATOR,
+        *CLI,
+        "sweep",
+        "--host",
+        vllm.url,
+        "--points",
+        "1,4",
+        "--no-offline",
+        "--point-duration",
+        "8",
+    ]
     res = subprocess.run(
         [*argv, "--out", str(out)],
         capture_output=True,

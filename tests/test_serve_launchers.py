@@ -306,7 +306,10 @@ def test_cpu_preset_plan(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> 
         "--python", "/opt/vllm/bin/python",
     )  # fmt: skip
     (proc,) = plan["processes"]
-    assert proc["argv"][:3] == ["/opt/vllm/bin/python", "-m", "vllm.entrypoints.openai.api_server"]
+    assert proc["argv"][:6] == [
+        *("taskset", "-c", "0-1"),  # every process of the server on those cores
+        *("/opt/vllm/bin/python", "-m", "vllm.entrypoints.openai.api_server"),
+    ]
     assert proc["argv"][proc["argv"].index("--model") + 1] == str(model)
     assert proc["argv"][proc["argv"].index("--served-model-name") + 1] == "tiny-llama"
     assert "--gpu-memory-utilization" not in proc["argv"] and "--tensor-parallel-size" not in proc["argv"]

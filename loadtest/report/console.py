@@ -78,12 +78,23 @@ def _server_table(run: dict[str, Any]) -> list[str]:
             continue
         cli = facts.latency_stats(run, ckey)
         c = [cli.get(k) for k in ("p50", "p90", "p99")]
-        sv = [srv.get(f"{k}_ms") for k in ("p50", "p90", "p99")]
-        d = [None if a is None or b is None else a - b for a, b in zip(c, sv, strict=True)]
-        lines.append(f"{label:<16}{trio(c):>26}{trio(sv):>26}{trio(d):>26}")
+        got = [facts.server_percentile(srv, k) for k in ("p50", "p90", "p99")]
+        sv = " / ".join(
+            fmt_ms(v, NA)
+            if v is not None
+            else f"≤{fmt_ms(b)}"
+            if b is not None
+            else f">{fmt_ms(a)}"
+            if a
+            else NA
+            for v, b, a in got
+        )
+        d = [None if a is None or b[0] is None else a - b[0] for a, b in zip(c, got, strict=True)]
+        lines.append(f"{label:<16}{trio(c):>26}{sv:>26}{trio(d):>26}")
     lines.append(
         "server: the engine's histograms, bucket-interpolated (the bucket bounds are the resolution)"
     )
+    lines.append("≤B: within the histogram's first bucket, 0 to B ms; >B: past its last bound")
     return lines
 
 

