@@ -170,6 +170,10 @@ def test_dynamo_backends_and_the_cli_dry_run(capsys: pytest.CaptureFixture[str])
 def test_secrets_are_scrubbed_from_recorded_argv() -> None:
     argv = ["vllm", "serve", "m", "--api-key", "sk-1", "--hf-token=abc", "--port", "1"]
     assert scrub_argv(argv) == ["vllm", "serve", "m", "--api-key", "***", "--hf-token=***", "--port", "1"]
+    # Counts and paths named after tokens are not secrets.
+    kept = ["--max-num-batched-tokens", "8192", "--tokenizer", "/models/t", "--max-tokens", "16"]
+    assert scrub_argv(kept) == kept
+    assert scrub_argv(["--token", "abc"]) == ["--token", "***"]
 
 
 # ---- a real start / health / stop cycle ----------------------------------------------------------

@@ -10,7 +10,9 @@ import urllib.parse
 from pathlib import Path
 from typing import Any
 
-SECRET_FLAG = re.compile(r"(key|token|secret|password|passwd)", re.IGNORECASE)
+# A flag or variable naming a secret; not the counts and paths named after tokens (--max-num-batched-tokens,
+# --tokenizer).
+SECRET_FLAG = re.compile(r"(key|token(?!s|izer)|secret|password|passwd)", re.IGNORECASE)
 LOOPBACK = {"localhost", "127.0.0.1", "0.0.0.0", "::1", "::"}
 # What a run keeps in run.json's endpoint.server (no pids, log paths or the launcher's own bookkeeping).
 RUN_KEYS = (
