@@ -192,9 +192,10 @@ def _responses_full(client: OpenAIClient, rec: RequestRecord, resp: Response) ->
     rec.first_token_ns = rec.first_answer_ns = rec.done_ns
     rec.finish_reason = _finish_reason(obj)
     _usage(rec, obj.get("usage"))
-    rec.outcome = "ok" if obj.get("status") in ("completed", "incomplete") else "stream_error"
-    if rec.outcome != "ok":
-        rec.error = f"response status {obj.get('status')!r}"
+    if obj.get("status") not in ("completed", "incomplete"):
+        rec.outcome, rec.error = "stream_error", f"response status {obj.get('status')!r}"
+    elif not rec.mark_empty(answer + reasoning, "response"):
+        rec.outcome = "ok"
 
 
 def _output_texts(output: list[Any]) -> tuple[str, str]:
@@ -304,5 +305,5 @@ def _responses_stream(client: OpenAIClient, rec: RequestRecord, resp: Response) 
         rec.outcome, rec.error = "truncated", "stream ended without response.completed"
     elif not ev.items:
         rec.outcome, rec.error = "protocol_error", "SSE stream held no data events"
-    else:
+    elif not rec.mark_empty("".join(answer) + "".join(reasoning), "stream"):
         rec.outcome = "ok"

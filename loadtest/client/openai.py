@@ -196,9 +196,7 @@ class OpenAIClient:
                 rec.error = "stream ended without finish_reason or [DONE]"
             elif s.events == 0:
                 rec.outcome, rec.error = "protocol_error", "SSE stream held no data events"
-            elif _no_tokens(rec, s.answer_text + s.tool_text + s.reasoning_text):
-                _mark_empty(rec, f"[DONE] with finish_reason {s.finish_reason or 'none'}")
-            else:
+            elif not rec.mark_empty(s.answer_text + s.tool_text + s.reasoning_text, "stream"):
                 rec.outcome = "ok"
             if rec.outcome == "stream_error" and is_context_length_error(rec.error):
                 rec.outcome = "context_length"
@@ -233,10 +231,8 @@ class OpenAIClient:
         rec.prompt_tokens_server = usage.get("prompt_tokens")
         rec.completion_tokens_server = usage.get("completion_tokens")
         rec.cached_tokens_server = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
-        if _no_tokens(rec, text + _tool_call_text(obj)):
-            _mark_empty(rec, f"finish_reason {rec.finish_reason or 'none'}")
-            return
-        rec.outcome = "ok"
+        if not rec.mark_empty(text + _tool_call_text(obj), "answer"):
+            rec.outcome = "ok"
 
 
 def _tool_call_text(obj: dict[str, Any]) -> str:
@@ -246,20 +242,6 @@ def _tool_call_text(obj: dict[str, Any]) -> str:
             fn = call.get("function") or {}
             out += str(fn.get("name") or "") + str(fn.get("arguments") or "")
     return out
-
-
-def _no_tokens(rec: RequestRecord, text: str) -> bool:
-    """True when tokens were asked for (or no limit set) and the answer carried none at all."""
-    if rec.requested_output_tokens == 0 or text:
-        return False
-    return not rec.completion_tokens_server
-
-
-def _mark_empty(rec: RequestRecord, how: str) -> None:
-    rec.outcome = "empty"
-    rec.error = (
-        f"the answer carried no output token ({how}); asked for {rec.requested_output_tokens or 'any'}"
-    )
 
 
 # What servers say when a prompt does not fit: vLLM ("This model's maximum context length is N tokens"),

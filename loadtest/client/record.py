@@ -65,6 +65,16 @@ class RequestRecord:
     answer_text: str = ""
     tool_calls_text: str = ""
 
+    def mark_empty(self, text: str, what: str) -> bool:
+        """Classify a complete answer as ``empty`` when tokens were asked for (or no limit set) and it
+        carried none (no text, no tool call, no usage count); True when it did."""
+        if self.requested_output_tokens == 0 or text or self.completion_tokens_server:
+            return False
+        self.outcome = "empty"
+        asked = self.requested_output_tokens or "any"
+        self.error = f"the {what} carried no output token (finish_reason {self.finish_reason or 'none'}); asked for {asked}"
+        return True
+
     # ---- derived metrics (MLPerf definitions; see docs/metrics.md) ----
     @property
     def output_tokens(self) -> int:
