@@ -20,6 +20,8 @@ from typing import Any
 
 import pytest
 
+from loadtest.report.facts import server_percentile
+
 ROOT = Path(__file__).resolve().parent.parent
 CLI = [sys.executable, "-m", "loadtest.cli.main"]
 FIGURES: list[str] = []  # what the real-engine tests measured; conftest prints them at the end of the run
@@ -214,8 +216,17 @@ def print_figures(engine: str, run: dict[str, Any], records: list[dict[str, Any]
         f"{engine} output_tokens: client {client_out}, server usage {server_out}",
     ]
     for name in ("ttft", "itl", "tpot", "e2e"):
-        srv = (server.get(name) or {}).get("p50_ms")
-        lines.append(f"{engine} {name}_p50: client {lat[name]['p50']} ms, server {srv} ms")
+        value, below, above = server_percentile(server.get(name) or {}, "p50")
+        srv = (
+            f"{value:.3f} ms"
+            if value is not None
+            else f"<= {below} ms"
+            if below
+            else f"> {above} ms"
+            if above
+            else "-"
+        )
+        lines.append(f"{engine} {name}_p50: client {lat[name]['p50']} ms, server {srv}")
     series = sorted((tel.get("series") or {}).keys()) if isinstance(tel.get("series"), dict) else []
     lines.append(f"{engine} telemetry_series: {len(series)} ({' '.join(series) or 'none'})")
     FIGURES.extend(lines)
