@@ -93,6 +93,8 @@ def test_default_is_per_run_and_old_profiles_stay_valid() -> None:
     assert profile().run_salt == "per_run"
     with pytest.raises(ValueError, match="run_salt"):
         profile(run_salt="per_query")
+    # YAML reads an unquoted `run_salt: off` as false: it means off.
+    assert profile(run_salt=False).run_salt == "off"
 
 
 def test_per_run_prompts_differ_between_runs_past_the_shared_prefix_only() -> None:

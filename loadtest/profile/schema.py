@@ -76,7 +76,12 @@ def _slo_value(v: Any) -> Any:
 
 # Which runs may send the same prompts (docs/profiles.md): none (a fresh nonce per run), runs with the
 # same seed, or all (no run salt; the bodies of versions before run_salt existed).
-RunSalt = Literal["per_run", "per_seed", "off"]
+def _run_salt(v: Any) -> Any:
+    """YAML 1.1 reads an unquoted ``off`` as false (and ``on`` as true): take those for what was written."""
+    return {False: "off", True: "per_run"}.get(v, v) if isinstance(v, bool) else v
+
+
+RunSalt = Annotated[Literal["per_run", "per_seed", "off"], BeforeValidator(_run_salt)]
 SloKey = Annotated[str, StringConstraints(pattern=SLO_KEY_PATTERN)]
 SloValue = Annotated[float | str, BeforeValidator(_slo_value)]
 
