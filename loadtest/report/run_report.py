@@ -199,7 +199,7 @@ VERDICT_LABELS = {
     "pass": "PASS",
     "slo_missed": "SLO MISSED",
     "invalid": "RUN INVALID",
-    "error_rate": "ERROR RATE OVER LIMIT",
+    "error_rate": "ENDPOINT FAILING",  # exit 12: no success, error rate over its limit, or stopped early
 }
 
 
