@@ -18,6 +18,7 @@ import subprocess
 import threading
 import time
 import uuid
+import zlib
 from collections import Counter
 from pathlib import Path
 
@@ -34,6 +35,13 @@ BEHAVIOURS = (
     "empty_done",  # llama.cpp's server ending a request it interrupted: a role chunk, then [DONE]
     "context_400",  # vLLM refusing a prompt longer than its context window
     "bad_request",  # HTTP 400 for everything (an endpoint that rejects the request shape)
+    "continue_100",  # an interim 100 Continue in its own write, then the answer (RFC 9110 §15.2)
+    "switching_101",  # 101 Switching Protocols: not an answer to a completion request
+    "trailing_503",  # a complete stream and, in the same write, an unsolicited 503
+    "gzip_stream",  # Content-Encoding: gzip although the request asked for identity (flushed per event)
+    "br_stream",  # Content-Encoding: br, which the client does not decode
+    "events_after_done",  # content events after data: [DONE]
+    "bom_stream",  # a UTF-8 byte-order mark before the first event (WHATWG SSE strips it)
 )
 BIG_EVENT_BYTES = 10 * 1024 * 1024
 MODEL = "fault-model"
@@ -84,6 +92,7 @@ class FaultServer:
         self.require_uuid = require_uuid
         self.models_as_stream = models_as_stream
         self.heads: list[str] = []  # every scheduled request's header block, as received
+        self.accept_encoding: list[str] = []  # each scheduled request's Accept-Encoding
         for b in schedule:
             if b not in BEHAVIOURS:
                 raise ValueError(f"unknown behaviour {b!r}")
@@ -211,6 +220,7 @@ class FaultServer:
             self.truth[headers.get("x-request-id", f"anon-{self._n}")] = behaviour
             self.authorization.append(headers.get("authorization", ""))
             self.heads.append(head)
+            self.accept_encoding.append(headers.get("accept-encoding", ""))
         rid = headers.get("x-request-id")
         if self.require_uuid and rid is not None and not _is_uuid(rid):
             return self._error(conn, 400, f"Invalid request id: {rid} (must be a UUID)")
@@ -224,6 +234,7 @@ class FaultServer:
             307: "Temporary Redirect",
             400: "Bad Request",
             401: "Unauthorized",
+            503: "Service Unavailable",
             404: "Not Found",
         }
         text = f"HTTP/1.1 {status} {reason.get(status, 'Bad Gateway')}\r\n"
@@ -320,6 +331,44 @@ class FaultServer:
         return self._error(
             conn, 400, "[{'type': 'missing', 'loc': ('body', 'prompt'), 'msg': 'Field required'}]"
         )
+
+    def _b_continue_100(self, conn: socket.socket, _h: dict[str, str]) -> bool:
+        conn.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")
+        time.sleep(0.02)  # its own read
+        return self._stream(conn, self._ok_events())
+
+    def _b_switching_101(self, conn: socket.socket, _h: dict[str, str]) -> bool:
+        conn.sendall(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
+        return False
+
+    def _b_trailing_503(self, conn: socket.socket, _h: dict[str, str]) -> bool:
+        body = b"".join(_chunk(ev) for ev in self._ok_events()) + b"0\r\n\r\n"
+        extra = self._head(503, "text/plain", 4) + b"busy"
+        conn.sendall(self._head(200, "text/event-stream", None) + body + extra)
+        return True
+
+    def _b_gzip_stream(self, conn: socket.socket, _h: dict[str, str]) -> bool:
+        z = zlib.compressobj(6, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+        parts = [z.compress(ev) + z.flush(zlib.Z_SYNC_FLUSH) for ev in self._ok_events()]
+        parts[-1] += z.flush()
+        conn.sendall(self._head(200, "text/event-stream", None, "Content-Encoding: gzip\r\n"))
+        for part in parts:
+            conn.sendall(_chunk(part))
+        conn.sendall(b"0\r\n\r\n")
+        return True
+
+    def _b_br_stream(self, conn: socket.socket, _h: dict[str, str]) -> bool:
+        payload = b"\x1b\x03\x00\xf8\xa5\x90\x8d\x1e"  # some brotli-looking bytes: never decoded
+        conn.sendall(self._head(200, "text/event-stream", len(payload), "Content-Encoding: br\r\n") + payload)
+        return True
+
+    def _b_events_after_done(self, conn: socket.socket, _h: dict[str, str]) -> bool:
+        return self._stream(conn, [*self._ok_events(), *[_event(_delta(" extra")) for _ in range(3)]])
+
+    def _b_bom_stream(self, conn: socket.socket, _h: dict[str, str]) -> bool:
+        events = self._ok_events()
+        events[0] = b"\xef\xbb\xbf" + events[0]
+        return self._stream(conn, events)
 
     def _b_auth_echo(self, conn: socket.socket, h: dict[str, str]) -> bool:
         msg = {"error": {"message": f"invalid credentials: {h.get('authorization', '')}", "code": 401}}

@@ -55,8 +55,19 @@ SERVER_FAULTS = {
     "invalid_utf8": "stream_error",
     "big_event": "ok",
     "never_answer": "timeout",
+    "empty_done": "empty",
+    "context_400": "context_length",
+    "continue_100": "ok",
+    "switching_101": "protocol_error",
+    "trailing_503": "ok",
+    "gzip_stream": "ok",
+    "br_stream": "protocol_error",
+    "events_after_done": "ok",
+    "bom_stream": "ok",
     "refused": "connect_error",
 }
+# Behaviours whose answer carries exactly the four " hello" tokens of an ok stream, nothing more or less.
+FOUR_TOKENS = {"ok", "continue_100", "trailing_503", "gzip_stream", "events_after_done", "bom_stream"}
 SCHEDULE = [b for b in SERVER_FAULTS if b != "refused"]
 
 _table: list[tuple[str, str, int, dict[str, int], str]] = []
@@ -213,6 +224,12 @@ def test_proxy_and_server_faults(tmp_path: Path, mode: str) -> None:
     assert set(srv.truth) <= {r["wire_id"] for r in records}
     assert run["metrics"]["requests"]["by_outcome"]["connect_error"] > 0
     assert all(n >= 2 for n in Counter(srv.truth.values()).values())
+    # Interim responses, trailing bytes, a gzip body, events after [DONE] and a BOM change no count.
+    counted = [r for r in records if label_of[r["wire_id"]] in FOUR_TOKENS]
+    assert counted and all(r["output_tokens"] == 4 for r in counted), [
+        (label_of[r["wire_id"]], r["output_tokens"]) for r in counted if r["output_tokens"] != 4
+    ]
+    assert all(h.lower() == "identity" for h in srv.accept_encoding), set(srv.accept_encoding)
 
 
 @pytest.fixture(scope="module")

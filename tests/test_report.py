@@ -266,7 +266,12 @@ def test_every_section_on_a_real_mixed_run(mix_run: Path) -> None:
     _assert_offline(html)
     # Verdict with its reasons at the top, before the headline numbers.
     assert html.index('id="verdict"') < html.index('id="headline"')
-    label = {"pass": "PASS", "slo_missed": "SLO MISSED", "invalid": "RUN INVALID", "error_rate": "ENDPOINT FAILING"}
+    label = {
+        "pass": "PASS",
+        "slo_missed": "SLO MISSED",
+        "invalid": "RUN INVALID",
+        "error_rate": "ENDPOINT FAILING",
+    }
     assert f"Verdict: {label[run['verdict']['status']]}" in html
     for reason in run["verdict"]["reasons"]:
         assert str(escape(reason)) in _section(html, "verdict")

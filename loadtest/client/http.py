@@ -18,6 +18,7 @@ import struct
 import sys
 import time
 import weakref
+import zlib
 from dataclasses import dataclass, field
 from time import perf_counter_ns
 from urllib.parse import urlsplit
@@ -140,9 +141,12 @@ class Response:
 
 
 class _Reader:
-    """httptools callbacks for one response; ``now`` is set by the read loop before each feed."""
+    """httptools callbacks for one response; ``now`` is set by the read loop before each feed.
 
-    __slots__ = ("resp", "now", "_hname", "keep_alive", "done", "parser", "_chunks", "_times")
+    Interim (1xx) responses are skipped (RFC 9110 §15.2): the final response is the answer. Bytes after
+    the final response's end are not part of it: they are ignored and poison the connection."""
+
+    __slots__ = ("resp", "now", "_hname", "keep_alive", "done", "leftover", "parser", "_chunks", "_times")
 
     def __init__(self, resp: Response) -> None:
         self.resp = resp
@@ -150,23 +154,38 @@ class _Reader:
         self._hname = ""
         self.keep_alive = True
         self.done = False
+        self.leftover = False  # bytes after the response's end arrived: the connection is not reusable
         self._chunks = resp.chunks
         self._times = resp.times
         self.parser = httptools.HttpResponseParser(self)
 
+    def on_message_begin(self) -> None:
+        if self.done:
+            self.leftover = True
+
     def on_header(self, name: bytes, value: bytes) -> None:
-        self.resp.headers[name.decode("latin-1").lower()] = value.decode("latin-1")
+        if not self.done:
+            self.resp.headers[name.decode("latin-1").lower()] = value.decode("latin-1")
 
     def on_headers_complete(self) -> None:
+        if self.done:
+            return
         self.resp.status = self.parser.get_status_code()
         self.resp.headers_ns = self.now
         self.keep_alive = self.parser.should_keep_alive()
 
     def on_body(self, body: bytes) -> None:
-        self._chunks.append(body)
-        self._times.append(self.now)
+        if not self.done:
+            self._chunks.append(body)
+            self._times.append(self.now)
 
     def on_message_complete(self) -> None:
+        if self.done:
+            return
+        if 100 <= self.resp.status < 200:  # interim: the final response follows on this connection
+            self.resp.status, self.resp.headers_ns = 0, 0
+            self.resp.headers.clear()
+            return
         self.done = True
         self.resp.complete = True
 
@@ -333,6 +352,12 @@ class Connection:
                         resp.complete = True
                     return resp
                 feed(data)
+        except httptools.HttpParserUpgrade as e:  # 101 Switching Protocols: not an answer to this request
+            self.close()
+            raise HttpFailure(
+                "protocol_error",
+                f"HTTP {resp.status or 101}: the server switched protocols instead of answering",
+            ) from e
         except HttpFailure:
             self.close()
             raise
@@ -355,12 +380,42 @@ class Connection:
                 raise HttpFailure("protocol_error", f"not an HTTP response: {e}") from e
             resp.broken = f"malformed HTTP body: {e}"
             return resp
+        except Exception as e:  # nothing a server sends may escape the client: the record says what
+            self.close()
+            raise HttpFailure("protocol_error", f"unreadable response: {type(e).__name__}: {e}") from e
         finally:
             self._reader = None
             _watchdog.active.discard(self)  # watched only while in flight: the watchdog ends when idle
-        if not reader.keep_alive:
+        if not reader.keep_alive or reader.leftover:
             self.close()
         return resp
+
+
+_DECODABLE = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
+
+
+def decode_content(resp: Response) -> str:
+    """Undo a Content-Encoding the server applied although the request asked for ``identity``.
+
+    gzip and deflate are decoded chunk by chunk in place, each decoded piece keeping the time of the read
+    that brought it; "" when the body is now plain, else why it cannot be read (another coding, or a
+    corrupt one)."""
+    coding = resp.headers.get("content-encoding", "").strip().lower()
+    if coding in ("", "identity"):
+        return ""
+    wbits = _DECODABLE.get(coding)
+    if wbits is None:
+        return f"the server sent Content-Encoding {coding} although the request asked for identity"
+    d = zlib.decompressobj(wbits)
+    try:
+        plain = [d.decompress(c) for c in resp.chunks]
+        if plain:
+            plain[-1] += d.flush()
+    except zlib.error as e:
+        return f"Content-Encoding {coding}: the body does not decode ({e})"
+    resp.chunks[:] = plain
+    del resp.headers["content-encoding"]
+    return ""
 
 
 def build_request(endpoint: Endpoint, method: str, path: str, body: bytes, headers: dict[str, str]) -> bytes:

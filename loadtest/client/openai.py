@@ -10,7 +10,7 @@ from typing import Any
 import msgspec
 
 from loadtest.client import apis
-from loadtest.client.http import Connection, Endpoint, HttpFailure, Response, build_request
+from loadtest.client.http import Connection, Endpoint, HttpFailure, Response, build_request, decode_content
 from loadtest.client.record import RequestRecord
 from loadtest.client.secrets import redact
 from loadtest.client.sse import parse_stream
@@ -66,7 +66,11 @@ class OpenAIClient:
         self.timeouts = timeouts or Timeouts()
         self.worker = worker
         self.conn = Connection(self.endpoint, self.timeouts.connect, verify_tls)
-        self._headers = {"Content-Type": "application/json", "Accept": "text/event-stream, application/json"}
+        self._headers = {
+            "Content-Type": "application/json",
+            "Accept": "text/event-stream, application/json",
+            "Accept-Encoding": "identity",  # a compressed stream would hide when each token arrived
+        }
         self._secrets = (api_key,) if api_key else ()
         if api_key:
             self._headers["Authorization"] = f"Bearer {api_key}"
@@ -156,6 +160,10 @@ class OpenAIClient:
             rec.outcome = "protocol_error"
             where = resp.headers.get("location") or "no Location"
             rec.error = f"HTTP {status} redirect to {where}: not followed (point --host at the final URL)"
+            return
+        if undecodable := decode_content(resp):
+            rec.outcome, rec.error = "protocol_error", undecodable
+            rec.done_ns = resp.times[-1] if resp.times else resp.headers_ns
             return
         if req.api in apis.OWN_APIS and apis.classify(self, rec, req, resp):
             return

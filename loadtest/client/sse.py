@@ -122,7 +122,7 @@ def _general_split(
             continue
         if data == b"[DONE]":
             res.saw_done = True
-            continue
+            break  # the stream's end: anything after it is not part of the answer
         payloads.append(data)
         payload_times.append(t)
     if not payloads:
@@ -144,6 +144,7 @@ def _general_split(
 
 
 _DONE_EVENT = b"data: [DONE]\n\n"
+_BOM = b"\xef\xbb\xbf"
 _PREFIX = b"data: "
 _BLANK_PREFIX = b"      "  # same length as the prefix, so byte offsets do not move
 
@@ -182,6 +183,8 @@ def parse_stream(chunks: list[bytes], times: list[int]) -> StreamResult:
     res = StreamResult()
     if not chunks:
         return res
+    if chunks[0].startswith(_BOM):  # WHATWG: one leading byte-order mark is not part of the stream
+        chunks = [chunks[0][len(_BOM) :], *chunks[1:]]
     if any(b"\r" in c for c in chunks):
         chunks = _normalize_newlines(chunks)
     buf = chunks[0] if len(chunks) == 1 else b"".join(chunks)
