@@ -8,6 +8,7 @@ import uuid
 from collections import Counter
 from pathlib import Path
 
+import pytest
 from conftest import read_lines, run_cli, write_profile
 from fault_servers import FaultServer
 
@@ -142,4 +143,22 @@ def test_a_dead_or_silent_endpoint_fails_with_its_own_failure_first(tmp_path: Pa
     run = json.loads((tmp_path / "silent" / "out" / "run.json").read_text())
     assert code == 12, log[-2000:]
     assert records and {r["outcome"] for r in records} == {"timeout"}
+    assert "timeout" in run["verdict"]["reasons"][0], run["verdict"]["reasons"]
+
+
+@pytest.mark.parametrize("processes", [1, 2])
+def test_requests_the_endpoint_never_answers_are_its_timeouts_not_cancellations(
+    tmp_path: Path, processes: int
+) -> None:
+    """Read timeout (300 s) longer than the drain: at the drain's end they are the endpoint's failure."""
+    with FaultServer(["ok", "never_answer"]) as srv:
+        code, log, records = _run(
+            tmp_path, srv.base_url, "--processes", str(processes), client={"drain_timeout_s": 2}
+        )
+        truth = dict(srv.truth)
+    assert code == 12, log[-2000:]
+    got = Counter((truth[r["wire_id"]], r["outcome"]) for r in records)
+    assert set(got) == {("ok", "ok"), ("never_answer", "timeout")}, got
+    run = json.loads((tmp_path / "out" / "run.json").read_text())
+    assert run["metrics"]["requests"]["cancelled"] == 0
     assert "timeout" in run["verdict"]["reasons"][0], run["verdict"]["reasons"]

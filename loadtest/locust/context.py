@@ -97,6 +97,9 @@ class RunContext:
         self.env: Environment | None = None
         self.in_flight = 0
         self.stopping = False  # set at the end of the run: issue nothing new, let in-flight requests finish
+        # Set when the end-of-run drain ran out with requests still waiting on the endpoint: those are
+        # the endpoint's timeouts (errors), not the generator's cancellations.
+        self.drain_expired_s: float | None = None
         judging = self.profile.judging
         self.streak = FailingStreak(judging.stop_after_failed, judging.stop_after_failing_s)
         self.failure_backoff_max_s = self.profile.client.failure_backoff_max_s

@@ -58,7 +58,6 @@ MSG_FINAL = "loadtest_final"  # worker → master: {"index", "delta", "lines", "
 MSG_FAILING = "loadtest_failing"  # worker → master: {"index", "info"}: failing wholesale, stop early
 # Keys a worker adds to each Locust report (every WORKER_REPORT_INTERVAL = 3 s).
 REPORT_INDEX, REPORT_DELTA, REPORT_LINES = "loadtest_index", "loadtest", "loadtest_lines"
-DRAIN_TIMEOUT_S = 60.0
 LOST_AFTER_S = 5.0  # no heartbeat (sent every second) for this long: the worker is gone
 MASTER_GONE_AFTER_S = 15.0  # a worker stops when the master has not answered a heartbeat for this long
 
@@ -129,10 +128,13 @@ class _Stopper:
 
 
 def _drain(ctx: RunContext, timeout: float) -> None:
+    """Let requests in flight finish, at most ``timeout`` s; those still waiting then are the endpoint's."""
     ctx.stopping = True
     deadline = time.monotonic() + timeout
     while ctx.in_flight > 0 and time.monotonic() < deadline:
         gevent.sleep(0.05)
+    if ctx.in_flight > 0:
+        ctx.drain_expired_s = timeout
 
 
 def run_local(settings: RunSettings) -> RunOutcome:
@@ -149,7 +151,7 @@ def run_local(settings: RunSettings) -> RunOutcome:
     started = time.time()
     drive_load(runner, ctx.profile, settings, stopper)
     if stopper.reason is None:
-        _drain(ctx, DRAIN_TIMEOUT_S)
+        _drain(ctx, ctx.profile.client.drain_timeout_s)
     runner.stop()
     runner.quit()
     ctx.close()
@@ -383,8 +385,9 @@ def run_master(
         started = time.time()
         drive_load(runner, profile, settings, stopper)
         drain = stopper.reason is None
-        runner.send_message(MSG_FINISH, {"drain": drain, "timeout": DRAIN_TIMEOUT_S})
-        deadline = time.monotonic() + (DRAIN_TIMEOUT_S if drain else 0) + 30
+        drain_s = profile.client.drain_timeout_s
+        runner.send_message(MSG_FINISH, {"drain": drain, "timeout": drain_s})
+        deadline = time.monotonic() + (drain_s if drain else 0) + 30
         while time.monotonic() < deadline and any(w.final is None and not w.lost for w in workers.values()):
             gevent.sleep(0.05)
         runner.quit()

@@ -39,7 +39,14 @@ def send_and_account(
     try:
         client.send(req, sched_ns, sched_epoch, rec)
     except gevent.GreenletExit:
-        rec.outcome, rec.error = "cancelled", "stopped by the generator before the response ended"
+        if ctx.drain_expired_s is not None:  # the run ended normally and the endpoint still had not answered
+            rec.outcome = "timeout"
+            rec.error = (
+                f"no complete response when the run's drain ended ({ctx.drain_expired_s:g} s after the "
+                "load stopped): the endpoint is not answering"
+            )
+        else:
+            rec.outcome, rec.error = "cancelled", "stopped by the generator before the response ended"
         client.close()
         raise
     finally:

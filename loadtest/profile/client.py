@@ -36,3 +36,6 @@ class ClientSpec(Strict):
     # Closed loop: after a failed request a stream waits 0.05 s, doubling per failure in a row up to
     # this cap, before its next request (reset by a success); 0 = send again at once.
     failure_backoff_max_s: float = Field(default=1.0, ge=0)
+    # After the load stops, requests in flight get this long to finish; those still unanswered then are
+    # the endpoint's `timeout`s (errors), not cancellations.
+    drain_timeout_s: float = Field(default=60.0, gt=0)
