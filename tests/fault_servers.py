@@ -42,6 +42,7 @@ BEHAVIOURS = (
     "br_stream",  # Content-Encoding: br, which the client does not decode
     "events_after_done",  # content events after data: [DONE]
     "bom_stream",  # a UTF-8 byte-order mark before the first event (WHATWG SSE strips it)
+    "auth_echo_cut",  # a plain-text 401 echoing the key across the error snippet's cut, and another token
 )
 BIG_EVENT_BYTES = 10 * 1024 * 1024
 MODEL = "fault-model"
@@ -369,6 +370,13 @@ class FaultServer:
         events = self._ok_events()
         events[0] = b"\xef\xbb\xbf" + events[0]
         return self._stream(conn, events)
+
+    def _b_auth_echo_cut(self, conn: socket.socket, h: dict[str, str]) -> bool:
+        key = h.get("authorization", "").removeprefix("Bearer ")
+        text = "x" * 150 + " denied: " + key + " (the gateway also saw Bearer gw-0therS3cretT0ken99)"
+        payload = text.encode()
+        conn.sendall(self._head(401, "text/plain", len(payload)) + payload)
+        return True
 
     def _b_auth_echo(self, conn: socket.socket, h: dict[str, str]) -> bool:
         msg = {"error": {"message": f"invalid credentials: {h.get('authorization', '')}", "code": 401}}

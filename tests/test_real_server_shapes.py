@@ -162,3 +162,17 @@ def test_requests_the_endpoint_never_answers_are_its_timeouts_not_cancellations(
     run = json.loads((tmp_path / "out" / "run.json").read_text())
     assert run["metrics"]["requests"]["cancelled"] == 0
     assert "timeout" in run["verdict"]["reasons"][0], run["verdict"]["reasons"]
+
+
+def test_a_used_run_folder_is_refused_or_replaced_never_appended_to(tmp_path: Path) -> None:
+    with FaultServer(["ok"]) as srv:
+        code, log, first = _run(tmp_path, srv.base_url)
+        assert code == 0 and first, log[-2000:]
+        code, log, _ = _run(tmp_path, srv.base_url)
+        assert code == 2 and "already holds a run" in log and "--force" in log
+        code, log, second = _run(tmp_path, srv.base_url, "--force")
+    assert code == 0, log[-2000:]
+    run = json.loads((tmp_path / "out" / "run.json").read_text())
+    ids = [r["wire_id"] for r in second]
+    assert len(ids) == len(set(ids)) == run["metrics"]["requests"]["completed"]  # this run's records only
+    assert not {r["wire_id"] for r in first} & set(ids)

@@ -137,3 +137,30 @@ def test_profile_paths_may_not_leave_the_profile_folder(tmp_path: Path, field: s
     assert res.returncode == 2 and "Traceback" not in res.stderr
     msg = res.stdout + res.stderr
     assert str(prof) in msg and field in msg and "leaves the profile's folder" in msg
+
+
+def test_a_key_echoed_across_the_snippet_cut_or_an_unknown_token_never_leaks(tmp_path: Path) -> None:
+    """The error snippet is redacted before it is cut; bearer-like tokens the server echoes go too."""
+    key_file = tmp_path / "key"
+    key_file.write_text(KEY)
+    prof = write_profile(tmp_path / "p.yaml", load={"concurrency": 2}, duration_s=2)
+    out = tmp_path / "out"
+    with FaultServer(["ok", "auth_echo_cut"]) as srv:
+        res = run_cli(
+            ["run", "--profile", str(prof), "--host", srv.base_url, "--api-key-file", str(key_file)]
+            + ["--out", str(out)]
+        )
+    errors = [r["error"] for r in read_lines([out / "records.jsonl"]) if r["outcome"] == "http_4xx"]
+    assert errors and all(e.startswith("HTTP 401: xxx") for e in errors), errors[:2]
+    text = _files_text(out) + res.stdout + res.stderr
+    for part in (KEY[:10], KEY[-10:], "0therS3cret"):
+        assert part not in text, part
+
+
+def test_credentials_in_the_host_url_are_refused_and_never_written(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    res = run_cli(
+        ["run", "--host", "http://user:hunter2pw@127.0.0.1:9", "--duration", "1", "--out", str(out)]
+    )
+    assert res.returncode == 2 and "credentials in the URL" in res.stderr
+    assert "hunter2pw" not in res.stdout + res.stderr + (_files_text(out) if out.exists() else "")

@@ -62,6 +62,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     m.add_argument("--cooldown", metavar="S|auto", help="and before this long before the last one")
     m.add_argument("--junit", metavar="PATH", help="write the verdict as JUnit XML")
     m.add_argument("--out", help="output folder (default: reports/<timestamp>-<profile>/)")
+    m.add_argument(
+        "--force", action="store_true", help="--out may hold an earlier run: its files are replaced"
+    )
     m.add_argument("--connect-timeout", type=float, metavar="S", help="default: the profile's client policy")
     m.add_argument("--read-timeout", type=float, metavar="S", help="default: the profile's client policy")
     m.add_argument("--total-timeout", type=float, metavar="S", help="default: the profile's client policy")

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from loadtest.client.apis import auth_headers
+from loadtest.client.http import Endpoint as HttpEndpoint
 from loadtest.client.preflight import CHECK_MODELS, EndpointError, ServedModel, served_models
 from loadtest.profile.schema import Profile
 
@@ -46,6 +47,11 @@ def open_endpoint(
     """``args.host``, or the embedded engine with the profile's preset (stopped when ``stack`` closes),
     then ``GET /v1/models``; raises EndpointSetupError with one line on any problem."""
     host, engine_info = args.host, None
+    if host:
+        try:
+            HttpEndpoint.parse(host)  # a malformed URL, or one with credentials in it, is bad input
+        except ValueError as e:
+            raise EndpointSetupError(str(e), usage=True) from e
     if not host:
         from loadtest.sim.start import EngineStartError, start_engine
 

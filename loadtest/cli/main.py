@@ -80,6 +80,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--out", help="output folder (default: reports/<timestamp>-<profile>/)")
     run.add_argument(
+        "--force", action="store_true", help="--out may hold an earlier run: its files are replaced"
+    )
+    run.add_argument(
         "--processes", type=int, default=1, metavar="N", help="Locust worker processes on this host"
     )
     run.add_argument(

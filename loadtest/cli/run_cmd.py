@@ -86,8 +86,30 @@ def ensure_writable(folder: Path, what: str) -> Path:
     return folder
 
 
+# What a run writes into its folder: a folder holding any of these holds a run.
+RUN_FILES = (
+    "run.json",
+    "report.html",
+    "mlperf_log_summary.txt",
+    "records*.jsonl",
+    "*.records.jsonl",
+    "engine.log",
+)
+
+
 def _out_dir(args: argparse.Namespace, profile_name: str) -> Path:
+    """The run folder: new, or (``--force``) an old run's folder cleared of that run's files.
+
+    Appending a run's records to another's would mix two runs in every report, export and comparison."""
     out = Path(args.out) if args.out else Path("reports") / f"{time.strftime('%Y%m%d-%H%M%S')}-{profile_name}"
+    old = sorted({f for pattern in RUN_FILES for f in out.glob(pattern)}) if out.is_dir() else []
+    if old and not getattr(args, "force", False):
+        names = ", ".join(f.name for f in old[:3]) + (", …" if len(old) > 3 else "")
+        raise UsageError(
+            f"--out {out} already holds a run ({names}): give a new folder, or --force to replace that run"
+        )
+    for f in old:
+        f.unlink()
     return ensure_writable(out, "output folder")
 
 

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from loadtest.client.http import Response, build_request
+from loadtest.client.secrets import snippet
 
 if TYPE_CHECKING:
     from loadtest.client.openai import OpenAIClient, PreparedRequest
@@ -115,11 +116,6 @@ def classify(client: OpenAIClient, rec: RequestRecord, req: PreparedRequest, res
     return True
 
 
-def _snippet(body: bytes, n: int = 160) -> str:
-    text = body[:n].decode("utf-8", "replace").replace("\n", " ").strip()
-    return text + ("…" if len(body) > n else "")
-
-
 def _json_body(rec: RequestRecord, resp: Response) -> dict[str, Any] | None:
     if resp.broken:
         rec.outcome, rec.error = "stream_error", resp.broken
@@ -127,13 +123,13 @@ def _json_body(rec: RequestRecord, resp: Response) -> dict[str, Any] | None:
     try:
         obj = _decoder.decode(resp.body)
     except msgspec.DecodeError:
-        rec.outcome, rec.error = "protocol_error", f"response is not JSON: {_snippet(resp.body)}"
+        rec.outcome, rec.error = "protocol_error", f"response is not JSON: {snippet(resp.body)}"
         return None
     if not isinstance(obj, dict):
-        rec.outcome, rec.error = "protocol_error", f"response is not a JSON object: {_snippet(resp.body)}"
+        rec.outcome, rec.error = "protocol_error", f"response is not a JSON object: {snippet(resp.body)}"
         return None
     if "error" in obj and obj.get("error"):
-        rec.outcome, rec.error = "stream_error", f"error in a 200 answer: {_snippet(resp.body)}"
+        rec.outcome, rec.error = "stream_error", f"error in a 200 answer: {snippet(resp.body)}"
         return None
     return obj
 
@@ -147,7 +143,7 @@ def _embeddings(rec: RequestRecord, req: PreparedRequest, resp: Response) -> Non
         return
     data = obj.get("data")
     if not isinstance(data, list) or not all(isinstance(d, dict) and "embedding" in d for d in data):
-        rec.outcome, rec.error = "protocol_error", f"not an OpenAI embeddings list: {_snippet(resp.body)}"
+        rec.outcome, rec.error = "protocol_error", f"not an OpenAI embeddings list: {snippet(resp.body)}"
         return
     if len(data) != n_in:
         rec.outcome, rec.error = "protocol_error", f"{len(data)} embedding(s) returned for {n_in} input(s)"
@@ -185,7 +181,7 @@ def _responses_full(client: OpenAIClient, rec: RequestRecord, resp: Response) ->
     if obj is None:
         return
     if obj.get("object") != "response" or not isinstance(obj.get("output"), list):
-        rec.outcome, rec.error = "protocol_error", f"not a Responses API object: {_snippet(resp.body)}"
+        rec.outcome, rec.error = "protocol_error", f"not a Responses API object: {snippet(resp.body)}"
         return
     answer, reasoning = _output_texts(obj["output"])
     _count(client, rec, answer, reasoning)

@@ -100,6 +100,12 @@ class Endpoint:
     @classmethod
     def parse(cls, url: str) -> Endpoint:
         u = urlsplit(url if "://" in url else f"http://{url}")
+        if u.username is not None or u.password is not None:
+            bare = u._replace(netloc=u.netloc.rpartition("@")[2]).geturl()
+            raise ValueError(
+                f"host {bare}: credentials in the URL (user:password@) are never sent and would be "
+                "written into the run's files; give the key with --api-key-env or --api-key-file"
+            )
         if u.scheme not in ("http", "https"):
             raise ValueError(f"host {url!r}: scheme must be http or https")
         if not u.hostname:

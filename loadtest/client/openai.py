@@ -12,7 +12,7 @@ import msgspec
 from loadtest.client import apis
 from loadtest.client.http import Connection, Endpoint, HttpFailure, Response, build_request, decode_content
 from loadtest.client.record import RequestRecord
-from loadtest.client.secrets import redact
+from loadtest.client.secrets import redact_echoes, snippet
 from loadtest.client.sse import parse_stream
 from loadtest.workload.tokenizer import Tokenizer
 
@@ -135,14 +135,14 @@ class OpenAIClient:
         except HttpFailure as f:
             rec.sent_ns = sent[0]
             rec.done_ns = 0
-            rec.outcome, rec.error = f.outcome, redact(f.message, self._secrets)
+            rec.outcome, rec.error = f.outcome, redact_echoes(f.message, self._secrets)
             return rec
         rec.sent_ns = sent[0]
         rec.headers_ns = resp.headers_ns
         rec.http_status = resp.status
         self._classify(rec, req, resp)
-        if rec.error and self._secrets:
-            rec.error = redact(rec.error, self._secrets)  # a server that echoes the key back
+        if rec.error:
+            rec.error = redact_echoes(rec.error, self._secrets)  # a server that echoes a key back
         return rec
 
     # ---- outcome classification, once per request ----
@@ -171,7 +171,9 @@ class OpenAIClient:
             if "text/event-stream" not in resp.content_type:
                 rec.outcome = "protocol_error"
                 ct = resp.content_type or "none"
-                rec.error = f"expected an SSE stream (text/event-stream), got content-type {ct}: {_snippet(resp.body)}"
+                rec.error = (
+                    f"expected an SSE stream (text/event-stream), got content-type {ct}: {snippet(resp.body)}"
+                )
                 return
             s = parse_stream(resp.chunks, resp.times)
             rec.chunk_ns = s.chunk_ns
@@ -217,13 +219,13 @@ class OpenAIClient:
         try:
             obj = _any_decoder.decode(resp.body)
         except msgspec.DecodeError:
-            rec.outcome, rec.error = "protocol_error", f"response is not JSON: {_snippet(resp.body)}"
+            rec.outcome, rec.error = "protocol_error", f"response is not JSON: {snippet(resp.body)}"
             return
         if not isinstance(obj, dict) or "choices" not in obj:
             rec.outcome = (
                 "protocol_error" if not (isinstance(obj, dict) and "error" in obj) else "stream_error"
             )
-            rec.error = f"not an OpenAI completion object: {_snippet(resp.body)}"
+            rec.error = f"not an OpenAI completion object: {snippet(resp.body)}"
             return
         text = ""
         for c in obj.get("choices") or []:
@@ -284,11 +286,6 @@ def _retry_after(resp: Response) -> float | None:
     return seconds if seconds >= 0 else None
 
 
-def _snippet(body: bytes, n: int = 160) -> str:
-    text = body[:n].decode("utf-8", "replace").replace("\n", " ").strip()
-    return text + ("…" if len(body) > n else "")
-
-
 def _error_message(resp: Response) -> str:
     """The server's error message: OpenAI ``{"error": {...}}`` if present, else the body's start."""
     body = resp.body
@@ -302,4 +299,4 @@ def _error_message(resp: Response) -> str:
     except msgspec.DecodeError:
         pass
     retry = resp.headers.get("retry-after")
-    return f"HTTP {resp.status}{f' (Retry-After {retry})' if retry else ''}: {_snippet(body)}"
+    return f"HTTP {resp.status}{f' (Retry-After {retry})' if retry else ''}: {snippet(body)}"

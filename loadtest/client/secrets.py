@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from pathlib import Path
 
 REDACTED = "***"
@@ -47,6 +48,25 @@ def redact(text: str, secrets: tuple[str, ...]) -> str:
         if s and s in text:
             text = text.replace(s, REDACTED)
     return text
+
+
+# Credentials a server may echo that this process was not told about: a bearer token, an OpenAI-style key.
+_BEARER = re.compile(r"(?i)\b(bearer\s+)[A-Za-z0-9._~+/=-]{4,}")
+_KEY_LIKE = re.compile(r"\bsk-[A-Za-z0-9_-]{6,}")
+_SNIPPET_PAD = 512  # bytes decoded past the cut, so a secret that straddles it is still whole when redacted
+
+
+def redact_echoes(text: str, secrets: tuple[str, ...] = ()) -> str:
+    """``text`` without the given and known secrets, nor anything that looks like a bearer token or key."""
+    text = redact(text, tuple(secrets) + _Redactor.secrets)
+    return _KEY_LIKE.sub(REDACTED, _BEARER.sub(rf"\g<1>{REDACTED}", text))
+
+
+def snippet(body: bytes, n: int = 160) -> str:
+    """The start of a response body for an error message: redacted first, then cut to ``n`` characters."""
+    head = body[: n + _SNIPPET_PAD]
+    text = redact_echoes(head.decode("utf-8", "replace").replace("\n", " ").strip())
+    return text[:n] + ("…" if len(text) > n or len(body) > len(head) else "")
 
 
 _formatter = logging.Formatter()
