@@ -164,3 +164,30 @@ def test_credentials_in_the_host_url_are_refused_and_never_written(tmp_path: Pat
     )
     assert res.returncode == 2 and "credentials in the URL" in res.stderr
     assert "hunter2pw" not in res.stdout + res.stderr + (_files_text(out) if out.exists() else "")
+
+
+def test_a_yaml_expansion_bomb_and_an_oversized_profile_are_refused_at_once(tmp_path: Path) -> None:
+    levels = ['a: &a ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    for i in range(1, 9):  # 9^9 values from 628 bytes
+        prev, cur = chr(96 + i), chr(97 + i)
+        levels.append(f"{cur}: &{cur} [" + ", ".join([f"*{prev}"] * 9) + "]")
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text("\n".join(levels) + "\n")
+    res = run_cli(["profiles", "validate", str(bomb)], timeout=60)
+    assert res.returncode == 2 and "expansion bomb" in res.stdout + res.stderr
+    big = tmp_path / "big.yaml"
+    big.write_text("name: big\n# " + "x" * (5 * 2**20) + "\n")
+    res = run_cli(["profiles", "validate", str(big)], timeout=60)
+    assert res.returncode == 2 and "is not a profile" in res.stdout + res.stderr
+
+
+@pytest.mark.parametrize("name", ["..", "sub-link"])
+def test_a_bare_tokenizer_name_is_a_path_inside_the_profile_folder(tmp_path: Path, name: str) -> None:
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    folder = tmp_path / "profiles"
+    folder.mkdir()
+    (folder / "sub-link").symlink_to(outside, target_is_directory=True)
+    prof = write_profile(folder / "p.yaml", tokenizer=name)
+    res = run_cli(["profiles", "validate", str(prof)], timeout=60)
+    assert res.returncode == 2 and "leaves the profile's folder" in res.stdout + res.stderr

@@ -10,6 +10,7 @@ from pydantic import ValidationError
 
 from loadtest.profile.errors import DOCS_HINT, format_validation_error
 from loadtest.profile.schema import FLAT_KEYS, Profile
+from loadtest.workload.tokenizer import TOKENIZER_ALIASES
 
 SHIPPED_DIR = Path(__file__).resolve().parents[2] / "traffic_profiles"
 
@@ -54,13 +55,40 @@ def resolve_profile_path(name_or_path: str) -> Path:
     )
 
 
+MAX_PROFILE_BYTES = 4 * 2**20  # the largest shipped profile (an empirical trace table) is a few KB
+MAX_NODES = 1_000_000  # values in the document once aliases are expanded (a billion-laughs bomb has 10^9)
+
+
+def _expanded_size_over(data: Any, limit: int) -> bool:
+    """Whether ``data`` holds more than ``limit`` values counting every alias use in full (a bounded walk:
+    PyYAML shares aliased objects, so a small file can stand for an exponentially large document)."""
+    stack, seen = [data], 0
+    while stack:
+        item = stack.pop()
+        seen += 1
+        if seen > limit:
+            return True
+        if isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
+
+
 def _read_yaml(path: Path) -> Any:
     try:
+        size = path.stat().st_size
+        if size > MAX_PROFILE_BYTES:
+            raise ProfileError(
+                f"{path}: {size / 2**20:.1f} MiB is not a profile (at most {MAX_PROFILE_BYTES // 2**20} MiB): "
+                "large data such as traces goes in its own file, named by the profile"
+            )
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise ProfileError(f"{path}: cannot read the file ({e})") from e
     try:
-        return yaml.safe_load(text)
+        data = yaml.safe_load(text)
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -68,6 +96,11 @@ def _read_yaml(path: Path) -> Any:
         raise ProfileError(f"{path}: not valid YAML{where}: {what}\n{DOCS_HINT}") from e
     except (yaml.YAMLError, RecursionError, ValueError, TypeError) as e:
         raise ProfileError(f"{path}: not valid YAML: {e}\n{DOCS_HINT}") from e
+    if _expanded_size_over(data, MAX_NODES):
+        raise ProfileError(
+            f"{path}: its aliases (*name) expand to more than {MAX_NODES:,} values: refused as an expansion bomb"
+        )
+    return data
 
 
 def parse_profile(data: Any, path: Path) -> Profile:
@@ -94,8 +127,8 @@ def parse_profile(data: Any, path: Path) -> Profile:
     for i, sc in enumerate(profile.scenarios):
         if sc.raw is not None:  # api: raw: the recorded bodies, relative to the profile like a trace
             sc.raw.file = str(_inside(path, sc.raw.file, f"scenarios[{i}].raw.file"))
-    if "/" in profile.tokenizer or profile.tokenizer.endswith(".json"):
-        # a tokenizer file, like a trace, is found relative to the profile's folder
+    if profile.tokenizer.lower() not in TOKENIZER_ALIASES:
+        # not a bundled encoding: a tokenizer file or folder, found like a trace, inside the profile's folder
         profile.tokenizer = str(_inside(path, profile.tokenizer, "tokenizer"))
     return profile
 
