@@ -43,6 +43,7 @@ BEHAVIOURS = (
     "events_after_done",  # content events after data: [DONE]
     "bom_stream",  # a UTF-8 byte-order mark before the first event (WHATWG SSE strips it)
     "auth_echo_cut",  # a plain-text 401 echoing the key across the error snippet's cut, and another token
+    "stall_after_headers",  # the headers and one event, then silence until the client gives up
 )
 BIG_EVENT_BYTES = 10 * 1024 * 1024
 MODEL = "fault-model"
@@ -377,6 +378,10 @@ class FaultServer:
         payload = text.encode()
         conn.sendall(self._head(401, "text/plain", len(payload)) + payload)
         return True
+
+    def _b_stall_after_headers(self, conn: socket.socket, _h: dict[str, str]) -> bool:
+        conn.sendall(self._head(200, "text/event-stream", None) + _chunk(self._ok_events()[0]))
+        return self._b_never_answer(conn, _h)
 
     def _b_auth_echo(self, conn: socket.socket, h: dict[str, str]) -> bool:
         msg = {"error": {"message": f"invalid credentials: {h.get('authorization', '')}", "code": 401}}

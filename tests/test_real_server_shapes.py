@@ -176,3 +176,14 @@ def test_a_used_run_folder_is_refused_or_replaced_never_appended_to(tmp_path: Pa
     ids = [r["wire_id"] for r in second]
     assert len(ids) == len(set(ids)) == run["metrics"]["requests"]["completed"]  # this run's records only
     assert not {r["wire_id"] for r in first} & set(ids)
+
+
+@pytest.mark.parametrize("limit", [["--read-timeout", "1"], ["--total-timeout", "1"]])
+def test_a_timeout_is_a_timeout_before_or_after_the_headers(tmp_path: Path, limit: list[str]) -> None:
+    """One class per cause (docs/metrics.md): the endpoint too slow is `timeout`, whatever the phase."""
+    with FaultServer(["ok", "never_answer", "stall_after_headers"]) as srv:
+        code, log, records = _run(tmp_path, srv.base_url, *limit)
+        truth = dict(srv.truth)
+    assert code == 12, log[-2000:]
+    got = {(truth[r["wire_id"]], r["outcome"]) for r in records}
+    assert got == {("ok", "ok"), ("never_answer", "timeout"), ("stall_after_headers", "timeout")}, got

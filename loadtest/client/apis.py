@@ -118,7 +118,7 @@ def classify(client: OpenAIClient, rec: RequestRecord, req: PreparedRequest, res
 
 def _json_body(rec: RequestRecord, resp: Response) -> dict[str, Any] | None:
     if resp.broken:
-        rec.outcome, rec.error = "stream_error", resp.broken
+        rec.outcome, rec.error = resp.broken_outcome, resp.broken
         return None
     try:
         obj = _decoder.decode(resp.body)
@@ -296,7 +296,7 @@ def _responses_stream(client: OpenAIClient, rec: RequestRecord, resp: Response) 
     elif malformed and not (ev.tail and malformed == 1 and ev.items[-1][0] is None):
         rec.outcome, rec.error = "stream_error", f"{malformed} malformed event(s) in the stream"
     elif resp.broken and complete is None:
-        rec.outcome, rec.error = "stream_error", resp.broken
+        rec.outcome, rec.error = resp.broken_outcome, resp.broken
     elif complete is None:
         rec.outcome, rec.error = "truncated", "stream ended without response.completed"
     elif not ev.items:

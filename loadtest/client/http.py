@@ -136,6 +136,12 @@ class Response:
     times: list[int] = field(default_factory=list)
     complete: bool = False  # the HTTP message ended properly (content-length or final chunk)
     broken: str = ""  # why the body stopped early, if it did
+    timed_out: bool = False  # it stopped because a read or total timeout ran out (the endpoint was too slow)
+
+    @property
+    def broken_outcome(self) -> str:
+        """The class of a body that stopped early: ``timeout`` when a timeout cut it, else ``stream_error``."""
+        return "timeout" if self.timed_out else "stream_error"
 
     @property
     def body(self) -> bytes:
@@ -372,7 +378,7 @@ class Connection:
             if self._aborted:  # the watchdog shut the socket: a timeout, whatever the OS said
                 if resp.status == 0:
                     raise HttpFailure("timeout", f"no response: {self._aborted}") from e
-                resp.broken = f"timeout: {self._aborted}"
+                resp.broken, resp.timed_out = f"timeout: {self._aborted}", True
                 return resp
             what = errno.errorcode.get(e.errno or 0, "") if e.errno else ""
             msg = f"{e.strerror or e}{f' ({what})' if what else ''}"

@@ -200,7 +200,7 @@ class OpenAIClient:
             elif s.malformed:
                 rec.outcome, rec.error = "stream_error", f"{s.malformed} malformed event(s) in the stream"
             elif resp.broken and not s.complete:
-                rec.outcome, rec.error = "stream_error", resp.broken
+                rec.outcome, rec.error = resp.broken_outcome, resp.broken
             elif not s.complete:
                 rec.outcome = "truncated"
                 rec.error = "stream ended without finish_reason or [DONE]"
@@ -214,7 +214,7 @@ class OpenAIClient:
         # Non-streamed answer: the whole body is the first (and last) token.
         rec.done_ns = resp.times[-1] if resp.times else resp.headers_ns
         if resp.broken:
-            rec.outcome, rec.error = "stream_error", resp.broken
+            rec.outcome, rec.error = resp.broken_outcome, resp.broken
             return
         try:
             obj = _any_decoder.decode(resp.body)
