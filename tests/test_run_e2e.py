@@ -130,6 +130,9 @@ def test_signal_ends_run_cleanly_with_results(
     assert req["cancelled"] >= 1  # streams in flight at the signal are accounted, not lost
     assert "INTERRUPTED" in (out / "report.html").read_text()
     assert "INTERRUPTED" in stdout
+    assert (
+        stdout.strip().splitlines()[-1].startswith("verdict:") and f"exit {code})" in stdout
+    )  # the real one
 
 
 def test_unreachable_host_is_one_clear_line(tmp_path: Path, small_profile: Path) -> None:

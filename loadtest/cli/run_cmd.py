@@ -394,10 +394,13 @@ def _write_results(
             junit_xml(verdict, f"loadtest.{profile.name}", time_s=metrics["window"]["duration_s"])
         )
         print(f"junit:    {junit}")
-    print(verdict_line(verdict))
-    if outcome.interrupted_reason:
-        return EXIT_INTERRUPTED.get(outcome.interrupted_reason, EXIT_COULD_NOT_RUN)
-    return verdict.exit_code
+    code = (
+        EXIT_INTERRUPTED.get(outcome.interrupted_reason, EXIT_COULD_NOT_RUN)
+        if outcome.interrupted_reason
+        else verdict.exit_code
+    )
+    print(verdict_line(verdict, code))
+    return code
 
 
 @dataclass
@@ -515,9 +518,10 @@ def _window_seconds(text: str, key: str) -> float:
         raise UsageError(f"{option} {text!r}: use seconds like 30s, 2m, 0, or auto") from None
 
 
-def verdict_line(verdict: Verdict) -> str:
-    """The one line a CI log shows."""
+def verdict_line(verdict: Verdict, exit_code: int | None = None) -> str:
+    """The one line a CI log shows; ``exit_code`` is the process's (an interrupted run's 130/143)."""
     label = VERDICT_LABELS.get(verdict.status, verdict.status)
     why = f": {'; '.join(verdict.reasons)}" if verdict.reasons and verdict.status != "pass" else ""
     checks = len(verdict.checks)
-    return f"verdict: {label} ({checks} check{'s' if checks != 1 else ''}, exit {verdict.exit_code}){why}"
+    code = verdict.exit_code if exit_code is None else exit_code
+    return f"verdict: {label} ({checks} check{'s' if checks != 1 else ''}, exit {code}){why}"
