@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from loadtest.sim import SimProcess
-from tests.conftest import CLI, read_lines, write_profile
+from tests.conftest import CLI, read_lines, run_cli, write_profile
 
 
 def _free_port() -> int:
@@ -160,3 +160,16 @@ def test_worker_killed_mid_run_is_named_and_its_reports_kept(tmp_path: Path, how
     if workers:  # what it reported is a prefix of its own copy
         local = read_lines(list(tmp_path.glob(f"w*/records-w{lost[0]}.jsonl")))
         assert local[: len(by[lost[0]])] == by[lost[0]]
+
+
+def test_a_worker_without_a_master_says_where_it_waits_and_gives_up(tmp_path: Path) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    res = run_cli(
+        ["worker", "--master-port", str(port), "--master-timeout", "2", "--out", str(tmp_path / "w")],
+        timeout=60,
+    )
+    assert res.returncode == 1
+    assert f"waiting for the master at 127.0.0.1:{port}" in res.stdout
+    assert "no master answered" in res.stderr

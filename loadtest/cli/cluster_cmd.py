@@ -77,6 +77,13 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     w.add_argument("--master-host", default="127.0.0.1", metavar="HOST", help="default: %(default)s")
     w.add_argument("--master-port", type=int, default=DEFAULT_MASTER_PORT, metavar="PORT")
     w.add_argument(
+        "--master-timeout",
+        type=float,
+        default=120.0,
+        metavar="S",
+        help="give up when no master answers within this long (default: %(default)gs)",
+    )
+    w.add_argument(
         "--out", help="folder for this worker's copy of its records (default: reports/worker-<i>/)"
     )
 
@@ -163,4 +170,4 @@ def worker_command(args: argparse.Namespace) -> int:
     from loadtest.locust.runtime import worker_main
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    return worker_main(args.master_host, args.master_port, out=args.out)
+    return worker_main(args.master_host, args.master_port, out=args.out, master_wait_s=args.master_timeout)

@@ -629,8 +629,12 @@ def worker_main(
     keep_local: bool = True,
     parent_pid: int | None = None,
     copy_in_run_dir: bool = False,
+    master_wait_s: float = 120.0,
 ) -> int:
     """A worker: connect, get the run's settings from the master, run users on command, ship results.
+
+    ``master_wait_s``: how long to wait for a master to answer (Locust's connect blocks until one does)
+    and then for its settings; past it the worker says so and exits 1.
 
     ``out``: the folder for this worker's own copy of its records (default ``reports/worker-<i>/``);
     ``keep_local=False`` keeps none (local workers: the master writes the same lines next to it).
@@ -638,10 +642,19 @@ def worker_main(
     early: it sends what it has and leaves.
     """
     env = Environment(user_classes=[ClosedLoopUser, OpenLoopUser])
+    if parent_pid is None:
+        print(
+            f"worker: waiting for the master at {master_host}:{master_port} (up to {master_wait_s:g}s)",
+            flush=True,
+        )
+    waited = time.monotonic()
     try:
-        runner: WorkerRunner = env.create_worker_runner(master_host, master_port)
-    except ConnectionError:
-        log.error("no master answered at %s:%d", master_host, master_port)
+        with gevent.Timeout(master_wait_s):
+            runner: WorkerRunner = env.create_worker_runner(master_host, master_port)
+    except (ConnectionError, gevent.Timeout):
+        log.error(
+            "no master answered at %s:%d within %gs; worker stops", master_host, master_port, master_wait_s
+        )
         return 1
     state: dict[str, Any] = {"ctx": None, "code": 0, "finishing": False}
     heard = [time.monotonic()]
@@ -725,6 +738,9 @@ def worker_main(
             gevent.sleep(1.0)
             if parent_pid is not None and os.getppid() != parent_pid:
                 why = "the master process is gone"
+            elif state["ctx"] is None and time.monotonic() - waited > master_wait_s:
+                why = f"no run settings from the master at {master_host}:{master_port} within {master_wait_s:g}s"
+                state["code"] = 1
             elif time.monotonic() - heard[0] > MASTER_GONE_AFTER_S:
                 why = f"no heartbeat from the master for {MASTER_GONE_AFTER_S:g}s"
             else:
