@@ -58,6 +58,7 @@ MSG_FINAL = "loadtest_final"  # worker → master: {"index", "delta", "lines", "
 MSG_FAILING = "loadtest_failing"  # worker → master: {"index", "info"}: failing wholesale, stop early
 # Keys a worker adds to each Locust report (every WORKER_REPORT_INTERVAL = 3 s).
 REPORT_INDEX, REPORT_DELTA, REPORT_LINES = "loadtest_index", "loadtest", "loadtest_lines"
+REPORT_IN_FLIGHT = "loadtest_in_flight"  # requests the worker had in flight when it reported
 LOST_AFTER_S = 5.0  # no heartbeat (sent every second) for this long: the worker is gone
 MASTER_GONE_AFTER_S = 15.0  # a worker stops when the master has not answered a heartbeat for this long
 
@@ -257,6 +258,7 @@ class _Worker:
     lost: str | None = None
     final: dict | None = None
     records: str | None = None  # the worker's own copy of its records (path on its host), if it keeps one
+    in_flight: int = 0  # requests in flight at its last report: what a lost worker takes with it
 
     def name(self) -> str:
         return f"worker {self.index} ({self.host} pid {self.pid})"
@@ -335,6 +337,8 @@ def run_master(
         if REPORT_INDEX not in data:
             return
         index = int(data[REPORT_INDEX])
+        if (w := by_client.get(client_id)) is not None:
+            w.in_flight = int(data.get(REPORT_IN_FLIGHT) or 0)
         if data.get(REPORT_DELTA):
             total.merge_wire(data[REPORT_DELTA])
         sink.add(index, data.get(REPORT_LINES))
@@ -459,7 +463,10 @@ def _recover_unshipped(w: _Worker, sink: RecordSink, total: RunAggregates, per_s
 def _lost_why(w: _Worker) -> str:
     if w.final is not None and w.final.get("left"):
         return f"left the run early ({w.final['left']})"
-    return w.lost or "did not report its final results"
+    why = w.lost or "did not report its final results"
+    if w.in_flight:  # sent, never finished where the master can see: no record, and said so
+        why += f" with {w.in_flight} request{'s' if w.in_flight != 1 else ''} in flight at its last report (their outcome is unknown)"
+    return why
 
 
 def _wait_for_workers(
@@ -693,6 +700,7 @@ def worker_main(
         ctx: RunContext | None = state["ctx"]
         if ctx is not None:
             data[REPORT_INDEX] = ctx.worker_index
+            data[REPORT_IN_FLIGHT] = ctx.in_flight
             data[REPORT_DELTA] = ctx.recorder.take_delta()  # the delta and the lines: the same moment
             data[REPORT_LINES] = ctx.log.take()  # type: ignore[attr-defined]
 
