@@ -173,3 +173,36 @@ def test_a_worker_without_a_master_says_where_it_waits_and_gives_up(tmp_path: Pa
     assert res.returncode == 1
     assert f"waiting for the master at 127.0.0.1:{port}" in res.stdout
     assert "no master answered" in res.stderr
+
+
+def test_ctrl_c_while_the_workers_start_is_an_interrupted_run_with_results(tmp_path: Path) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    prof = write_profile(tmp_path / "p.yaml", duration_s=5)
+    out = tmp_path / "out"
+    with SimProcess(speedup=8) as sim:
+        argv = ["master", "--expect-workers", "2", "--profile", str(prof), "--host", sim.base_url]
+        proc = subprocess.Popen(
+            [*CLI, *argv, "--master-port", str(port), "--out", str(out)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert proc.stderr is not None
+            seen = ""
+            while "waiting up to" not in seen:  # the master is up, waiting for its workers
+                line = proc.stderr.readline()
+                assert line, f"the master ended before waiting for workers: {seen[-2000:]}"
+                seen += line
+            proc.send_signal(signal.SIGINT)
+            stdout, stderr = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert proc.returncode == 130, stderr[-2000:]
+    run = json.loads((out / "run.json").read_text())
+    assert run["status"] == "interrupted" and "while the workers were starting" in run["interrupted_reason"]
+    assert "exit 130" in stdout and "endpoint failing" not in stdout

@@ -395,7 +395,7 @@ def _write_results(
         )
         print(f"junit:    {junit}")
     code = (
-        EXIT_INTERRUPTED.get(outcome.interrupted_reason, EXIT_COULD_NOT_RUN)
+        EXIT_INTERRUPTED.get(outcome.interrupted_reason.split()[0], EXIT_COULD_NOT_RUN)  # "SIGINT …"
         if outcome.interrupted_reason
         else verdict.exit_code
     )

@@ -385,6 +385,15 @@ def run_master(
     started = time.time()
     try:
         _wait_for_workers(runner, workers, n, procs, stopper, wait_s, out, bind_host, master_port)
+        if stopper.reason:
+            runner.quit()
+            return RunOutcome(
+                aggregates=total,
+                interrupted_reason=f"{stopper.reason} while the workers were starting: no request was sent",
+                record_files=sink.files,
+                started_epoch=started,
+                ended_epoch=time.time(),
+            )
         watcher = gevent.spawn(_watch_workers, runner, workers, procs, stopper)
         started = time.time()
         drive_load(runner, profile, settings, stopper)
@@ -498,8 +507,10 @@ def _wait_for_workers(
         ready = [w for w in workers.values() if w.ready]
         if len(ready) >= n and len(runner.clients.ready) >= n:
             return
+        if stopper.reason:  # Ctrl-C / SIGTERM while the workers start: an interrupted run, not a failure
+            return
         dead = [p for p in procs.values() if p.poll() is not None]
-        if dead or time.monotonic() > deadline or stopper.reason:
+        if dead or time.monotonic() > deadline:
             where = f" (see {out}/worker-*.log)" if procs else f" within {wait_s:g}s on {bind_host}:{port}"
             raise RuntimeError(f"only {len(ready)} of {n} workers connected and ready{where}")
         gevent.sleep(0.1)

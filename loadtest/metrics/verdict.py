@@ -276,6 +276,10 @@ def _endpoint_checks(
     out: list[Check] = []
     if stopped_early:
         out.append(Check("stopped_early", False, stopped_early, "endpoint", float(failed), None))
+    if counted == 0:  # nothing reached an answer or a failure: the endpoint was not tried, nothing to judge
+        detail = "no request finished: nothing to judge (none was sent, or the generator cancelled every one)"
+        out.append(Check("successful_requests", False, detail, "validity", 0.0, 1.0))
+        return out
     out.append(
         Check(
             "successful_requests",
