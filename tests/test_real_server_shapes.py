@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
+import subprocess
+import time
 import uuid
 from collections import Counter
 from pathlib import Path
 
 import pytest
-from conftest import read_lines, run_cli, write_profile
+from conftest import CLI, read_lines, run_cli, write_profile
 from fault_servers import FaultServer
 
 from loadtest.sim.process import SimProcess
@@ -187,3 +190,41 @@ def test_a_timeout_is_a_timeout_before_or_after_the_headers(tmp_path: Path, limi
     assert code == 12, log[-2000:]
     got = {(truth[r["wire_id"]], r["outcome"]) for r in records}
     assert got == {("ok", "ok"), ("never_answer", "timeout"), ("stall_after_headers", "timeout")}, got
+
+
+def test_the_open_loop_connection_pool_shrinks_after_a_backlog(tmp_path: Path) -> None:
+    """A burst opens many connections; once the load falls, idle ones beyond a few spare are closed."""
+    stages = [{"duration_s": 2, "rate": 150}, {"duration_s": 8, "rate": 2}]
+    prof = write_profile(
+        tmp_path / "p.yaml",
+        load={"arrival": "constant", "stages": stages},
+        output_tokens={"dist": "fixed", "value": 64},
+    )
+    out = tmp_path / "out"
+    with SimProcess(speedup=2, max_num_seqs=32) as sim:  # a small batch: the burst queues, so it piles up
+        proc = subprocess.Popen(
+            [*CLI, "run", "--profile", str(prof), "--host", sim.base_url, "--out", str(out)]
+        )
+        try:
+            peak = late = 0
+            t0 = time.monotonic()
+            while proc.poll() is None:
+                n = sum(1 for fd in Path(f"/proc/{proc.pid}/fd").iterdir() if "socket" in _link(fd))
+                peak = max(peak, n)
+                if time.monotonic() - t0 > 8.0:  # the burst long answered
+                    late = max(late, n)
+                time.sleep(0.1)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+    print(f"connections: peak {peak}, after the burst {late}")
+    assert peak > 45, peak  # the burst really needed many connections (a kept pool stays at its peak)
+    assert late < peak - 25, (peak, late)  # and they did not stay open through the calm stage
+
+
+def _link(fd: Path) -> str:
+    try:
+        return os.readlink(fd)
+    except OSError:
+        return ""

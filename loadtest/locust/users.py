@@ -59,6 +59,7 @@ def send_and_account(
 
 
 RETRYABLE_OUTCOMES = frozenset({"http_429", "http_5xx"})
+IDLE_SPARE = 8  # open loop: idle keep-alive connections kept beyond the number of units in flight
 # Closed loop: the first wait after a failed unit; it doubles per failure in a row, up to the
 # profile's client.failure_backoff_max_s (default 1 s), and a success resets it.
 FAILURE_BACKOFF_FIRST_S = 0.05
@@ -167,7 +168,12 @@ class OpenLoopUser(User):
         try:
             run_unit(self.ctx, client, unit, first, sched_ns, sched_epoch)
         finally:
-            self.idle.append(client)
+            # The pool follows the load: after a backlog, connections beyond what is in use (plus a few
+            # spare) are closed rather than held for the rest of the run.
+            if len(self.idle) < max(IDLE_SPARE, len(self.requests)):
+                self.idle.append(client)
+            else:
+                client.close()
 
     @task
     def dispatch(self) -> None:
