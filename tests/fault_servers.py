@@ -44,6 +44,8 @@ BEHAVIOURS = (
     "bom_stream",  # a UTF-8 byte-order mark before the first event (WHATWG SSE strips it)
     "auth_echo_cut",  # a plain-text 401 echoing the key across the error snippet's cut, and another token
     "stall_after_headers",  # the headers and one event, then silence until the client gives up
+    "huge_header",  # a 2 MB header line (a response is not allowed to make the client hold it)
+    "endless_stream",  # content events as fast as the socket takes them, never an end
 )
 BIG_EVENT_BYTES = 10 * 1024 * 1024
 MODEL = "fault-model"
@@ -382,6 +384,20 @@ class FaultServer:
     def _b_stall_after_headers(self, conn: socket.socket, _h: dict[str, str]) -> bool:
         conn.sendall(self._head(200, "text/event-stream", None) + _chunk(self._ok_events()[0]))
         return self._b_never_answer(conn, _h)
+
+    def _b_huge_header(self, conn: socket.socket, _h: dict[str, str]) -> bool:
+        conn.sendall(b"HTTP/1.1 200 OK\r\nX-Pad: " + b"p" * (2 * 2**20) + b"\r\nContent-Length: 0\r\n\r\n")
+        return False
+
+    def _b_endless_stream(self, conn: socket.socket, _h: dict[str, str]) -> bool:
+        conn.sendall(self._head(200, "text/event-stream", None))
+        block = _chunk(b"".join(_event(_delta(" hello")) for _ in range(200)))
+        try:
+            while not self._closed.is_set():
+                conn.sendall(block)
+        except OSError:  # the client stopped reading and closed: what it should do
+            pass
+        return False
 
     def _b_auth_echo(self, conn: socket.socket, h: dict[str, str]) -> bool:
         msg = {"error": {"message": f"invalid credentials: {h.get('authorization', '')}", "code": 401}}

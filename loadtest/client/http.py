@@ -30,6 +30,7 @@ from gevent import socket as gsocket
 from gevent import ssl as gssl
 
 RECV_SIZE = 256 * 1024
+MAX_HEADER_BYTES = 64 * 1024  # a response whose status line and headers run past this is not an answer
 # Kernel receive timestamps (Linux): SO_TIMESTAMPNS / SCM_TIMESTAMPNS = 35, a struct timespec.
 SO_TIMESTAMPNS = 35 if sys.platform.startswith("linux") else 0
 _ANC_SIZE = 64
@@ -137,11 +138,13 @@ class Response:
     complete: bool = False  # the HTTP message ended properly (content-length or final chunk)
     broken: str = ""  # why the body stopped early, if it did
     timed_out: bool = False  # it stopped because a read or total timeout ran out (the endpoint was too slow)
+    oversize: bool = False  # it stopped because it passed the request's size cap (an endless or huge answer)
 
     @property
     def broken_outcome(self) -> str:
-        """The class of a body that stopped early: ``timeout`` when a timeout cut it, else ``stream_error``."""
-        return "timeout" if self.timed_out else "stream_error"
+        """The class of a body that stopped early: ``timeout`` when a timeout cut it, ``protocol_error`` when
+        it ran past its size cap, else ``stream_error``."""
+        return "timeout" if self.timed_out else "protocol_error" if self.oversize else "stream_error"
 
     @property
     def body(self) -> bytes:
@@ -295,11 +298,14 @@ class Connection:
         read_timeout: float,
         deadline_ns: int = 0,
         on_sent: list[int] | None = None,
+        max_bytes: int = 0,
     ) -> Response:
         """Send one request and read the whole response, timestamping each read.
 
         ``on_sent`` (a one-slot list) receives the send timestamp. Raises HttpFailure when no
         response could be read; a response whose body broke off is returned with ``broken`` set.
+        ``max_bytes`` (0 = none) bounds the bytes read for this response: past it the connection is
+        closed and the response returned with ``oversize`` set; headers are bounded by MAX_HEADER_BYTES.
         """
         if self.sock is not None and self._stale():
             self.close()
@@ -329,6 +335,7 @@ class Connection:
             if on_sent is not None:
                 on_sent[0] = t_sent
             sock.sendall(raw_request)
+            received = 0
             while not reader.done:
                 # Wait first: after a read the next bytes are rarely there yet, so this saves the
                 # recv that would fail with EAGAIN; when they are, the watcher fires at once.
@@ -364,6 +371,19 @@ class Connection:
                         resp.complete = True
                     return resp
                 feed(data)
+                received += len(data)
+                if received > MAX_HEADER_BYTES and not resp.headers_ns:
+                    raise HttpFailure(
+                        "protocol_error", f"the response's headers run past {MAX_HEADER_BYTES // 1024} KiB"
+                    )
+                if max_bytes and received > max_bytes and not reader.done:
+                    self.close()
+                    resp.broken = (
+                        f"the response ran past {max_bytes / 2**20:.1f} MiB, this request's size cap "
+                        "(an endless or oversized answer): stopped reading"
+                    )
+                    resp.oversize = True
+                    return resp
         except httptools.HttpParserUpgrade as e:  # 101 Switching Protocols: not an answer to this request
             self.close()
             raise HttpFailure(

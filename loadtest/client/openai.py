@@ -131,7 +131,7 @@ class OpenAIClient:
         sent = [0]
         deadline = perf_counter_ns() + int(self.timeouts.total * 1e9) if self.timeouts.total else 0
         try:
-            resp = self.conn.request(raw, self.timeouts.read, deadline, sent)
+            resp = self.conn.request(raw, self.timeouts.read, deadline, sent, response_cap(req))
         except HttpFailure as f:
             rec.sent_ns = sent[0]
             rec.done_ns = 0
@@ -243,6 +243,21 @@ class OpenAIClient:
         rec.cached_tokens_server = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
         if not rec.mark_empty(text + _tool_call_text(obj), "answer"):
             rec.outcome = "ok"
+
+
+# The most a response may take in memory: from the request's own max tokens with a wide margin (a streamed
+# token costs a server 150-400 bytes of SSE and JSON), never under 8 MiB; 64 MiB without a token limit.
+CAP_BYTES_PER_TOKEN = 4096
+CAP_MIN_BYTES = 8 * 2**20
+CAP_UNLIMITED_BYTES = 64 * 2**20
+
+
+def response_cap(req: PreparedRequest) -> int:
+    """The size cap of ``req``'s response in bytes (docs/reliability.md, "Bounded resources")."""
+    n = req.requested_output_tokens
+    if not n or req.api == "embeddings":
+        return CAP_UNLIMITED_BYTES
+    return max(CAP_MIN_BYTES, n * CAP_BYTES_PER_TOKEN)
 
 
 def _tool_call_text(obj: dict[str, Any]) -> str:
