@@ -130,9 +130,14 @@ def test_kv_pressure_preempts_with_visible_stalls_and_metrics() -> None:
     preempted = [t for t in truth if t["num_preemptions"] > 0]
     assert preempted
     assert metrics["vllm:num_preemptions_total"] == sum(t["num_preemptions"] for t in truth) > 0
-    for t in preempted:  # the recompute shows up as a mid-stream stall
+    # The recompute shows up as a mid-stream stall: its longest gap against its median gap. A request
+    # preempted when blocks free again at once stalls only ~4-5x (its recompute alone); most wait for
+    # blocks and stall 30-400x.
+    ratios = []
+    for t in preempted:
         gaps = np.diff(np.array(t["token_ns"], dtype=np.int64))
-        assert gaps.max() > 4 * np.median(gaps)
+        ratios.append(float(gaps.max() / np.median(gaps)))
+    assert min(ratios) > 2 and statistics.median(ratios) > 10, sorted(ratios)
 
 
 def test_repeated_prefix_is_cached_and_faster() -> None:
