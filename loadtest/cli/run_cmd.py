@@ -395,7 +395,7 @@ def _write_results(
         )
         print(f"junit:    {junit}")
     code = (
-        EXIT_INTERRUPTED.get(outcome.interrupted_reason.split()[0], EXIT_COULD_NOT_RUN)  # "SIGINT …"
+        EXIT_INTERRUPTED.get(outcome.signal or "", EXIT_COULD_NOT_RUN)
         if outcome.interrupted_reason
         else verdict.exit_code
     )

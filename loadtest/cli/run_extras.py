@@ -33,12 +33,12 @@ def setup(args: argparse.Namespace, settings: Any) -> None:
 def check_replicas(settings: Any, api_key: str | None, args: argparse.Namespace, profile: Any) -> str | None:
     """``GET /v1/models`` on every replica after the first (open_endpoint checked that one); the error line."""
     from loadtest.client.apis import auth_headers
-    from loadtest.client.preflight import EndpointError, list_models
+    from loadtest.client.preflight import EndpointError, served_models
 
     headers = auth_headers(api_key, profile)
     for host in (settings.hosts or [])[1:]:
         try:
-            list_models(
+            served_models(
                 host,
                 api_key,
                 timeout=args.connect_timeout or 10.0,

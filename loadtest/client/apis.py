@@ -190,7 +190,7 @@ def _responses_full(client: OpenAIClient, rec: RequestRecord, resp: Response) ->
     _usage(rec, obj.get("usage"))
     if obj.get("status") not in ("completed", "incomplete"):
         rec.outcome, rec.error = "stream_error", f"response status {obj.get('status')!r}"
-    elif not rec.mark_empty(answer + reasoning, "response"):
+    elif not rec.mark_empty(bool(answer or reasoning), "response"):
         rec.outcome = "ok"
 
 
@@ -301,5 +301,5 @@ def _responses_stream(client: OpenAIClient, rec: RequestRecord, resp: Response) 
         rec.outcome, rec.error = "truncated", "stream ended without response.completed"
     elif not ev.items:
         rec.outcome, rec.error = "protocol_error", "SSE stream held no data events"
-    elif not rec.mark_empty("".join(answer) + "".join(reasoning), "stream"):
+    elif not rec.mark_empty(bool(answer or reasoning), "stream"):
         rec.outcome = "ok"

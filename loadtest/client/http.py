@@ -161,7 +161,18 @@ class _Reader:
     Interim (1xx) responses are skipped (RFC 9110 §15.2): the final response is the answer. Bytes after
     the final response's end are not part of it: they are ignored and poison the connection."""
 
-    __slots__ = ("resp", "now", "_hname", "keep_alive", "done", "leftover", "parser", "_chunks", "_times")
+    __slots__ = (
+        "resp",
+        "now",
+        "_hname",
+        "keep_alive",
+        "done",
+        "leftover",
+        "end",
+        "parser",
+        "_chunks",
+        "_times",
+    )
 
     def __init__(self, resp: Response) -> None:
         self.resp = resp
@@ -170,6 +181,7 @@ class _Reader:
         self.keep_alive = True
         self.done = False
         self.leftover = False  # bytes after the response's end arrived: the connection is not reusable
+        self.end = 0  # body pieces that belong to the response (later ones came after its end)
         self._chunks = resp.chunks
         self._times = resp.times
         self.parser = httptools.HttpResponseParser(self)
@@ -189,10 +201,9 @@ class _Reader:
         self.resp.headers_ns = self.now
         self.keep_alive = self.parser.should_keep_alive()
 
-    def on_body(self, body: bytes) -> None:
-        if not self.done:
-            self._chunks.append(body)
-            self._times.append(self.now)
+    def on_body(self, body: bytes) -> None:  # per token of a stream: no test here; ``end`` trims after
+        self._chunks.append(body)
+        self._times.append(self.now)
 
     def on_message_complete(self) -> None:
         if self.done:
@@ -202,6 +213,7 @@ class _Reader:
             self.resp.headers.clear()
             return
         self.done = True
+        self.end = len(self._chunks)
         self.resp.complete = True
 
 
@@ -372,7 +384,9 @@ class Connection:
                     return resp
                 feed(data)
                 received += len(data)
-                if received > MAX_HEADER_BYTES and not resp.headers_ns:
+                if received <= MAX_HEADER_BYTES:  # one comparison per read: caps are at least this
+                    continue
+                if not resp.headers_ns:
                     raise HttpFailure(
                         "protocol_error", f"the response's headers run past {MAX_HEADER_BYTES // 1024} KiB"
                     )
@@ -418,6 +432,8 @@ class Connection:
         finally:
             self._reader = None
             _watchdog.active.discard(self)  # watched only while in flight: the watchdog ends when idle
+        if reader.leftover:  # a second message began after this one's end: not part of the answer
+            del resp.chunks[reader.end :], resp.times[reader.end :]
         if not reader.keep_alive or reader.leftover:
             self.close()
         return resp

@@ -206,7 +206,7 @@ class OpenAIClient:
                 rec.error = "stream ended without finish_reason or [DONE]"
             elif s.events == 0:
                 rec.outcome, rec.error = "protocol_error", "SSE stream held no data events"
-            elif not rec.mark_empty(s.answer_text + s.tool_text + s.reasoning_text, "stream"):
+            elif not rec.mark_empty(bool(s.answer_text or s.tool_text or s.reasoning_text), "stream"):
                 rec.outcome = "ok"
             if rec.outcome == "stream_error" and is_context_length_error(rec.error):
                 rec.outcome = "context_length"
@@ -241,7 +241,7 @@ class OpenAIClient:
         rec.prompt_tokens_server = usage.get("prompt_tokens")
         rec.completion_tokens_server = usage.get("completion_tokens")
         rec.cached_tokens_server = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
-        if not rec.mark_empty(text + _tool_call_text(obj), "answer"):
+        if not rec.mark_empty(bool(text) or _has_tool_call(obj), "answer"):
             rec.outcome = "ok"
 
 
@@ -260,13 +260,8 @@ def response_cap(req: PreparedRequest) -> int:
     return max(CAP_MIN_BYTES, n * CAP_BYTES_PER_TOKEN)
 
 
-def _tool_call_text(obj: dict[str, Any]) -> str:
-    out = ""
-    for c in obj.get("choices") or []:
-        for call in (c.get("message") or {}).get("tool_calls") or []:
-            fn = call.get("function") or {}
-            out += str(fn.get("name") or "") + str(fn.get("arguments") or "")
-    return out
+def _has_tool_call(obj: dict[str, Any]) -> bool:
+    return any((c.get("message") or {}).get("tool_calls") for c in obj.get("choices") or [])
 
 
 # What servers say when a prompt does not fit: vLLM ("This model's maximum context length is N tokens"),

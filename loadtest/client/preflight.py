@@ -57,18 +57,6 @@ def add_endpoint_check_option(parser: argparse.ArgumentParser | argparse._Argume
     )
 
 
-def list_models(
-    host: str,
-    api_key: str | None = None,
-    timeout: float = 10.0,
-    verify_tls: bool = True,
-    headers: Mapping[str, str] | None = None,
-    check: str = CHECK_MODELS,
-) -> list[str]:
-    """The model ids ``host`` serves (see ``served_models``)."""
-    return [m.id for m in served_models(host, api_key, timeout, verify_tls, headers, check)]
-
-
 def served_models(
     host: str,
     api_key: str | None = None,

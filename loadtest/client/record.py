@@ -65,10 +65,10 @@ class RequestRecord:
     answer_text: str = ""
     tool_calls_text: str = ""
 
-    def mark_empty(self, text: str, what: str) -> bool:
+    def mark_empty(self, carried_output: bool, what: str) -> bool:
         """Classify a complete answer as ``empty`` when tokens were asked for (or no limit set) and it
-        carried none (no text, no tool call, no usage count); True when it did."""
-        if self.requested_output_tokens == 0 or text or self.completion_tokens_server:
+        carried none (``carried_output`` false: no text, no tool call; and no usage count); True when it did."""
+        if self.requested_output_tokens == 0 or carried_output or self.completion_tokens_server:
             return False
         self.outcome = "empty"
         asked = self.requested_output_tokens or "any"

@@ -69,6 +69,7 @@ class RunOutcome:
 
     aggregates: RunAggregates
     interrupted_reason: str | None = None
+    signal: str | None = None  # SIGINT / SIGTERM when a signal ended the run (its exit code: 130 / 143)
     record_files: list[str] = field(default_factory=list)
     records_written: int = 0
     workers_lost: list[int] = field(default_factory=list)
@@ -159,6 +160,7 @@ def run_local(settings: RunSettings) -> RunOutcome:
     return RunOutcome(
         aggregates=ctx.recorder.result(),
         interrupted_reason=stopper.reason,
+        signal=stopper.reason,
         record_files=[ctx.log.path.name],
         records_written=ctx.log.count,
         started_epoch=started,
@@ -390,6 +392,7 @@ def run_master(
             return RunOutcome(
                 aggregates=total,
                 interrupted_reason=f"{stopper.reason} while the workers were starting: no request was sent",
+                signal=stopper.reason,
                 record_files=sink.files,
                 started_epoch=started,
                 ended_epoch=time.time(),
@@ -430,6 +433,7 @@ def run_master(
     return RunOutcome(
         aggregates=total,
         interrupted_reason=reason,
+        signal=stopper.reason,
         record_files=sink.files,
         records_written=sum(sink.counts.values()),
         workers_lost=[w.index for w in lost],

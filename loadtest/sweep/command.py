@@ -187,7 +187,7 @@ def _describe(plan: SweepPlan) -> str:
 
 def _open_host(args: argparse.Namespace, profile: Profile) -> dict[str, Any]:
     from loadtest.client.apis import auth_headers
-    from loadtest.client.preflight import EndpointError, list_models
+    from loadtest.client.preflight import EndpointError, served_models
     from loadtest.client.secrets import KeySourceError, install_redaction, load_api_key
 
     try:
@@ -196,7 +196,7 @@ def _open_host(args: argparse.Namespace, profile: Profile) -> dict[str, Any]:
         raise EngineStartError(str(e), usage=True) from e
     install_redaction(key)
     try:
-        models = list_models(
+        served = served_models(
             args.host,
             key,
             timeout=args.connect_timeout or 10.0,
@@ -206,7 +206,7 @@ def _open_host(args: argparse.Namespace, profile: Profile) -> dict[str, Any]:
         )
     except EndpointError as e:
         raise EngineStartError(str(e), usage=False) from e
-    return {"url": args.host, "embedded": False, "engine": None, "models": models}
+    return {"url": args.host, "embedded": False, "engine": None, "models": [m.id for m in served]}
 
 
 def _execute(plan: SweepPlan, args: argparse.Namespace, sweep: Sweep) -> Bisection | None:
