@@ -77,10 +77,10 @@ def small_profile(tmp_path: Path) -> Path:
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
-    """The real-engine tests' figures (client vs server counts and medians), at the end of every run."""
-    from real_engines import FIGURES
+    """What the tests measured (tests/summary_sections.py): the real engines' figures, the fault matrix."""
+    from summary_sections import SECTIONS
 
-    if FIGURES:
-        terminalreporter.section("real engines")
-        for line in FIGURES:
+    for title, lines in SECTIONS.items():
+        terminalreporter.section(title)
+        for line in lines:
             terminalreporter.write_line(line)

@@ -46,7 +46,10 @@ BEHAVIOURS = (
     "stall_after_headers",  # the headers and one event, then silence until the client gives up
     "huge_header",  # a 2 MB header line (a response is not allowed to make the client hold it)
     "endless_stream",  # content events as fast as the socket takes them, never an end
+    "drip_headers",  # a status line, then one header byte every 0.3 s: the headers never end
+    "drip_body",  # the headers, then one byte of an event every 0.3 s: never a read timeout, never an end
 )
+DRIP_S = 0.3
 BIG_EVENT_BYTES = 10 * 1024 * 1024
 MODEL = "fault-model"
 
@@ -399,6 +402,24 @@ class FaultServer:
             pass
         return False
 
+    def _drip(self, conn: socket.socket, head: bytes, drops: bytes) -> bool:
+        """Send ``head``, then ``drops`` one byte every DRIP_S (over and over) until the client goes away."""
+        try:
+            conn.sendall(head)
+            while not self._closed.is_set():
+                for i in range(len(drops)):
+                    time.sleep(DRIP_S)
+                    conn.sendall(drops[i : i + 1])
+        except OSError:  # the client gave up and closed: what it should do
+            pass
+        return False
+
+    def _b_drip_headers(self, conn: socket.socket, _h: dict[str, str]) -> bool:
+        return self._drip(conn, b"HTTP/1.1 200 OK\r\n", b"X-Drip: " + b"d" * 4000)
+
+    def _b_drip_body(self, conn: socket.socket, _h: dict[str, str]) -> bool:
+        return self._drip(conn, self._head(200, "text/event-stream", None) + b"fff\r\n", b": " + b"." * 4000)
+
     def _b_auth_echo(self, conn: socket.socket, h: dict[str, str]) -> bool:
         msg = {"error": {"message": f"invalid credentials: {h.get('authorization', '')}", "code": 401}}
         payload = json.dumps(msg).encode()
@@ -422,3 +443,51 @@ def wait_until(check: object, timeout: float, what: str) -> None:
             return
         time.sleep(0.05)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+class SilentServer:
+    """Thousands of connections that are accepted, read and never answered (one asyncio loop in a thread).
+
+    ``received`` lists the X-Request-Id of every request it read: the ground truth of a dead endpoint."""
+
+    def __init__(self) -> None:
+        import asyncio
+
+        self.received: list[str] = []
+        self._loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        self._ready.wait(10)
+        self.base_url = f"http://127.0.0.1:{self.port}"
+
+    def _run(self) -> None:
+        import asyncio
+
+        asyncio.set_event_loop(self._loop)
+
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            try:
+                head = await reader.readuntil(b"\r\n\r\n")
+                for line in head.decode("latin-1").split("\r\n"):
+                    name, _, value = line.partition(":")
+                    if name.strip().lower() == "x-request-id":
+                        self.received.append(value.strip())
+                await reader.read()  # until the client gives up and closes
+            except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
+                pass
+            finally:
+                writer.close()
+
+        server = self._loop.run_until_complete(asyncio.start_server(handle, "127.0.0.1", 0, backlog=4096))
+        self.port = server.sockets[0].getsockname()[1]
+        self._ready.set()
+        self._loop.run_forever()
+        server.close()
+
+    def __enter__(self) -> SilentServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)

@@ -19,12 +19,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from summary_sections import add_lines
 
 from loadtest.report.facts import server_percentile
 
 ROOT = Path(__file__).resolve().parent.parent
 CLI = [sys.executable, "-m", "loadtest.cli.main"]
-FIGURES: list[str] = []  # what the real-engine tests measured; conftest prints them at the end of the run
 VLLM_START_S = 420.0  # vLLM's CPU build is up in 50-95 s on an idle 2-core machine; CI boxes are busier
 # The engine on the last core, the generator on the others: sharing a core, the engine's processes
 # delayed the generator's reads (several tokens in one read) and the client figures said so.
@@ -229,5 +229,5 @@ def print_figures(engine: str, run: dict[str, Any], records: list[dict[str, Any]
         lines.append(f"{engine} {name}_p50: client {lat[name]['p50']} ms, server {srv}")
     series = sorted((tel.get("series") or {}).keys()) if isinstance(tel.get("series"), dict) else []
     lines.append(f"{engine} telemetry_series: {len(series)} ({' '.join(series) or 'none'})")
-    FIGURES.extend(lines)
+    add_lines("real engines", lines)
     print("\n" + "\n".join(lines))

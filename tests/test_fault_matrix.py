@@ -16,11 +16,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from summary_sections import add_lines
 
 from loadtest.client.record import OUTCOMES
 from loadtest.sim import SimProcess
 from tests.conftest import CLI, read_lines, write_profile
-from tests.fault_servers import FaultServer, self_signed_cert, wait_until
+from tests.fault_servers import FaultServer, SilentServer, self_signed_cert, wait_until
 
 MODES = ("single", "processes2", "master+2")
 ARTIFACT = Path(__file__).parent / "artifacts" / "fault_matrix.txt"
@@ -66,13 +67,19 @@ SERVER_FAULTS = {
     "bom_stream": "ok",
     "huge_header": "protocol_error",
     "endless_stream": "protocol_error",
+    # Dead endpoints: silent after the headers (the read timeout), or dripping a byte at a time so that no
+    # read timeout fires: still waiting on the endpoint when the drain ends, they are its timeouts.
+    "stall_after_headers": "timeout",
+    "drip_headers": "timeout",
+    "drip_body": "timeout",
     "refused": "connect_error",
 }
 # Behaviours whose answer carries exactly the four " hello" tokens of an ok stream, nothing more or less.
 FOUR_TOKENS = {"ok", "continue_100", "trailing_503", "gzip_stream", "events_after_done", "bom_stream"}
 SCHEDULE = [b for b in SERVER_FAULTS if b != "refused"]
 
-_table: list[tuple[str, str, int, dict[str, int], str]] = []
+# (case, mode, requests the server saw, outcome counts, expected, whether the counts equal the truth)
+_table: list[tuple[str, str, int, dict[str, int], str, bool]] = []
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -80,15 +87,16 @@ def _print_table() -> Iterator[None]:
     yield
     if not _table:
         return
-    rows = [("fault", "mode", "truth", "outcome counts", "expected")]
+    rows = [("case", "mode", "truth", "outcome counts", "expected", "equal")]
     rows += [
-        (f, m, str(n), " ".join(f"{k}={v}" for k, v in sorted(c.items())), e) for f, m, n, c, e in _table
+        (f, m, str(n), " ".join(f"{k}={v}" for k, v in sorted(c.items())), e, "yes" if ok else "NO")
+        for f, m, n, c, e, ok in _table
     ]
-    widths = [max(len(r[i]) for r in rows) for i in range(5)]
-    text = "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows) + "\n"
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
     ARTIFACT.parent.mkdir(parents=True, exist_ok=True)
-    ARTIFACT.write_text(text)
-    print("\n" + text)
+    ARTIFACT.write_text("\n".join(lines) + "\n")
+    add_lines("fault matrix: case x mode x outcome counts x server truth", lines)
 
 
 def _free_port() -> int:
@@ -177,7 +185,7 @@ def _check_accounting(
             assert outcome in reasons, (outcome, reasons)
     for label, n in sorted(truth.items()):
         per = Counter(r["outcome"] for r in records if label_of[r["wire_id"]] == label)
-        _table.append((label, mode, n, dict(per), expected[label]))
+        _table.append((label, mode, n, dict(per), expected[label], per == {expected[label]: n}))
     return run
 
 
@@ -204,7 +212,10 @@ def test_engine_faults(tmp_path: Path, mode: str) -> None:
 @pytest.mark.parametrize("mode", MODES)
 def test_proxy_and_server_faults(tmp_path: Path, mode: str) -> None:
     prof = write_profile(
-        tmp_path / "p.yaml", load={"rate": 30.0}, output_tokens={"dist": "fixed", "value": 4}
+        tmp_path / "p.yaml",
+        load={"rate": 30.0},
+        output_tokens={"dist": "fixed", "value": 4},
+        client={"drain_timeout_s": 2},
     )
     out = tmp_path / "out"
     with FaultServer(SCHEDULE) as srv:
@@ -255,7 +266,7 @@ def test_tls_bad_certificate_is_one_clear_line(tmp_path: Path, mode: str, cert: 
     assert code == 1 and "Traceback" not in log
     err = [ln for ln in log.splitlines() if ln.startswith("loadtest: error:")]
     assert len(err) == 1 and "CERTIFICATE_VERIFY_FAILED" in err[0] and "--insecure" in err[0]
-    _table.append(("tls_bad_certificate", mode, 0, {"refused_before_run": 1}, "exit 1"))
+    _table.append(("tls_bad_certificate", mode, 0, {"refused_before_run": 1}, "exit 1", True))
 
 
 def test_tls_insecure_is_explicit_and_recorded(tmp_path: Path, cert: tuple[Path, Path]) -> None:
@@ -271,7 +282,8 @@ def test_tls_insecure_is_explicit_and_recorded(tmp_path: Path, cert: tuple[Path,
     assert run["config"]["tls_verify"] is False
     assert any("--insecure" in r for r in run["verdict"]["reasons"]) and run["verdict"]["status"] == "pass"
     assert run["metrics"]["requests"]["ok"] == n > 0
-    _table.append(("tls_insecure", "single", n, {"ok": n}, "ok"))
+    got = {k: v for k, v in run["metrics"]["requests"]["by_outcome"].items() if v}
+    _table.append(("tls_insecure", "single", n, got, "ok", got == {"ok": n}))
 
 
 def test_no_hidden_retries_and_explicit_retries_are_linked(tmp_path: Path) -> None:
@@ -309,3 +321,30 @@ def test_no_hidden_retries_and_explicit_retries_are_linked(tmp_path: Path) -> No
             run = json.loads((out / "run.json").read_text())
             assert run["config"]["retries"]["max"] == 2
             assert any("retries on" in r for r in run["verdict"]["reasons"])
+
+
+@pytest.mark.parametrize("mode", ["single", "processes2"])
+def test_two_thousand_never_answered_streams_fail_as_timeouts(tmp_path: Path, mode: str) -> None:
+    """2,000 streams sent to an endpoint that never answers (read timeout 300 s, longer than the drain):
+    every one is the endpoint's timeout when the drain ends, none the generator's cancellation."""
+    from loadtest.fd_limit import raise_open_file_limit
+
+    assert raise_open_file_limit() > 4200, "the test needs 4,200 descriptors (2,000 each side)"
+    prof = write_profile(tmp_path / "p.yaml", load={"concurrency": 2000}, client={"drain_timeout_s": 3})
+    out = tmp_path / "out"
+    with SilentServer() as srv:
+        args = ["--profile", str(prof), "--host", srv.base_url, "--duration", "4", "--endpoint-check", "none"]
+        master, workers = start_run(mode, [*args, "--model", "m"], out, tmp_path)
+        code, logs = finish_run(master, workers, tmp_path)
+        received = list(srv.received)
+    assert code == 12, logs[-3000:]
+    assert "Traceback" not in logs
+    records = read_lines(sorted(out.glob("records*.jsonl")))
+    got = Counter(r["outcome"] for r in records)
+    assert len(received) == 2000 and sorted(r["wire_id"] for r in records) == sorted(received)
+    assert got == {"timeout": 2000}, got
+    run = json.loads((out / "run.json").read_text())
+    assert run["verdict"]["status"] != "pass" and "timeout" in run["verdict"]["reasons"][0]
+    _table.append(
+        ("never_answered_x2000", mode, len(received), dict(got), "timeout", got == {"timeout": 2000})
+    )

@@ -11,6 +11,7 @@ from loadtest.cli.sweep_cmd import add_parser as add_sweep_parser
 from loadtest.client.balancer import HostAction, add_fleet_options
 from loadtest.client.preflight import add_endpoint_check_option
 from loadtest.economics.spec import add_endpoint_options
+from loadtest.fd_limit import raise_open_file_limit
 
 # Commands that run Locust: gevent must patch the process before ssl, socket or threading are used.
 GEVENT_COMMANDS = {"run", "ui", "master", "worker"}
@@ -237,6 +238,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    raise_open_file_limit()
     if args.command in GEVENT_COMMANDS:
         from gevent import monkey
 

@@ -148,7 +148,12 @@ class Response:
 
     @property
     def body(self) -> bytes:
-        return b"".join(self.chunks)
+        """The whole body, joined once: the pieces collapse into one that keeps the last read's time."""
+        chunks = self.chunks
+        if len(chunks) > 1:
+            chunks[:] = [b"".join(chunks)]  # one copy alive at a time, however often it is asked for
+            self.times[:] = self.times[-1:]
+        return chunks[0] if chunks else b""
 
     @property
     def content_type(self) -> str:
@@ -431,6 +436,7 @@ class Connection:
             raise HttpFailure("protocol_error", f"unreadable response: {type(e).__name__}: {e}") from e
         finally:
             self._reader = None
+            del reader.parser  # it holds the reader: left in place, the body would wait for the cyclic GC
             _watchdog.active.discard(self)  # watched only while in flight: the watchdog ends when idle
         if reader.leftover:  # a second message began after this one's end: not part of the answer
             del resp.chunks[reader.end :], resp.times[reader.end :]

@@ -149,13 +149,16 @@ _PREFIX = b"data: "
 _BLANK_PREFIX = b"      "  # same length as the prefix, so byte offsets do not move
 
 
-def _fast_split(buf: bytes) -> tuple[list[_Chunk], np.ndarray, bool] | None:
+def _fast_split(chunks: list[bytes]) -> tuple[list[_Chunk], np.ndarray, bool] | None:
     """The common shape, in a few C-speed passes: every event one ``data: `` line, LF endings.
 
-    The ``data: `` prefixes are blanked (same length, so offsets hold) and the payloads decoded as
-    JSON lines in one call. Returns the decoded events, the byte offset where each event ends and
-    whether [DONE] ended the stream; None for any other shape (the general path handles it).
+    The reads are joined and the ``data: `` prefixes blanked (same length, so offsets hold); the joined
+    copy is dropped before the payloads are decoded as JSON lines in one call, so a huge stream holds
+    its reads, one blanked copy and the decoded events at once, no more. Returns the decoded events,
+    the byte offset where each event ends and whether [DONE] ended the stream; None for any other
+    shape (the general path handles it).
     """
+    buf = chunks[0] if len(chunks) == 1 else b"".join(chunks)
     saw_done = buf.endswith(_DONE_EVENT)
     size = len(buf) - len(_DONE_EVENT) if saw_done else len(buf)
     if size <= 0 or not buf.startswith(_PREFIX):
@@ -171,8 +174,10 @@ def _fast_split(buf: bytes) -> tuple[list[_Chunk], np.ndarray, bool] | None:
     # One "data: " per event and none inside a payload (blanking one there would alter the text).
     if buf.count(_PREFIX, 0, size) != n_events:
         return None
+    blanked = memoryview(buf.replace(_PREFIX, _BLANK_PREFIX))[:size]
+    del buf, newlines
     try:
-        decoded = _one_decoder.decode_lines(memoryview(buf.replace(_PREFIX, _BLANK_PREFIX))[:size])
+        decoded = _one_decoder.decode_lines(blanked)
     except (msgspec.DecodeError, msgspec.ValidationError):
         return None  # a comment, another field or bad JSON: let the general path say which
     return decoded, ends, saw_done
@@ -187,8 +192,7 @@ def parse_stream(chunks: list[bytes], times: list[int]) -> StreamResult:
         chunks = [chunks[0][len(_BOM) :], *chunks[1:]]
     if any(b"\r" in c for c in chunks):
         chunks = _normalize_newlines(chunks)
-    buf = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-    fast = _fast_split(buf)
+    fast = _fast_split(chunks)
     if fast is not None:
         decoded, ends, res.saw_done = fast
         if len(chunks) == 1:
@@ -198,6 +202,7 @@ def parse_stream(chunks: list[bytes], times: list[int]) -> StreamResult:
             idx = np.searchsorted(chunk_ends, ends, side="right")
             payload_times = np.asarray(times, dtype=np.int64)[idx].tolist()
     else:
+        buf = chunks[0] if len(chunks) == 1 else b"".join(chunks)
         decoded, payload_times = _general_split(res, chunks, times, buf)
     res.events = len(decoded)
     if not decoded:

@@ -15,6 +15,7 @@ from typing import Any
 
 from aiohttp import web
 
+from loadtest.fd_limit import raise_open_file_limit
 from loadtest.gc_tuning import tune_gc
 from loadtest.sim.faults import FaultSpecError, parse_spec
 from loadtest.sim.presets import EngineConfig, get_gpu, get_model
@@ -158,6 +159,7 @@ async def serve(
     sock.bind((host, port))
     site = web.SockSite(runner, sock)
     await site.start()
+    raise_open_file_limit()
     tune_gc()  # start-up objects (presets, tokenizer, app) are never scanned again
     bound = sock.getsockname()
     shown = f"[{bound[0]}]" if ":" in bound[0] else bound[0]
