@@ -37,7 +37,7 @@ def full_profile() -> dict[str, Any]:
     return {
         "name": "mix",
         "description": "every kind",
-        "source": "REFERENCE.md §6",
+        "source": "docs/sources.md §6",
         "load": {"rate": 4, "arrival": "gamma", "cv": 2.0, "max_in_flight": 64},
         "slos": {"ttft_p99": "2s", "tpot_p99": "80ms", "error_rate": "0.5%", "latency_p99.9": 12},
         "scenarios": [

@@ -34,14 +34,14 @@ SHIPPED = [
     "vision-chat",
 ]
 
-# REFERENCE.md §1: p99 TTFT / p99 TPOT limits in ms (Server, Interactive) and max output tokens.
+# docs/sources.md §1: p99 TTFT / p99 TPOT limits in ms (Server, Interactive) and max output tokens.
 MLPERF_LIMITS_MS = {
     "llama2-70b": {"server": (2000, 200), "interactive": (450, 40), "max_out": 1024},
     "llama3.1-8b": {"server": (2000, 100), "interactive": (500, 30), "max_out": 128},
     "deepseek-r1": {"server": (2000, 80), "interactive": (1500, 15), "max_out": 20000},
     "gpt-oss-120b": {"server": (3000, 80), "interactive": (2000, 15), "max_out": 10240},
 }
-# REFERENCE.md §1 reference mean output lengths (llama3.1-8b has none there).
+# docs/sources.md §1 reference mean output lengths (llama3.1-8b has none there).
 MLPERF_MEAN_OUT = {"llama2-70b": 294, "deepseek-r1": 3886, "gpt-oss-120b": 1278}
 MLPERF = [(b, s) for b in MLPERF_LIMITS_MS for s in ("server", "interactive")]
 

@@ -160,7 +160,7 @@ def test_gpt_oss_120b_fits_one_h100() -> None:
     assert EngineConfig(model=GPT_OSS_120B).num_kv_blocks > 0
 
 
-# ---- the REFERENCE formula, by hand -------------------------------------------------------------
+# ---- the docs/sources.md §3 formula, by hand -------------------------------------------------------------
 def test_batch1_decode_llama8b_h100_by_hand() -> None:
     # L=32, d_attn=32·128=4096, kv_B=2·32·8·128·2=131072 B, W=8.03e9·2 B; F=989e12, BW=3.35e12.
     t_fixed = 32 * 32e-6 + 126e-6  # 1.150 ms
@@ -237,7 +237,7 @@ def test_kv_per_gpu_under_tp() -> None:
     # An MLA latent is held whole by every rank.
     r1 = EngineConfig(model=DEEPSEEK_R1, gpu=H200_SXM, tp=8)
     assert r1.kv_bytes_per_token_per_gpu == DEEPSEEK_R1.kv_bytes_per_token(2)
-    # KV capacity (REFERENCE §3): (0.9·HBM − weights/tp − 4 GB) / per-GPU KV bytes, in 16-token blocks.
+    # KV capacity (docs/sources.md §3): (0.9·HBM − weights/tp − 4 GB) / per-GPU KV bytes, in 16-token blocks.
     assert CFG.num_kv_blocks == int((0.9 * 80e9 - 16.06e9 - 4e9) // 131072) // 16
     assert r1.num_kv_blocks == int((0.9 * 141e9 - 671.03e9 / 8 - 4e9) // (61 * 576 * 2)) // 16
     assert EngineConfig(kv_blocks=100).num_kv_blocks == 100

@@ -1,4 +1,4 @@
-"""SSE parsing against the OpenAI streaming checklist (REFERENCE.md §5)."""
+"""SSE parsing against the OpenAI streaming checklist (docs/sources.md §5)."""
 
 from __future__ import annotations
 

@@ -336,7 +336,7 @@ def test_every_shared_trace_reads(derived: dict[str, dict[str, Any]]) -> None:
     assert derived["mooncake-conversation"]["source"]["citation"].find("FAST 2025") >= 0
 
 
-# REFERENCE.md §6 figures: (trace, stat path, value, relative tolerance). Rates/CV ±10 %, lengths ±5 %.
+# docs/sources.md §6 figures: (trace, stat path, value, relative tolerance). Rates/CV ±10 %, lengths ±5 %.
 REFERENCE = [
     ("azure-conv", "mean_rate_rps", 5.5, 0.10),
     ("azure-conv", "interarrival_cv", 1.09, 0.10),
@@ -366,13 +366,13 @@ def test_reference_figures(
     value: Any = derived[trace]["stats"]
     for key in stat.split("."):
         value = value[key]
-    assert value == pytest.approx(expected, rel=tol), f"{trace} {stat}: {value} vs REFERENCE.md {expected}"
+    assert value == pytest.approx(expected, rel=tol), f"{trace} {stat}: {value} vs docs/sources.md §6: {expected}"
 
 
 @needs_traces
 def test_mooncake_prefix_reuse(derived: dict[str, dict[str, Any]]) -> None:
     stats = derived["mooncake-conversation"]["stats"]
-    assert 0.37 <= stats["prefix_reuse_token_share"] <= 0.40  # REFERENCE.md: ~37-40 %
+    assert 0.37 <= stats["prefix_reuse_token_share"] <= 0.40  # docs/sources.md §6: ~37-40 %
     assert 0.35 <= stats["prefix_reuse_share"] <= 0.40  # per block (last partial block counted whole): 36.6 %
     assert stats["mean_blocks_per_request"] == pytest.approx(24.0, rel=0.02)
 

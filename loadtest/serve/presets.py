@@ -39,7 +39,7 @@ class Layout:
 
 @dataclass(frozen=True)
 class Serving:
-    """Scheduler and memory knobs every engine gets (REFERENCE.md section 4 defaults)."""
+    """Scheduler and memory knobs every engine gets (docs/sources.md §4 defaults)."""
 
     max_num_seqs: int = 256
     max_num_batched_tokens: int = 8192

@@ -1,4 +1,4 @@
-"""The per-step roofline time model of the simulated engine (REFERENCE.md §3, plus TP, MoE and precision)."""
+"""The per-step roofline time model of the simulated engine (docs/sources.md §3, plus TP, MoE and precision)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from loadtest.sim.presets import EngineConfig, ModelSpec
 
-# Base model (REFERENCE.md §3), exact for a dense model on one GPU:
+# Base model (docs/sources.md §3), exact for a dense model on one GPU:
 #   FLOPs  = 2·P_active·N + 4·L·d_attn·Σ n_i·(c_i + (n_i+1)/2)
 #   Bytes  = W_bytes + kv_B·Σ (c_i + n_i)
 #   T_step = t_fixed + t_req·B + max(FLOPs/(eta_c·F), Bytes/(eta_bw·BW))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-ACTIVATION_RESERVE_BYTES = 4e9  # per GPU: activations, CUDA graphs, NCCL buffers (REFERENCE.md §3)
+ACTIVATION_RESERVE_BYTES = 4e9  # per GPU: activations, CUDA graphs, NCCL buffers (docs/sources.md §3)
 
 
 def block_size(config: Any) -> int:
