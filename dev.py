@@ -90,8 +90,9 @@ def main() -> int:
     rc = subprocess.call(
         [str(BIN / "ruff"), "check", "loadtest", "servers", "tests", "tools", "dev.py"], cwd=ROOT
     )
+    rc_mypy = subprocess.call([str(PY), "-m", "mypy"], cwd=ROOT)  # [tool.mypy] in pyproject.toml
     rc_tests = subprocess.call([str(PY), "-m", "pytest", "-q", *rest], cwd=ROOT)
-    return rc_tests or rc
+    return rc_tests or rc_mypy or rc
 
 
 if __name__ == "__main__":

@@ -192,3 +192,21 @@ def test_an_endpoint_that_wants_an_api_key_header(tmp_path: Path, monkeypatch: p
         sim.stop()
     assert res.returncode == 1 and res.stderr.strip().count("\n") == 0, res.stderr
     assert "HTTP 401" in res.stderr and "request.auth" in res.stderr and key not in res.stderr
+
+
+def test_the_installed_locust_is_inside_the_tested_range_and_its_dispatcher_is_where_compat_reads_it() -> None:
+    """locust/compat.py is the one place that uses Locust's internals; pyproject bounds Locust to its range."""
+    from locust.env import Environment
+    from locust.user import User
+
+    from loadtest.locust.compat import TESTED_LOCUST, check_locust_version, users_dispatcher
+
+    assert check_locust_version() == ""
+    low, high = TESTED_LOCUST
+    pins = (Path(__file__).resolve().parent.parent / "pyproject.toml").read_text()
+    assert f'"locust>={low[0]}.{low[1]},<{high[0]}.{high[1] + 1}"' in pins
+    runner = Environment(user_classes=[User]).create_master_runner("127.0.0.1", 0)
+    try:
+        assert hasattr(runner, "_users_dispatcher") and users_dispatcher(runner) is None  # before a start
+    finally:
+        runner.quit()

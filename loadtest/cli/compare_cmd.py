@@ -85,7 +85,12 @@ def _headline(doc: dict[str, Any]) -> list[str]:
         for k in keys:
             r = rows.get(k)
             d = r["deltas"][i] if r else None
-            if d is None or d["pct"] is None or (k == "output_tps" and "output_tps_norm" in rows):
+            if (
+                r is None
+                or d is None
+                or d["pct"] is None
+                or (k == "output_tps" and "output_tps_norm" in rows)
+            ):
                 continue
             mark = "*" if d["significant"] else ""
             parts.append(f"{r['label']} {d['pct']:+.1f}%{mark}")

@@ -357,6 +357,7 @@ class Connection:
                 # Wait first: after a read the next bytes are rarely there yet, so this saves the
                 # recv that would fail with EAGAIN; when they are, the watcher fires at once.
                 if recvmsg is not None:
+                    assert wait is not None  # set together with recvmsg (plain TCP)
                     wait(read_event)
                     try:
                         data, anc, _, _ = recvmsg(RECV_SIZE, _ANC_SIZE)
@@ -370,6 +371,7 @@ class Connection:
                             now = arrived
                     reader.now = now
                 else:
+                    assert recv is not None  # TLS: the one reader
                     data = recv(RECV_SIZE)
                     reader.now = perf_counter_ns()
                 if self._aborted:

@@ -2,11 +2,12 @@
 
 The hot path only keeps each socket read and its timestamp; this module splits the reads into
 events, gives every event the time of the read that completed it, decodes all JSON payloads in
-one bulk call, and extracts what the metrics need (REFERENCE.md §5 checklist).
+one bulk call, and extracts what the metrics need (docs/sources.md §5 checklist).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import msgspec
@@ -192,6 +193,7 @@ def parse_stream(chunks: list[bytes], times: list[int]) -> StreamResult:
         chunks = [chunks[0][len(_BOM) :], *chunks[1:]]
     if any(b"\r" in c for c in chunks):
         chunks = _normalize_newlines(chunks)
+    decoded: Sequence[_Chunk | None]  # the general path leaves None for a payload that is not JSON
     fast = _fast_split(chunks)
     if fast is not None:
         decoded, ends, res.saw_done = fast

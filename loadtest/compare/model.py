@@ -291,7 +291,7 @@ def build_comparison(
 
         def scaled(key: str, i: int) -> Estimate | None:
             f = factors[i]
-            return None if f is None else stats.transform(ests[i][key], lambda x, f=f: x * f)
+            return None if f is None else stats.transform(ests[i][key], lambda x: x * f)
 
         n = len(sides)
         extra = [

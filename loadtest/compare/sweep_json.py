@@ -68,7 +68,7 @@ def read_sweep(folder: Path) -> SweepDoc:
             raise SweepFormatError(f"{path}: points[{i}] needs a 'dir' (the point's run folder, relative)")
         points.append(
             SweepPoint(
-                index=_index(p.get("index")) if _index(p.get("index")) is not None else i,
+                index=i if (idx := _index(p.get("index"))) is None else idx,
                 label=str(p.get("label") or p["dir"]),
                 concurrency=_index(p.get("concurrency")),
                 rate=_num(p.get("rate")),

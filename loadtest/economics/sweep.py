@@ -64,7 +64,8 @@ def rank_by_cost(entries: list[tuple[str, Path, dict[str, Any]]]) -> dict[str, A
             if idx is None:
                 row["why"] = "no point met the SLOs with a price" if sw else "no price recorded"
             else:
-                e = sw["points"][idx]  # type: ignore[index]
+                assert sw is not None  # idx came from it
+                e = sw["points"][idx]
                 row.update(_row_figures(e))
                 row["point"] = (sweep["points"][idx] or {}).get("label")
         else:

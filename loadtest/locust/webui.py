@@ -26,6 +26,7 @@ from loadtest.workload.salt import new_run_nonce
 
 if TYPE_CHECKING:  # importing locust monkey-patches the process: only where a run happens
     from locust.env import Environment
+    from werkzeug.wrappers import Response as WerkzeugResponse
 
     from loadtest.locust.context import RunContext
     from loadtest.locust.runtime import RunOutcome
@@ -205,7 +206,7 @@ class LlmWebUi:
             settings.host = environment.host  # the start form's host field
         ctx = RunContext(settings, 0, 1, "records.jsonl")
         ctx.env = environment
-        environment.loadtest = ctx  # type: ignore[attr-defined]
+        environment.loadtest = ctx  # type: ignore[attr-defined]  # our context rides on locust's Environment
         self.run = UiRun(ctx=ctx, settings=settings, out=out, started_epoch=time.time())
         self._cache = None
         if self.on_start is not None:
@@ -392,6 +393,7 @@ class LlmWebUi:
         runner = self.env.runner
         assert web_ui is not None and runner is not None
         app = web_ui.app
+        assert app is not None  # WebUI.__init__ always creates its Flask app
         cols = [("section", "Section"), ("metric", "Metric"), ("p50", "p50"), ("p90", "p90"), ("p99", "p99")]
         web_ui.template_args["extended_tabs"] = [{"title": "LLM metrics", "key": TAB_KEY}]
         web_ui.template_args["extended_tables"] = [
@@ -444,7 +446,7 @@ class LlmWebUi:
                 # Open loop: the schedule sets the load; one dispatcher per process, whatever the form says.
                 start(self.base.processes, max(spawn_rate, 1.0), *a, **kw)
 
-            runner.start = start_dispatchers  # type: ignore[method-assign]
+            runner.start = start_dispatchers  # type: ignore[method-assign]  # wrap locust's Runner.start
 
     def interrupt(self, reason: str) -> None:
         """SIGINT/SIGTERM: stop any run without draining and wait for its results to be written."""
@@ -472,7 +474,7 @@ def _install_login(web_ui: Any, user: str, password: str) -> None:
     web_ui.auth_args = {"username_password_callback": "/llm/login"}
 
     @web_ui.app.route("/llm/login", methods=["POST"])
-    def llm_login() -> Response:
+    def llm_login() -> WerkzeugResponse:  # flask.redirect's type
         ok_user = hmac.compare_digest(request.form.get("username", ""), user)
         ok_password = hmac.compare_digest(request.form.get("password", ""), password)
         if ok_user and ok_password:

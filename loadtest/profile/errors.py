@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 import types
 import typing
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -59,7 +60,7 @@ def walk(root: type[BaseModel], loc: tuple[Any, ...]) -> tuple[str, type[BaseMod
         dicts = [typing.get_args(c)[1] for c in cands if typing.get_origin(c) is dict]
         cur = fields or dicts
     models = [m for t in cur for m in _members(t) if _is_model(m)]
-    return "".join(parts), (models[0] if len(models) == 1 else None), [_tag(m) for m in models if _tag(m)]
+    return "".join(parts), (models[0] if len(models) == 1 else None), [t for m in models if (t := _tag(m))]
 
 
 def _item_type(container: Any, index: int) -> Any:
@@ -76,7 +77,7 @@ def _got(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _describe(item: dict[str, Any], allowed: list[str] | None) -> str:
+def _describe(item: Mapping[str, Any], allowed: list[str] | None) -> str:
     kind, msg, ctx = item["type"], item["msg"], item.get("ctx") or {}
     if kind == "missing":
         return "required item is missing" if isinstance(item["loc"][-1], int) else "required key is missing"

@@ -312,7 +312,7 @@ def error_class_rows(log: LogSummary | None) -> dict[str, Any]:
 # ---- lengths ----
 
 
-def _scenario_specs(run: dict[str, Any]) -> dict[str, dict[str, Any]]:
+def _scenario_specs(run: dict[str, Any]) -> dict[str | None, dict[str, Any]]:  # keyed by name (None: unnamed)
     scs = facts.section(run, "config", "profile_resolved").get("scenarios") or []
     return {s.get("name"): s for s in scs if isinstance(s, dict)}
 

@@ -94,10 +94,12 @@ def _stats(hist: HdrHistogram | None, label: str, plabel: str) -> list[str]:
     if hist is None:
         return [f"{f'Min {label} (ns)':<44}: n/a"]
     s = hdr.summary(hist)
+    lo, hi, mean = s["min"], s["max"], s["mean"]
+    assert lo is not None and hi is not None and mean is not None  # decode() returns no empty histogram
     lines = [
-        f"{f'Min {label} (ns)':<44}: {int(s['min']) * 1000}",
-        f"{f'Max {label} (ns)':<44}: {int(s['max']) * 1000}",
-        f"{f'Mean {label} (ns)':<44}: {round(float(s['mean']) * 1000)}",
+        f"{f'Min {label} (ns)':<44}: {int(lo) * 1000}",
+        f"{f'Max {label} (ns)':<44}: {int(hi) * 1000}",
+        f"{f'Mean {label} (ns)':<44}: {round(float(mean) * 1000)}",
     ]
     for p, v in zip(PERCENTILES, hdr.fast_percentiles(hist, PERCENTILES), strict=True):
         lines.append(f"{f'{p:.2f} percentile {plabel} (ns)':<44}: {int(v or 0) * 1000}")

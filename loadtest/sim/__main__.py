@@ -197,7 +197,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     try:
-        import uvloop  # type: ignore[import-not-found]
+        import uvloop
     except ImportError:
         uvloop = None
     if uvloop is not None:

@@ -15,7 +15,7 @@ T = TypeVar("T")
 DATA_DIR = Path(__file__).with_name("presets_data")
 GB = 1e9
 # Memory a serving engine keeps outside weights and KV (activations, CUDA graphs, NCCL buffers):
-# "~4 GB" per GPU (REFERENCE.md §3).
+# "~4 GB" per GPU (docs/sources.md §3).
 ENGINE_OVERHEAD_GB = 4.0
 
 
@@ -151,8 +151,12 @@ def _norm(name: str) -> str:
     return "".join(ch for ch in name.lower() if ch.isalnum() or ch == ".")
 
 
-def _make(cls: type[T], name: str, entry: dict[str, Any]) -> T:
-    fields = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+# the preset dataclasses a YAML file holds (all take ``name`` and ``aliases``)
+_PresetT = TypeVar("_PresetT", GpuSpec, ModelSpec)
+
+
+def _make(cls: type[_PresetT], name: str, entry: dict[str, Any]) -> _PresetT:
+    fields = {f.name for f in dataclasses.fields(cls)}
     unknown = set(entry) - fields
     if unknown:
         raise ValueError(f"preset {name!r}: unknown fields {sorted(unknown)}")
@@ -161,12 +165,12 @@ def _make(cls: type[T], name: str, entry: dict[str, Any]) -> T:
     return cls(name=name, **{**entry, "aliases": tuple(str(a) for a in entry.get("aliases") or ())})
 
 
-def _load(filename: str, cls: type[T]) -> dict[str, T]:
+def _load(filename: str, cls: type[_PresetT]) -> dict[str, _PresetT]:
     """The presets of one YAML file; ``extends: <earlier preset>`` copies it (aliases apart) first."""
     with (DATA_DIR / filename).open(encoding="utf-8") as fh:
         raw: dict[str, dict[str, Any]] = yaml.safe_load(fh)
     merged: dict[str, dict[str, Any]] = {}
-    out: dict[str, T] = {}
+    out: dict[str, _PresetT] = {}
     for key, value in raw.items():
         name, entry = str(key), dict(value)
         base = entry.pop("extends", None)

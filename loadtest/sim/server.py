@@ -146,7 +146,7 @@ def _submit(st: SimState, g: GenRequest, target: int, request_id: str) -> SimReq
         st.submit_ids = bool(params) and params[0] == "prompt"
     if st.submit_ids:
         try:
-            return engine.submit(g.prompt_ids or [0], target, request_id)  # type: ignore[arg-type]
+            return engine.submit(g.prompt_ids or [0], target, request_id)
         except TypeError:
             st.submit_ids = False
     return engine.submit(g.prompt_tokens, target, request_id)
@@ -212,7 +212,7 @@ async def _stream_in_step(
     resp: web.StreamResponse,
     req: SimRequest,
     rec: TruthRecord,
-    cw: ChunkWriter,
+    cw: ChunkWriter | ResponsesWriter,
     tail: Callable[[], str],
 ) -> None:
     """Serve a stream from inside the engine's step: the engine calls a sink that writes the token's
@@ -287,7 +287,8 @@ async def _stream(
     if request.version >= (1, 1):
         resp.enable_chunked_encoding()
     if kind == F.SLOW_HEADERS:
-        await asyncio.sleep(fault.value() or 0.0)  # type: ignore[union-attr]
+        assert fault is not None  # kind is fault's
+        await asyncio.sleep(fault.value() or 0.0)
     await resp.prepare(request)
     request["sim_response"] = resp
     if g.chat:
@@ -328,7 +329,8 @@ async def _stream(
                 rec.done_ns = time.perf_counter_ns()
                 return resp
             if kind == F.STALL_MID_STREAM:
-                await asyncio.sleep(fault.value() or 0.0)  # type: ignore[union-attr]
+                assert fault is not None  # kind is fault's
+                await asyncio.sleep(fault.value() or 0.0)
             elif kind == F.MALFORMED_CHUNK:
                 await resp.write(cw.malformed().encode())
         if rec.completion_tokens >= target:
@@ -363,7 +365,11 @@ async def _full(
 ) -> web.StreamResponse:
     kind = fault.kind if fault is not None else None
     target = req.target_tokens
-    fire_at = fault.at_token(target) if kind in (F.DISCONNECT_MID_STREAM, F.ERROR_FRAME) else None
+    fire_at = (
+        fault.at_token(target)
+        if fault is not None and kind in (F.DISCONNECT_MID_STREAM, F.ERROR_FRAME)
+        else None
+    )
     while True:
         if fire_at is not None and rec.completion_tokens >= fire_at:
             rec.done_ns = time.perf_counter_ns()
@@ -378,7 +384,8 @@ async def _full(
         _check_connected(request)
         _record(rec, len(idx))
     if kind in (F.STALL_MID_STREAM, F.SLOW_HEADERS):
-        await asyncio.sleep(fault.value() or 0.0)  # type: ignore[union-attr]
+        assert fault is not None  # kind is fault's
+        await asyncio.sleep(fault.value() or 0.0)
     reason = None if kind == F.NO_DONE else finish_reason
     make = full_object if g.api == "responses" else partial(full_response, g.chat)
     body = make(
@@ -466,9 +473,9 @@ async def _generate(request: web.Request, chat: bool, api: str = "") -> web.Stre
         finish_reason = "length" if target >= limit else "stop"
     req = _submit(st, g, target, rec.request_id)
     try:
-        err = getattr(req, "error", None)
-        if err:
-            raise _EngineError(str(err))
+        engine_err = getattr(req, "error", None)
+        if engine_err:
+            raise _EngineError(str(engine_err))
         if g.stream:
             return await _stream(request, st, g, req, rec, plan, finish_reason, headers, fault)
         return await _full(request, st, g, req, rec, plan, finish_reason, headers, fault)
@@ -562,9 +569,9 @@ async def embeddings(request: web.Request) -> web.StreamResponse:
     ]
     try:
         for r in reqs:
-            err = getattr(r, "error", None)
-            if err:
-                raise _EngineError(str(err))
+            engine_err = getattr(r, "error", None)
+            if engine_err:
+                raise _EngineError(str(engine_err))
         await asyncio.gather(*(_next_tokens(r) for r in reqs))
         _check_connected(request)
         headers = {"X-Request-Id": client_id} if client_id else {}

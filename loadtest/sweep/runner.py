@@ -105,16 +105,32 @@ class PointRunner:
             finally:
                 self._child = None
         run = read_run_json(out)
-        common = {"rel_dir": rel, "exit_code": code, "offline": point.offline}
         if run is None:
             why = _last_error_line(log) or f"exit code {code}"
             return point_entry(
-                index, point.label, point.concurrency, point.rate, status="failed", reason=why, **common
+                index,
+                point.label,
+                point.concurrency,
+                point.rate,
+                status="failed",
+                reason=why,
+                rel_dir=rel,
+                exit_code=code,
+                offline=point.offline,
             )
         status = "interrupted" if run.get("status") == "interrupted" else "completed"
         reason = run.get("interrupted_reason") if status == "interrupted" else None
         return point_entry(
-            index, point.label, point.concurrency, point.rate, status=status, run=run, reason=reason, **common
+            index,
+            point.label,
+            point.concurrency,
+            point.rate,
+            status=status,
+            run=run,
+            reason=reason,
+            rel_dir=rel,
+            exit_code=code,
+            offline=point.offline,
         )
 
     def skipped(self, index: int, point: LoadPoint, why: str) -> dict[str, Any]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from array import array
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from loadtest.telemetry.names import HISTOGRAMS, histogram_candidates
 from loadtest.telemetry.scrape import Scrape
@@ -17,6 +17,7 @@ METHOD = (
     "a value and its bucket's upper end are capped at mean / (1 - q) (Markov's bound, latencies being >= 0)"
 )
 Buckets = Mapping[float, float]  # upper bound (math.inf last) -> cumulative count
+SnapT = TypeVar("SnapT")  # what a timed snapshot holds (a Scrape, or a Compact one)
 
 
 def delta(start: Buckets | None, end: Buckets) -> tuple[dict[float, float], bool]:
@@ -117,8 +118,8 @@ def _sum_delta(start: Scrape | None, end: Scrape, key: str, restarted: bool) -> 
 
 
 def nearest_snapshots(
-    snaps: Sequence[tuple[float, Scrape]], t_from: float, t_to: float
-) -> tuple[tuple[float, Scrape], tuple[float, Scrape]] | None:
+    snaps: Sequence[tuple[float, SnapT]], t_from: float, t_to: float
+) -> tuple[tuple[float, SnapT], tuple[float, SnapT]] | None:
     """The snapshots that bracket [t_from, t_to]: the last at or before ``t_from`` (else the first)
     and the first at or after ``t_to`` (else the last); None when they do not span any time."""
     if len(snaps) < 2:

@@ -283,14 +283,14 @@ class Workload:
 
     def _chat_session(self, sc: Scenario, index: int) -> ChatSession:
         assert sc.session is not None and sc.input_tokens is not None and sc.output_tokens is not None
-        s = sc.session
+        s, inp, out = sc.session, sc.input_tokens, sc.output_tokens
         return ChatSession(
             self.seed,
             index,
             self.tokenizer,
             turns=lambda r: sample_length(s.turns, r),
-            input_tokens=lambda r: sample_length(sc.input_tokens, r),  # type: ignore[arg-type]
-            output_tokens=lambda r: max(1, sample_length(sc.output_tokens, r)),  # type: ignore[arg-type]
+            input_tokens=lambda r: sample_length(inp, r),
+            output_tokens=lambda r: max(1, sample_length(out, r)),
             think_time_s=lambda r: sample_seconds(s.think_time_s, r),
             system_prompt=self._system[sc.name],
             salt=sc.salt,
@@ -300,7 +300,7 @@ class Workload:
 
     def _agent_session(self, sc: Scenario, index: int) -> AgentSession:
         assert sc.agent is not None and sc.input_tokens is not None and sc.output_tokens is not None
-        a = sc.agent
+        a, inp, out = sc.agent, sc.input_tokens, sc.output_tokens
         return AgentSession(
             self.seed,
             index,
@@ -308,9 +308,9 @@ class Workload:
             prefix_tokens=a.prefix_tokens,
             tools=a.tools,
             turns=lambda r: sample_length(a.turns, r),
-            input_tokens=lambda r: sample_length(sc.input_tokens, r),  # type: ignore[arg-type]
+            input_tokens=lambda r: sample_length(inp, r),
             calls_per_turn=lambda r: max(1, sample_length(a.calls_per_turn, r)),
-            output_tokens=lambda r: max(1, sample_length(sc.output_tokens, r)),  # type: ignore[arg-type]
+            output_tokens=lambda r: max(1, sample_length(out, r)),
             tool_result_tokens=lambda r: sample_length(a.tool_result_tokens, r),
             max_context_tokens=a.max_context_tokens,
             think_time_s=lambda r: sample_seconds(a.think_time_s, r),
@@ -351,12 +351,15 @@ class Workload:
 
 
 def _without_locations(profile: Profile) -> dict[str, Any]:
-    """The profile as data, with the files it names reduced to their names.
+    """The profile as data, with the files it names reduced to their names (and no
+    ``judging.generator_health``).
 
     Where a trace, a recorded-body file or a tokenizer lies on this machine is not part of the
     traffic (their content is hashed separately), so two checkouts of one profile match.
     """
     doc = profile.model_dump(mode="json")
+    # How the verdict treats the generator's health is not traffic: warn and fail runs compare alike.
+    (doc.get("judging") or {}).pop("generator_health", None)
     trace = (doc.get("load") or {}).get("trace")
     if trace and trace.get("path"):
         trace["path"] = Path(trace["path"]).name

@@ -49,7 +49,7 @@ def _clamp(v: float, spec: Any, floor: float) -> float:
     return min(v, hi) if hi is not None else v
 
 
-def sample_length(spec: Length | Any, rng: random.Random) -> int:
+def sample_length(spec: Length, rng: random.Random) -> int:
     """One integer length drawn from ``spec`` (clamped to its min/max)."""
     if spec.dist == "fixed":
         return spec.value

@@ -318,15 +318,15 @@ def find_model_tokenizer(model: str | None, hub: Path | None = None) -> FoundTok
     m = re.search(r"models--([^/\\]+?)--([^/\\]+)", model)
     repo = f"{m.group(1)}/{m.group(2)}" if m else model if re.fullmatch(r"[\w.-]+/[\w.-]+", model) else None
     if repo is not None:
-        folder = cached.get("models--" + repo.replace("/", "--").lower())
+        repo_dir = cached.get("models--" + repo.replace("/", "--").lower())
     else:  # a served name or a path on the server's host: its last part, when exactly one repo has that name
         name = re.split(r"[/\\]", model.rstrip("/\\"))[-1].lower()
         hits = [d for key, d in cached.items() if key.split("--", 2)[-1] == name]
-        folder = hits[0] if len(hits) == 1 else None
-    snapshot = _snapshot_with_tokenizer(folder) if folder is not None else None
+        repo_dir = hits[0] if len(hits) == 1 else None
+    snapshot = _snapshot_with_tokenizer(repo_dir) if repo_dir is not None else None
     if snapshot is None:
         return None
-    repo_id = "/".join(folder.name.split("--", 2)[1:]) if folder is not None else None
+    repo_id = "/".join(repo_dir.name.split("--", 2)[1:]) if repo_dir is not None else None
     return FoundTokenizer(str(snapshot), "hf_cache", repo_id)
 
 

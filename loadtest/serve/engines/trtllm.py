@@ -88,6 +88,7 @@ def build(preset: Preset, layout: Layout, opts: LaunchOptions) -> LaunchPlan:
     gpu_sets = assign_gpus(layout, opts.gpu_ids)
     url = local_url(opts.host, opts.port)
     common = plan_fields("trtllm", preset, layout, url, program(opts, [opts.python, "-c", VERSION_CODE]))
+    files: dict[str, str]
     if layout.instance is not None:
         files = {"llm_api_options.yaml": dump(llm_api_options(preset, layout.instance, "server"))}
         argv = [*serve, preset.model, "--host", opts.host, "--port", str(opts.port)]
@@ -96,7 +97,7 @@ def build(preset: Preset, layout: Layout, opts: LaunchOptions) -> LaunchPlan:
         proc = server_proc(argv, gpu_sets[0], opts.port, url, METRICS_PATH)
         return LaunchPlan(processes=[proc], metrics_urls=[url + METRICS_PATH], files=files, **common)
     procs: list[ProcSpec] = []
-    files: dict[str, str] = {}
+    files = {}
     servers: dict[str, list[str]] = {"prefill": [], "decode": []}
     for w in disagg_workers(layout, gpu_sets):
         port = opts.port + 1 + w.index

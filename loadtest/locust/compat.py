@@ -1,0 +1,36 @@
+"""The one place that reaches into Locust's internals, with the range of Locust versions it was tested on."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import locust
+
+# pyproject.toml bounds Locust to this range; an install that bypassed it is told at start.
+TESTED_LOCUST = ((2, 40), (2, 47))
+
+
+def locust_version() -> tuple[int, int]:
+    """Locust's (major, minor)."""
+    major, minor = (int(p) for p in locust.__version__.split(".")[:2])
+    return major, minor
+
+
+def check_locust_version() -> str:
+    """A warning (also returned) when the installed Locust is outside the tested range; "" when inside."""
+    v = locust_version()
+    low, high = TESTED_LOCUST
+    if low <= v <= high:
+        return ""
+    text = (
+        f"Locust {locust.__version__} is outside the range this loadtest was tested with "
+        f"({low[0]}.{low[1]} to {high[0]}.{high[1]}): the distributed mode uses its worker dispatcher"
+    )
+    warnings.warn(text, RuntimeWarning, stacklevel=2)
+    return text
+
+
+def users_dispatcher(runner: Any) -> Any:
+    """The master runner's users dispatcher (Locust's ``MasterRunner._users_dispatcher``), or None."""
+    return getattr(runner, "_users_dispatcher", None)
