@@ -19,7 +19,7 @@ from gevent import monkey; monkey.patch_all()
 import gc, json, sys
 from loadtest.client.http import Response, _Reader
 from loadtest.client.openai import OpenAIClient, PreparedRequest, Timeouts
-from loadtest.workload.tokenizer import get_tokenizer
+from loadtest.tokens.tokenizer import get_tokenizer
 
 gc.disable()
 client = OpenAIClient(sys.argv[1], None, get_tokenizer("llama3"), timeouts=Timeouts(connect=2, read=1))

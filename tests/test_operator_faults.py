@@ -152,7 +152,7 @@ from gevent import monkey; monkey.patch_all()
 import gc, json, os, sys, time
 import gevent
 from loadtest.client.openai import OpenAIClient, PreparedRequest, Timeouts
-from loadtest.workload.tokenizer import get_tokenizer
+from loadtest.tokens.tokenizer import get_tokenizer
 
 from loadtest.client.http import Connection
 def fds(): return len(os.listdir("/proc/self/fd"))

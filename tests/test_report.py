@@ -15,12 +15,12 @@ import pytest
 from markupsafe import escape
 
 from loadtest.client.record import RequestRecord
+from loadtest.fmt import fmt_ms
 from loadtest.metrics import hdr
 from loadtest.metrics.recorder import Recorder
 from loadtest.metrics.summary import build_metrics
 from loadtest.report import format_summary, render_run_report
 from loadtest.report.charts import CDF_TITLE
-from loadtest.report.fmt import fmt_ms
 from loadtest.results.mlperf_summary import SUMMARY_NAME
 from tests.browser import ARTIFACTS, CHROMIUM, open_in_chromium
 from tests.conftest import CLI, interrupt_when, read_lines, run_cli

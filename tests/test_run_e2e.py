@@ -324,6 +324,40 @@ def test_verdict_exit_codes_and_junit(
     assert "Verdict:" in (tmp_path / "o" / "report.html").read_text()
 
 
+def test_generator_health_fail_or_warn_from_the_profile_and_the_command_line(tmp_path: Path) -> None:
+    """The profile's judging.generator_health, --generator-health over it: recorded in run.json; under
+    fail the health checks block (exit 11 exactly when one fails), under warn they are reported but never
+    block. (tests/test_slo_verdict.py forces the overload; here the plumbing, on whatever this machine does.)"""
+    from loadtest.metrics.verdict import OVERLOADED
+
+    prof = write_profile(tmp_path / "p.yaml", judging={"generator_health": "fail"})
+    base = ["run", "--profile", str(prof)]
+    with SimProcess(speedup=4) as sim:
+        strict = run_cli([*base, "--host", sim.base_url, "--out", str(tmp_path / "f")], generator_health=None)
+        lenient = run_cli([*base, "--host", sim.base_url, "--generator-health", "warn", "--out", str(tmp_path / "w")])
+    runs = {}
+    for key, res in (("fail", strict), ("warn", lenient)):
+        run = json.loads((tmp_path / key[0] / "run.json").read_text())
+        assert res.returncode == run["verdict"]["exit_code"], res.stdout + res.stderr
+        assert run["config"]["judging"]["generator_health"] == key
+        assert run["config"]["profile_resolved"]["judging"]["generator_health"] == key
+        health = [c for c in run["verdict"]["checks"] if c["kind"] == "health"]
+        assert "schedule_lag_p99" in {c["name"] for c in health}
+        assert all(c["blocking"] is (key == "fail") for c in health)
+        runs[key] = health
+    unhealthy = [c for c in runs["fail"] if not c["passed"]]
+    assert strict.returncode == (11 if unhealthy else 0), strict.stdout + strict.stderr
+    assert lenient.returncode == 0, lenient.stdout + lenient.stderr
+    for c in runs["warn"]:  # a failed one is a warning line before the verdict line, which stays last
+        assert (f"warning: {OVERLOADED} ({c['detail']})" in lenient.stdout) is not c["passed"]
+    assert lenient.stdout.strip().splitlines()[-1].startswith("verdict: PASS")
+    bad = run_cli([*base, "--generator-health", "maybe"])
+    assert bad.returncode == 2 and "--generator-health" in bad.stderr
+    typo = write_profile(tmp_path / "typo.yaml", judging={"generator_health": "ignore"})
+    res = run_cli(["run", "--profile", str(typo)], generator_health=None)
+    assert res.returncode == 2 and "judging.generator_health" in res.stderr, res.stderr
+
+
 def test_bad_slo_is_a_usage_error(tmp_path: Path, small_profile: Path) -> None:
     res = run_cli(
         ["run", "--profile", str(small_profile), "--slo", "ttft_p99=fast", "--out", str(tmp_path / "o")]

@@ -17,10 +17,10 @@ from loadtest.client.record import RequestRecord
 from loadtest.locust.settings import RunSettings
 from loadtest.profile.schema import Profile
 from loadtest.sim import SimProcess
+from loadtest.tokens.tokenizer import get_tokenizer
 from loadtest.workload.builder import Workload
 from loadtest.workload.salt import SALT_TOKENS, describe_run_salt, salt_text
 from loadtest.workload.sessions import AgentSession
-from loadtest.workload.tokenizer import get_tokenizer
 from tests.conftest import read_lines, run_cli, write_profile
 
 FIXED = {"dist": "fixed", "value": 8}

@@ -20,8 +20,8 @@ from loadtest.sim.clock import decode_step_time_s, prefill_time_s, step_time_s
 from loadtest.sim.presets import H100_SXM, LLAMA_3_1_8B, LLAMA_3_1_70B, get_gpu, get_model
 from loadtest.sim.request import SimRequest
 from loadtest.sim.scheduler import Scheduler
+from loadtest.tokens.tokenizer import get_tokenizer
 from loadtest.workload.text import synth_text
-from loadtest.workload.tokenizer import get_tokenizer
 
 CHAT = "/v1/chat/completions"
 COMPLETIONS = "/v1/completions"

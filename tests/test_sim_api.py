@@ -12,8 +12,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from loadtest.sim import SimProcess
+from loadtest.tokens.tokenizer import get_tokenizer
 from loadtest.workload.text import synth_text
-from loadtest.workload.tokenizer import get_tokenizer
 from tests.test_sim import CHAT, COMPLETIONS, chat_body, request, sse_events
 
 MODEL = "Llama-3.1-8B"

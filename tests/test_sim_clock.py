@@ -35,7 +35,7 @@ from loadtest.sim.presets import (
     list_gpus,
     list_models,
 )
-from loadtest.workload.tokenizer import get_tokenizer
+from loadtest.tokens.tokenizer import get_tokenizer
 
 CFG = EngineConfig(gpu=H100_SXM, model=LLAMA_3_1_8B)
 

@@ -9,12 +9,10 @@ from functools import cache
 import numpy as np
 import pytest
 
-scipy_special = pytest.importorskip("scipy.special")
-
-from loadtest.metrics import early_stopping as es  # noqa: E402
-from loadtest.metrics import hdr  # noqa: E402
-from loadtest.metrics.recorder import Aggregate  # noqa: E402
-from loadtest.metrics.slo import (  # noqa: E402
+from loadtest.metrics import early_stopping as es
+from loadtest.metrics import hdr
+from loadtest.metrics.recorder import Aggregate
+from loadtest.metrics.slo import (
     ErrorRateSlo,
     RequestSlo,
     Slo,
@@ -24,14 +22,23 @@ from loadtest.metrics.slo import (  # noqa: E402
     parse_percent,
     parse_slos,
 )
-from loadtest.metrics.summary import build_metrics  # noqa: E402
-from loadtest.metrics.verdict import (  # noqa: E402
+from loadtest.metrics.summary import build_metrics
+from loadtest.metrics.verdict import (
     DEFAULT_ERROR_RATE,
     EXIT_CODES,
     OVERLOADED,
     ValidityRules,
+    health_warnings,
     judge,
     junit_xml,
+)
+
+try:  # the independent reference for early stopping: only the tests marked requires_scipy use it
+    from scipy import special as scipy_special
+except ImportError:
+    scipy_special = None
+requires_scipy = pytest.mark.skipif(
+    scipy_special is None, reason="SciPy is not installed: scipy.special.betainc is the reference here"
 )
 
 PS = (0.9, 0.99, 0.999)
@@ -65,6 +72,7 @@ def ref_estimate(sorted_values: list, p: float):
 
 
 # ---------------------------------------------------------------- early stopping
+@requires_scipy
 @pytest.mark.parametrize("p", PS)
 def test_odds_matches_scipy(p: float) -> None:
     for t in TS:
@@ -74,6 +82,7 @@ def test_odds_matches_scipy(p: float) -> None:
             assert es.odds(h, t, p) == pytest.approx(want, rel=1e-9, abs=1e-14), (h, t, p)
 
 
+@requires_scipy
 def test_odds_large_arguments() -> None:
     for h, t, p in [(10**6, 9_000, 0.99), (10**7, 100_000, 0.99), (50_000, 40, 0.999)]:
         want = float(scipy_special.betainc(h, t + 1, p))
@@ -90,6 +99,7 @@ def test_odds_edges_and_errors() -> None:
         es.odds(-1, 0, 0.9)
 
 
+@requires_scipy
 @pytest.mark.parametrize("p", PS)
 def test_find_min_passing_matches_linear_search(p: float) -> None:
     for t in TS:
@@ -103,6 +113,7 @@ def test_find_min_passing_known_values() -> None:
     assert [es.min_queries_for_percentile(p) for p in PS] == [44, 459, 4603]
 
 
+@requires_scipy
 def test_server_passes_boundary() -> None:
     for p in PS:
         for t in (0, 1, 10, 50):
@@ -111,6 +122,7 @@ def test_server_passes_boundary() -> None:
             assert not es.server_passes(need - 1, t, p)
 
 
+@requires_scipy
 @pytest.mark.parametrize("p", PS)
 def test_percentile_estimate_matches_reference(p: float) -> None:
     rng = np.random.default_rng(int(p * 1000))
@@ -391,6 +403,38 @@ def test_generator_overloaded() -> None:
     assert v.status == "invalid" and OVERLOADED in v.reasons[0]
     v = judge(metrics, hists, SLOS, ValidityRules(), {"schedule_lag_p99_ms": 5.0, "cpu_max_percent": 95})
     assert v.status == "invalid" and OVERLOADED in v.reasons[0] and "95" in v.reasons[0]
+
+
+def test_generator_health_warn_reports_the_overload_but_never_blocks() -> None:
+    """judging.generator_health: warn — the same overloaded run that fail calls invalid (exit 11) passes,
+    with both health checks listed as failed, non-blocking checks and a warning among the reasons."""
+    metrics, hists = make_run()
+    overloaded = {"schedule_lag_p99_ms": 120.0, "cpu_percent": 99.0, "startup_s": 1.0}
+    strict = judge(metrics, hists, SLOS, ValidityRules(generator_health="fail"), overloaded)
+    assert strict.status == "invalid" and strict.exit_code == 11
+    assert judge(metrics, hists, SLOS, ValidityRules(), overloaded).exit_code == 11  # fail is the default
+    assert all(c.blocking for c in strict.checks if c.kind == "health")
+
+    v = judge(metrics, hists, SLOS, ValidityRules(generator_health="warn"), overloaded)
+    assert v.status == "pass" and v.exit_code == 0 and v.passed
+    health = {c["name"]: c for c in v.to_dict()["checks"] if c["kind"] == "health"}
+    assert set(health) == {"schedule_lag_p99", "generator_cpu"}
+    assert all(not c["passed"] and not c["blocking"] for c in health.values())
+    assert (health["schedule_lag_p99"]["value"], health["schedule_lag_p99"]["limit"]) == (120.0, 50.0)
+    assert (health["generator_cpu"]["value"], health["generator_cpu"]["limit"]) == (99.0, 90.0)
+    assert len(v.reasons) == 2 and all(r.startswith("warning: ") and OVERLOADED in r for r in v.reasons)
+    assert all("not blocking (judging.generator_health: warn)" in r for r in v.reasons)
+    assert health_warnings(v) == v.reasons and health_warnings(strict) == []
+    # JUnit: passing test cases with the warning in system-out, no failures.
+    suite = ET.fromstring(junit_xml(v).encode()).find("testsuite")
+    assert suite is not None and suite.get("failures") == "0"
+    lag = next(c for c in suite.findall("testcase") if c.get("name") == "schedule_lag_p99")
+    assert lag.find("failure") is None and "warning: " in (lag.findtext("system-out") or "")
+    # warn relaxes only the generator's health: the other causes still decide the exit code.
+    short = judge(metrics, hists, SLOS, ValidityRules(min_duration_s=10_000, generator_health="warn"), overloaded)
+    assert short.status == "invalid" and short.reasons[0].startswith("invalid: min_duration")
+    missed = judge(*make_run(tpot_over=150), SLOS, ValidityRules(generator_health="warn"), overloaded)
+    assert missed.status == "slo_missed" and missed.exit_code == 10
 
 
 def test_error_rate_over_limit() -> None:

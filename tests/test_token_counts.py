@@ -192,7 +192,7 @@ def test_a_model_served_from_a_local_folder_brings_its_own_tokenizer(
     assert run["config"]["tokenizer"] == str(folder) and run["config"]["model"] == str(folder)
     t = run["tokens"]["tokenizer"]
     assert (t["source"], t["guessed"], t["template"]) == ("model_folder", False, "chat_template.jinja")
-    from loadtest.workload.tokenizer import Tokenizer
+    from loadtest.tokens.tokenizer import Tokenizer
 
     tiny = Tokenizer(str(folder))
     lines = read_lines([tmp_path / "local" / "records.jsonl"])

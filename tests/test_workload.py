@@ -10,9 +10,9 @@ import pytest
 
 from loadtest.profile.loader import ProfileError, load_profile, shipped_profiles
 from loadtest.schedule.arrivals import arrival_offsets, worker_share
+from loadtest.tokens.tokenizer import get_tokenizer
 from loadtest.workload.builder import Workload
 from loadtest.workload.text import synth_text
-from loadtest.workload.tokenizer import get_tokenizer
 from tests.conftest import write_profile
 
 

@@ -15,12 +15,12 @@ from dataclasses import dataclass, field
 import pytest
 
 from loadtest.profile.schema import Fixed, LogNormal, Normal, Uniform
+from loadtest.tokens.tokenizer import get_tokenizer
 from loadtest.workload.images import PNG_SIGNATURE, image_part, user_content
 from loadtest.workload.lengths import sample_empirical, sample_length, sample_seconds
 from loadtest.workload.prefix import PrefixBank
 from loadtest.workload.salt import SALT_TOKENS, salt_text
 from loadtest.workload.sessions import AgentSession, ChatSession
-from loadtest.workload.tokenizer import get_tokenizer
 from loadtest.workload.tools import tools_json
 
 POINTS = [(0.0, 10.0), (0.25, 200.0), (0.5, 1020.0), (0.9, 2735.0), (0.99, 9000.0), (1.0, 20000.0)]

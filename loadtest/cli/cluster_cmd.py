@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 
-from loadtest.client.preflight import add_endpoint_check_option
+from loadtest.cli.endpoint_flags import add_endpoint_check_option
 
 DEFAULT_MASTER_PORT = 5557
 
@@ -60,6 +60,12 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     m.add_argument("--slo", metavar="SPEC", help="SLOs to judge, e.g. ttft_p99=2s,error_rate=0.5%%")
     m.add_argument("--warmup", metavar="S|auto", help="judge only requests scheduled after this")
     m.add_argument("--cooldown", metavar="S|auto", help="and before this long before the last one")
+    m.add_argument(
+        "--generator-health",
+        choices=("fail", "warn"),
+        help="warn: an overloaded load generator is reported but never makes the run invalid "
+        "(default: the profile's judging.generator_health, fail)",
+    )
     m.add_argument("--junit", metavar="PATH", help="write the verdict as JUnit XML")
     m.add_argument("--out", help="output folder (default: reports/<timestamp>-<profile>/)")
     m.add_argument(
@@ -137,7 +143,7 @@ def master_command(args: argparse.Namespace) -> int:
     profile, workload = settle_tokenizer(settings, profile, workload, root, None)
     print(
         f"master on {args.master_bind_host}:{args.master_port}: waiting for {n} worker(s), then "
-        f"{profile.name} for {settings.duration_s:g}s: {run_cmd.describe_load(profile)}, "
+        f"{profile.name} for {settings.duration_s:g}s: {profile.load.describe()}, "
         f"model {settings.model}; writing {out}/",
         flush=True,
     )

@@ -12,6 +12,7 @@ from loadtest.client.apis import auth_headers
 from loadtest.client.http import Endpoint as HttpEndpoint
 from loadtest.client.preflight import CHECK_MODELS, EndpointError, ServedModel, served_models
 from loadtest.profile.schema import Profile
+from loadtest.sim.start import EngineOverrides
 
 
 class EndpointSetupError(Exception):
@@ -56,7 +57,7 @@ def open_endpoint(
         from loadtest.sim.start import EngineStartError, start_engine
 
         try:
-            started = start_engine(stack, args, profile, seed, engine_log)
+            started = start_engine(stack, engine_overrides(args), profile, seed, engine_log)
         except EngineStartError as e:
             raise EndpointSetupError(str(e), usage=e.usage) from e
         host, engine_info = started["url"], started["engine"]
@@ -82,3 +83,15 @@ def open_endpoint(
     models = [m.id for m in served]
     model = args.model or profile.model or (models[0] if models else None)
     return Endpoint(host, models, model, engine_info, server, served)
+
+
+def engine_overrides(args: argparse.Namespace) -> EngineOverrides:
+    """The --engine-* options of run, ui and sweep (``--engine-max-num-seqs`` is sweep's only)."""
+    return EngineOverrides(
+        gpu=args.engine_gpu,
+        model=args.engine_model,
+        tp=args.engine_tp,
+        faults=args.engine_faults,
+        speedup=args.engine_speedup,
+        max_num_seqs=getattr(args, "engine_max_num_seqs", None),
+    )

@@ -6,11 +6,10 @@ import sys
 from loadtest import __version__
 from loadtest.cli.cluster_cmd import add_parsers as add_cluster_parsers
 from loadtest.cli.compare_cmd import add_parser as add_compare_parser
+from loadtest.cli.endpoint_flags import HostAction, add_endpoint_check_option, add_fleet_options
+from loadtest.cli.endpoint_options import add_endpoint_options
 from loadtest.cli.export_cmd import add_parser as add_export_parser
 from loadtest.cli.sweep_cmd import add_parser as add_sweep_parser
-from loadtest.client.balancer import HostAction, add_fleet_options
-from loadtest.client.preflight import add_endpoint_check_option
-from loadtest.economics.spec import add_endpoint_options
 from loadtest.fd_limit import raise_open_file_limit
 
 # Commands that run Locust: gevent must patch the process before ssl, socket or threading are used.
@@ -75,6 +74,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--cooldown", metavar="S|auto", help="and before this long before the last one (or auto)"
+    )
+    run.add_argument(
+        "--generator-health",
+        choices=("fail", "warn"),
+        help="fail: an overloaded load generator (schedule lag, CPU) makes the run invalid, exit 11; "
+        "warn: report it but never fail the run, e.g. on a shared CI runner "
+        "(default: the profile's judging.generator_health, fail)",
     )
     run.add_argument(
         "--junit", metavar="PATH", help="write the verdict as JUnit XML (one test case per check)"
@@ -161,6 +167,12 @@ def build_parser() -> argparse.ArgumentParser:
     ui.add_argument("--metrics-url", metavar="URL", help="Prometheus URL(s) to poll (default: HOST/metrics)")
     ui.add_argument(
         "--slo", metavar="SPEC", help="SLOs to judge, merged over the profile's (ttft_p99=2s,...)"
+    )
+    ui.add_argument(
+        "--generator-health",
+        choices=("fail", "warn"),
+        help="warn: an overloaded load generator is reported but never makes a run invalid "
+        "(default: the profile's judging.generator_health, fail)",
     )
     ui.add_argument("--seed", type=int, help="workload and arrival seed (default: the profile's)")
     ui.add_argument("--tokenizer", help="tokenizer name or tokenizer.json path (default: the profile's)")

@@ -8,25 +8,9 @@ import sys
 import yaml
 
 from loadtest.profile.loader import ProfileError, load_profile, shipped_profiles
-from loadtest.profile.schema import Load, Profile
+from loadtest.profile.schema import Profile
 
 EXIT_OK, EXIT_INVALID = 0, 2
-
-
-def describe_load(load: Load) -> str:
-    """The load mode in a few words."""
-    if load.stages:
-        unit = "req/s" if load.mode == "rate" else "streams"
-        levels = "→".join(f"{s.rate if s.rate is not None else s.concurrency:g}" for s in load.stages)
-        return f"{len(load.stages)} stages ({levels} {unit})"
-    if load.trace is not None:
-        how = f", ×{load.trace.speedup:g}" if load.trace.speedup else ""
-        how += f", {load.trace.target_rate:g} req/s" if load.trace.target_rate else ""
-        return f"trace replay ({load.trace.format}{how})"
-    if load.rate is not None:
-        cv = f" cv {load.cv:g}" if load.cv is not None else ""
-        return f"open loop {load.rate:g} req/s {load.arrival}{cv}"
-    return f"closed loop {load.concurrency} streams"
 
 
 def describe_scenarios(profile: Profile) -> str:
@@ -40,7 +24,7 @@ def _list() -> int:
     for name in shipped_profiles():
         try:
             p, _ = load_profile(name)
-            rows.append((name, describe_load(p.load), describe_scenarios(p), p.description))
+            rows.append((name, p.load.describe(), describe_scenarios(p), p.description))
         except ProfileError as e:
             rows.append((name, "INVALID", "-", str(e).splitlines()[0]))
             rc = EXIT_INVALID

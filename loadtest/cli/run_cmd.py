@@ -11,6 +11,7 @@ import shutil
 import socket
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -19,6 +20,7 @@ from loadtest.cli import run_extras
 from loadtest.cli.endpoint import Endpoint, EndpointSetupError, open_endpoint
 from loadtest.client.failures import commonest_failure, failure_note, stopped_early_text
 from loadtest.client.secrets import KeySourceError, install_redaction, load_api_key
+from loadtest.errors import EXIT_COULD_NOT_RUN, EXIT_USAGE, UsageError
 
 if TYPE_CHECKING:
     from loadtest.locust.runtime import RunOutcome
@@ -26,7 +28,7 @@ from loadtest.locust.settings import RunSettings, load_mode
 from loadtest.metrics.judged import describe_warmup, goodput_summary, judge_lines
 from loadtest.metrics.slo import AnySlo, merge_slos
 from loadtest.metrics.summary import build_metrics
-from loadtest.metrics.verdict import ValidityRules, Verdict, judge, junit_xml
+from loadtest.metrics.verdict import ValidityRules, Verdict, health_warnings, judge, junit_xml
 from loadtest.profile.loader import ProfileError, load_profile
 from loadtest.profile.schema import Profile
 from loadtest.report.run_report import VERDICT_LABELS
@@ -36,14 +38,8 @@ from loadtest.workload.builder import Workload
 from loadtest.workload.context_fit import check_fit
 
 EXIT_OK = 0
-EXIT_COULD_NOT_RUN = 1
-EXIT_USAGE = 2
 EXIT_INTERRUPTED = {"SIGINT": 130, "SIGTERM": 143}
 MIN_FREE_BYTES = 64 * 2**20  # refuse to start a run on a (nearly) full disk
-
-
-class UsageError(Exception):
-    """Bad input: one line for the user."""
 
 
 def parse_duration(text: str) -> float:
@@ -127,22 +123,6 @@ def _api_key_env(args: argparse.Namespace) -> str | None:
     return "OPENAI_API_KEY" if os.environ.get("OPENAI_API_KEY") else None
 
 
-def describe_load(profile: Profile) -> str:
-    """One line for people: what load the profile puts on the endpoint."""
-    load = profile.load
-    if load.concurrency is not None:
-        return f"{load.concurrency} concurrent streams (closed loop)"
-    if load.rate is not None:
-        shape = f"gamma CV {load.cv:g}" if load.arrival == "gamma" and load.cv else load.arrival
-        return f"{load.rate:g} req/s {shape} (open loop)"
-    if load.trace is not None:
-        return f"trace replay of {Path(load.trace.path).name} (open loop)"
-    stages = load.stages or []
-    unit = "streams" if stages and stages[0].concurrency is not None else "req/s"
-    levels = " → ".join(f"{(st.concurrency if st.concurrency is not None else st.rate):g}" for st in stages)
-    return f"stages {levels} {unit}"
-
-
 def run_command(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
@@ -198,7 +178,7 @@ def run_command(args: argparse.Namespace) -> int:
         except UsageError as e:
             return _fail(str(e), EXIT_USAGE)
         print(
-            f"running {profile.name} for {duration:g}s: {describe_load(profile)}, "
+            f"running {profile.name} for {duration:g}s: {profile.load.describe()}, "
             f"{args.processes} process(es), model {model}; writing {out}/"
         )
         print(f"  {describe_warmup(profile.judging.warmup_s, duration)}")
@@ -289,7 +269,7 @@ def _write_results(
             "cv": load.cv,
             "stages": [st.model_dump(mode="json") for st in load.stages] if load.stages else None,
             "trace": load.trace.model_dump(mode="json") if load.trace else None,
-            "description": describe_load(profile),
+            "description": profile.load.describe(),
         },
         "scenarios": [{"name": sc.name, "kind": sc.kind, "weight": sc.weight} for sc in profile.scenarios],
         "tokenizer": workload.tokenizer.name,
@@ -337,7 +317,7 @@ def _write_results(
     )
     metrics, hists = doc["metrics"], outcome.aggregates.all.hists
     judging = profile.judging
-    lines = list(read_records([out / f for f in outcome.record_files]))
+    lines: list[Mapping[str, Any]] = list(read_records([out / f for f in outcome.record_files]))
     describe_tokens(doc, settings, workload)  # run.json `tokens`; a note when counted with a guess
     failed = failure_note(lines)
     if failed:
@@ -357,7 +337,7 @@ def _write_results(
         metrics, hists = build_metrics(jr.aggregates.all), jr.aggregates.all.hists
         doc["judged"] = {"window": jr.window.to_dict(), "metrics": metrics}
     every_line, lines = lines, jr.lines
-    doc["config"]["judging"] = jr.config
+    doc["config"]["judging"] = {**jr.config, "generator_health": judging.generator_health}
     doc["generator_health"] = jr.health
     gp = goodput_summary(lines, slos, per_scenario=len(profile.scenarios) > 1)
     if gp is not None:
@@ -368,7 +348,11 @@ def _write_results(
         # Sustained load, not a start-up spike: the 90th percentile of the per-second samples.
         "cpu_percent": doc["metrics"]["generator"]["cpu_p90_percent"],
     }
-    rules = ValidityRules(min_duration_s=judging.min_duration_s, min_queries=judging.min_queries)
+    rules = ValidityRules(
+        min_duration_s=judging.min_duration_s,
+        min_queries=judging.min_queries,
+        generator_health=judging.generator_health,
+    )
     verdict = judge(
         metrics, hists, slos, rules, health, failure=commonest_failure(lines), stopped_early=stop_cause
     )
@@ -399,6 +383,8 @@ def _write_results(
         if outcome.interrupted_reason
         else verdict.exit_code
     )
+    for warning in health_warnings(verdict):  # judging.generator_health: warn; the verdict line stays last
+        print(warning)
     print(verdict_line(verdict, code))
     return code
 
@@ -492,8 +478,11 @@ def run_duration(args: argparse.Namespace, profile: Profile, workload: Workload)
 
 
 def _with_judging(profile: Profile, args: argparse.Namespace) -> Profile:
-    """The profile with --warmup / --cooldown applied (commands without them leave it as it is)."""
+    """The profile with --warmup / --cooldown / --generator-health applied (commands without them leave
+    it as it is)."""
     update: dict[str, Any] = {}
+    if getattr(args, "generator_health", None):
+        update["generator_health"] = args.generator_health
     for flag, key in (
         (getattr(args, "warmup", None), "warmup_s"),
         (getattr(args, "cooldown", None), "cooldown_s"),

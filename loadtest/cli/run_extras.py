@@ -7,9 +7,10 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from loadtest.client.balancer import resolve_hosts
+from loadtest.cli.endpoint_flags import resolve_hosts
+from loadtest.cli.endpoint_options import spec_from_args
 from loadtest.economics.cost import endpoint_record, run_economics
-from loadtest.economics.spec import EndpointSpecError, spec_from_args
+from loadtest.economics.spec import EndpointSpecError
 
 # A replica is named in the verdict when its error rate is at least this, and this many times the others'.
 REPLICA_MIN_ERROR_RATE = 0.05

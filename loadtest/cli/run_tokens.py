@@ -7,8 +7,8 @@ from typing import Any
 
 from loadtest.locust.settings import RunSettings
 from loadtest.profile.schema import Profile
+from loadtest.tokens.tokenizer import TokenizerChoice, choose_tokenizer
 from loadtest.workload.builder import Workload
-from loadtest.workload.tokenizer import TokenizerChoice, choose_tokenizer
 
 # How each tokenizer source relates to the served model (TokenizerChoice.source).
 _KINDS = {

@@ -20,8 +20,8 @@ from loadtest.cli.run_cmd import (
     EXIT_USAGE,
     UsageError,
     _fail,
+    _with_judging,
     _write_results,
-    describe_load,
     ensure_writable,
     merge_slos,
     prepare_run,
@@ -144,6 +144,7 @@ def _serve(
 
     def finalize(st: RunSettings, prof: Any, workload: Any, outcome: Any, out: Path) -> int:
         run_slos = merge_slos(prof.slos, args.slo)  # the profile chosen for this run may have its own
+        prof = _with_judging(prof, args)  # --generator-health over the chosen profile's
         telemetry, polling[0] = polling[0], None
         return _write_results(
             st, prof, workload, outcome, models, engine_info, out, run_slos, None, telemetry=telemetry
@@ -153,7 +154,7 @@ def _serve(
         env,
         settings,
         profile,
-        describe_load(profile),
+        profile.load.describe(),
         slos,
         reports_root,
         finalize,
@@ -177,7 +178,7 @@ def _serve(
     users = "concurrent streams (closed loop)" if closed else "ignored: the profile's schedule sets the load"
     print(
         f"loadtest ui: http://{args.web_host}:{args.web_port}/  (LLM metrics: /llm)\n"
-        f"profile {profile.name}: {describe_load(profile)}; the user count means {users}; "
+        f"profile {profile.name}: {profile.load.describe()}; the user count means {users}; "
         f"model {settings.model}; runs write {reports_root}/<timestamp>-{profile.name}/",
         flush=True,
     )

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import itertools
 from collections.abc import Callable
@@ -13,33 +12,6 @@ from loadtest.client.openai import OpenAIClient, PreparedRequest
 from loadtest.client.record import RequestRecord
 
 BALANCE_MODES = ("round-robin", "least-outstanding", "session")
-
-
-class HostAction(argparse.Action):
-    """``--host`` given several times: ``args.hosts`` holds them all, ``args.host`` the first."""
-
-    def __call__(
-        self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, option: Any = None
-    ) -> None:
-        hosts = [*(getattr(namespace, "hosts", None) or []), str(values)]
-        namespace.hosts = hosts
-        namespace.host = hosts[0]
-
-
-def add_fleet_options(parser: argparse.ArgumentParser) -> None:
-    """--hosts-file and --balance (``--host`` itself uses HostAction)."""
-    parser.add_argument(
-        "--hosts-file",
-        metavar="FILE",
-        help="replicas' base URLs, one a line (# comments); added to any --host (docs/multi-endpoint.md)",
-    )
-    parser.add_argument(
-        "--balance",
-        choices=BALANCE_MODES,
-        default="round-robin",
-        help="how requests spread over several endpoints; session keeps every turn of a session on one "
-        "replica (default: %(default)s)",
-    )
 
 
 def read_hosts_file(path: str | Path) -> list[str]:
@@ -54,20 +26,6 @@ def read_hosts_file(path: str | Path) -> list[str]:
     if not hosts:
         raise ValueError(f"--hosts-file {p}: no URL in it (one base URL a line, e.g. http://10.0.0.5:8000)")
     return hosts
-
-
-def resolve_hosts(args: argparse.Namespace) -> list[str]:
-    """Every endpoint of the run in order (--host values, then the file's); sets ``args.host`` to the first."""
-    hosts = list(getattr(args, "hosts", None) or ([args.host] if getattr(args, "host", None) else []))
-    if getattr(args, "hosts_file", None):
-        hosts += read_hosts_file(args.hosts_file)
-    seen: set[str] = set()
-    unique = [h for h in hosts if not (h.rstrip("/") in seen or seen.add(h.rstrip("/")))]  # type: ignore[func-returns-value]
-    if len(unique) < len(hosts):
-        raise ValueError("the same endpoint is given twice (--host / --hosts-file): give each replica once")
-    if unique:
-        args.host = unique[0]
-    return unique
 
 
 def session_slot(key: str, n: int) -> int:

@@ -14,7 +14,7 @@ from loadtest.client.http import Connection, Endpoint, HttpFailure, Response, bu
 from loadtest.client.record import RequestRecord
 from loadtest.client.secrets import redact_echoes, snippet
 from loadtest.client.sse import parse_stream
-from loadtest.workload.tokenizer import Tokenizer
+from loadtest.tokens.tokenizer import Tokenizer
 
 API_PATHS = {"chat": "/chat/completions", "completions": "/completions"}
 # Every request carries a fresh UUID here (servers such as llama.cpp's reject any other form); the record

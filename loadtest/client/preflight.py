@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import ssl
 import urllib.error
@@ -32,29 +31,10 @@ class ServedModel:
 
 
 def check_mode(value: str) -> str:
-    """Validate an ``--endpoint-check`` value (argparse type)."""
+    """Validate an ``--endpoint-check`` value; ValueError naming the forms it takes."""
     if value in (CHECK_MODELS, CHECK_NONE) or (value.startswith("/") and " " not in value):
         return value
     raise ValueError(f"{value!r}: use models, none, or a path such as /health")
-
-
-def add_endpoint_check_option(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
-    """``--endpoint-check models|none|PATH``: what is asked of the endpoint before the run."""
-
-    def parse(value: str) -> str:
-        try:
-            return check_mode(value)
-        except ValueError as e:
-            raise argparse.ArgumentTypeError(str(e)) from e
-
-    parser.add_argument(
-        "--endpoint-check",
-        type=parse,
-        default=CHECK_MODELS,
-        metavar="models|none|PATH",
-        help="before the run: GET /v1/models (default), nothing (none), or GET PATH, e.g. /health, "
-        "where any 2xx passes (servers without a JSON model list; give --model)",
-    )
 
 
 def served_models(

@@ -55,7 +55,7 @@ class TokenUnit:
 @cache
 def chars_per_token(name: str) -> float | None:
     """Characters per token of a tokenizer on the reference text (None if it cannot be loaded here)."""
-    from loadtest.workload.tokenizer import Tokenizer
+    from loadtest.tokens.tokenizer import Tokenizer
 
     try:
         n = Tokenizer(name).count(REFERENCE_TEXT)

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from loadtest.compare.inputs import Side
-from loadtest.report.fmt import short_hash
+from loadtest.fmt import short_hash
 
 # Resolved-profile keys that do not change which requests are sent: labels, how long the run lasted,
 # and the embedded engine's preset (the server under test, which the fingerprint also hashes).

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import argparse
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -94,15 +94,16 @@ OPTION_FIELDS = {
 }
 
 
-def spec_from_args(
-    args: argparse.Namespace, default_hardware: dict[str, Any] | None = None
+def spec_from_options(
+    options: Mapping[str, Any], endpoint_file: str | None = None, default_hardware: dict[str, Any] | None = None
 ) -> EndpointSpec | None:
-    """The run's endpoint description: --endpoint-file, overridden by single options; None when nothing
-    was given and nothing is known. ``default_hardware`` (the embedded engine's GPUs) fills gaps."""
-    path = getattr(args, "endpoint_file", None)
+    """The run's endpoint description: ``endpoint_file``, overridden by the single options (OPTION_FIELDS
+    names, None = not given); None when nothing was given and nothing is known. ``default_hardware`` (the
+    embedded engine's GPUs) fills gaps."""
+    path = endpoint_file
     data: dict[str, Any] = load_endpoint_file(path).model_dump(exclude_none=True) if path else {}
     for opt, (section, key) in OPTION_FIELDS.items():
-        value = getattr(args, opt, None)
+        value = options.get(opt)
         if value is not None:
             data.setdefault(section, {})[key] = value
     if default_hardware:
@@ -120,37 +121,3 @@ def spec_from_args(
         raise EndpointSpecError(
             _first_error(e, where).replace("per_gpu_hour", "per_gpu_hour (--price-gpu-hour)")
         ) from e
-
-
-def add_endpoint_options(parser: argparse.ArgumentParser) -> None:
-    """--gpu-kind, --gpu-count, --price-gpu-hour | --price-in-per-m/--price-out-per-m, --endpoint-file."""
-    g = parser.add_argument_group("hardware and price behind the endpoint (docs/economics.md)")
-    g.add_argument(
-        "--gpu-kind", metavar="NAME", help="GPU model serving the endpoint, e.g. H200 (default: unknown)"
-    )
-    g.add_argument("--gpu-count", type=int, metavar="N", help="GPUs serving the endpoint, over every replica")
-    g.add_argument("--price-gpu-hour", type=float, metavar="USD", help="price of one GPU-hour")
-    g.add_argument("--price-in-per-m", type=float, metavar="USD", help="price per million input tokens")
-    g.add_argument("--price-out-per-m", type=float, metavar="USD", help="price per million output tokens")
-    g.add_argument("--currency", metavar="CODE", help="currency of the prices (default: USD)")
-    g.add_argument(
-        "--endpoint-file", metavar="YAML", help="hardware: and price: in a file (options override it)"
-    )
-
-
-def endpoint_args(args: argparse.Namespace) -> list[str]:
-    """The same options as `loadtest run` arguments (a sweep passes them to every point), checked first
-    (UsageError with one line on bad input)."""
-    from loadtest.cli.run_cmd import UsageError
-
-    try:
-        spec_from_args(args)
-    except EndpointSpecError as e:
-        raise UsageError(str(e)) from e
-    out: list[str] = []
-    for opt in (*OPTION_FIELDS, "endpoint_file"):
-        value = getattr(args, opt, None)
-        if value is not None:
-            flag = "--" + opt.replace("_", "-")
-            out += [flag, str(Path(value).resolve()) if opt == "endpoint_file" else f"{value}"]
-    return out

@@ -38,6 +38,7 @@ from locust.runners import MasterRunner, Runner, WorkerRunner
 from loadtest.client.record import RequestRecord
 from loadtest.client.secrets import KeySourceError, load_api_key
 from loadtest.gc_tuning import tune_gc
+from loadtest.locust.compat import check_locust_version, users_dispatcher
 from loadtest.locust.context import RunContext
 from loadtest.locust.settings import RunSettings, load_mode
 from loadtest.locust.users import ClosedLoopUser, OpenLoopUser
@@ -144,7 +145,7 @@ def run_local(settings: RunSettings) -> RunOutcome:
     ctx = RunContext(settings, 0, 1, "records.jsonl")
     env = Environment(user_classes=[user_class(ctx.profile)], host=settings.host)
     ctx.env = env
-    env.loadtest = ctx  # type: ignore[attr-defined]
+    env.loadtest = ctx  # type: ignore[attr-defined]  # our context rides on locust's Environment
     stopper = _Stopper()
     stopper.install()
     ctx.on_failing = lambda _info: stopper.event.set()  # end the wait; the drain and results follow
@@ -298,6 +299,7 @@ def run_master(
     ``spawn_local``: start the workers as processes on this host; otherwise wait up to ``wait_s`` for
     ``loadtest worker`` processes to connect from anywhere that can reach ``bind_host:master_port``.
     """
+    check_locust_version()  # the distributed mode uses Locust's dispatcher (locust/compat.py)
     n = settings.processes = expect or settings.processes
     profile, _ = settings.profile()
     payload = settings_payload(settings)
@@ -421,7 +423,7 @@ def run_master(
         for w in workers.values():
             if w.records and Path(w.records).parent == out.resolve():
                 Path(w.records).unlink(missing_ok=True)
-    reason = stopper.reason
+    reason: str | None = stopper.reason  # the signal handler may have set it since the start-up check
     if lost and reason is None:
         reason = "; ".join(f"{w.name()} {_lost_why(w)}" for w in lost) + (
             ": every request it finished is included"
@@ -558,7 +560,7 @@ def _forget(runner: MasterRunner, client_id: str) -> None:
     if node is None:
         return
     del runner.clients[client_id]
-    dispatcher = runner._users_dispatcher
+    dispatcher = users_dispatcher(runner)
     if dispatcher is not None:
         dispatcher.remove_worker(node)
 
@@ -699,7 +701,7 @@ def worker_main(
             gevent.spawn_later(0.5, runner.quit)
             return
         ctx.env = env
-        env.loadtest = ctx  # type: ignore[attr-defined]
+        env.loadtest = ctx  # type: ignore[attr-defined]  # our context rides on locust's Environment
         # The endpoint fails wholesale here: the master ends the run for every worker.
         ctx.on_failing = lambda info: runner.send_message(
             MSG_FAILING, {"index": ctx.worker_index, "info": info}

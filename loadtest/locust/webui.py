@@ -194,10 +194,9 @@ class LlmWebUi:
             base = dataclasses.replace(base, profile_ref=str(resolve_profile_path(chosen)))
         profile, _ = base.profile()
         if profile.name != self.profile.name:
-            from loadtest.cli.run_cmd import describe_load
             from loadtest.metrics.slo import merge_slos
 
-            self.profile, self.load_description = profile, describe_load(profile)
+            self.profile, self.load_description = profile, profile.load.describe()
             self.slos = merge_slos(profile.slos, base.slo)
         out = new_run_dir(self.reports_root, profile.name)
         # each start is its own run: its own run nonce (run_salt: per_run sends new prompts)

@@ -15,6 +15,11 @@ from loadtest.metrics.slo import AnySlo, ErrorRateSlo, Slo, parse_slos
 
 CheckKind = Literal["endpoint", "validity", "health", "slo", "tokens"]
 Status = Literal["pass", "slo_missed", "invalid", "error_rate"]
+# judging.generator_health / --generator-health: "fail" (an unhealthy generator makes the run invalid)
+# or "warn" (the health checks are made and reported, but never block: a shared, busy CI runner).
+GeneratorHealth = Literal["fail", "warn"]
+# The checks of the load generator's own health (run_extras adds other, non-blocking "health" checks).
+GENERATOR_HEALTH_CHECKS = ("schedule_lag_p99", "generator_cpu")
 
 # Process exit codes. 1 ("could not run": crash, endpoint unreachable before the run) and
 # 2 ("bad input": usage, profile or SLO errors) belong to the CLI and are never a verdict.
@@ -47,6 +52,7 @@ class ValidityRules:
     max_cpu_percent: float = 90.0
     max_token_mismatch: float = 0.01
     confidence: float = es.DEFAULT_CONFIDENCE
+    generator_health: GeneratorHealth = "fail"  # "warn": the health checks are non-blocking
 
 
 # MLPerf Inference Server scenario: 600 s minimum duration.
@@ -148,6 +154,7 @@ def _health_checks(
     metrics: Mapping[str, Any], health: Mapping[str, Any], rules: ValidityRules
 ) -> list[Check]:
     out: list[Check] = []
+    blocking = rules.generator_health == "fail"
     lag = health.get("schedule_lag_p99_ms")
     if lag is None:
         lag = _get(metrics, "latency_ms", "schedule_lag", "p99")
@@ -163,6 +170,7 @@ def _health_checks(
                 "health",
                 float(lag),
                 rules.max_schedule_lag_p99_ms,
+                blocking=blocking,
             )
         )
     # The generator's sustained CPU use (the caller passes e.g. the 90th percentile of per-second samples).
@@ -177,6 +185,7 @@ def _health_checks(
                 "health",
                 float(cpu),
                 rules.max_cpu_percent,
+                blocking=blocking,
             )
         )
     return out
@@ -332,7 +341,11 @@ def _reason(c: Check) -> str:
             return f"error rate over limit: {c.detail}"
         return f"endpoint failing: {c.detail}"
     if c.kind == "health":
-        return f"invalid: {OVERLOADED} ({c.detail})"
+        if c.blocking:
+            return f"invalid: {OVERLOADED} ({c.detail})"
+        if c.name in GENERATOR_HEALTH_CHECKS:
+            return f"warning: {OVERLOADED} ({c.detail}); not blocking (judging.generator_health: warn)"
+        return f"flagged: {c.detail} (does not fail the run)"
     if c.kind == "tokens":
         return f"flagged: client and server token counts disagree: {c.detail} (does not fail the run)"
     if c.name.startswith("early_stopping."):
@@ -351,6 +364,15 @@ def _status_of(c: Check) -> Status:
     if c.kind in ("validity", "health"):
         return "invalid"
     return "slo_missed"
+
+
+def health_warnings(verdict: Verdict) -> list[str]:
+    """The failed generator-health checks that did not block the run (judging.generator_health: warn)."""
+    return [
+        _reason(c)
+        for c in verdict.checks
+        if c.name in GENERATOR_HEALTH_CHECKS and c.kind == "health" and not c.passed and not c.blocking
+    ]
 
 
 def _reasons(failed: list[Check]) -> list[str]:

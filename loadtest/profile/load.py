@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import PurePath
 from typing import Literal
 
 from pydantic import Field, model_validator
@@ -98,3 +99,17 @@ class Load(Strict):
         if self.stages:
             return self.stages[0].mode
         return "trace" if self.trace is not None else ("rate" if self.rate is not None else "concurrency")
+
+    def describe(self) -> str:
+        """One line for people: what load this puts on the endpoint (console, run.json, UI, profile list)."""
+        if self.concurrency is not None:
+            return f"{self.concurrency} concurrent streams (closed loop)"
+        if self.rate is not None:
+            shape = f"gamma CV {self.cv:g}" if self.arrival == "gamma" and self.cv else self.arrival
+            return f"{self.rate:g} req/s {shape} (open loop)"
+        if self.trace is not None:
+            return f"trace replay of {PurePath(self.trace.path).name} (open loop)"
+        stages = self.stages or []
+        unit = "streams" if stages and stages[0].concurrency is not None else "req/s"
+        levels = " → ".join(f"{(st.concurrency if st.concurrency is not None else st.rate):g}" for st in stages)
+        return f"stages {levels} {unit}"

@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from loadtest.profile.errors import DOCS_HINT, format_validation_error
 from loadtest.profile.schema import FLAT_KEYS, Profile
-from loadtest.workload.tokenizer import TOKENIZER_ALIASES
+from loadtest.tokens.tokenizer import TOKENIZER_ALIASES
 
 SHIPPED_DIR = Path(__file__).resolve().parents[2] / "traffic_profiles"
 

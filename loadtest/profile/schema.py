@@ -108,6 +108,10 @@ class Judging(Strict):
     # succeeded for this many seconds (per process; 0 requests = never stop early). docs/ci.md.
     stop_after_failed: int = Field(default=20, ge=0)
     stop_after_failing_s: float = Field(default=10.0, ge=0)
+    # The generator-health checks (schedule lag p99 ≤ 50 ms, CPU ≤ 90 %): fail makes an unhealthy
+    # generator an invalid run (exit 11); warn still reports them but never fails the run (a shared
+    # CI runner). --generator-health overrides it. docs/ci.md.
+    generator_health: Literal["fail", "warn"] = "fail"
 
     @field_validator("warmup_s", "cooldown_s")
     @classmethod

@@ -11,9 +11,9 @@ from hdrh.histogram import HdrHistogram
 from markupsafe import Markup
 
 from loadtest.compare.inputs import Side
+from loadtest.fmt import NA, fmt_ms, fmt_num, short_hash
 from loadtest.metrics import hdr
 from loadtest.report import charts
-from loadtest.report.fmt import NA, fmt_ms, fmt_num, short_hash
 from loadtest.report.run_report import VERDICT_LABELS, template_env
 
 TEMPLATE = "compare.html.j2"

@@ -5,8 +5,8 @@ from __future__ import annotations
 import textwrap
 from typing import Any
 
+from loadtest.fmt import fmt_int, fmt_ms, fmt_num, fmt_pct
 from loadtest.report import facts
-from loadtest.report.fmt import fmt_int, fmt_ms, fmt_num, fmt_pct
 
 WIDTH = 96
 NA = "-"

@@ -9,9 +9,9 @@ from typing import Any
 import jinja2
 from markupsafe import Markup
 
+from loadtest.fmt import NA, fmt_int, fmt_ms, fmt_num, fmt_pct, short_hash
 from loadtest.report import charts, facts
 from loadtest.report import run_sections as sections
-from loadtest.report.fmt import NA, fmt_int, fmt_ms, fmt_num, fmt_pct, short_hash
 from loadtest.results.log_stats import LogSummary, summarize_log
 from loadtest.results.mlperf_summary import write_summary
 from loadtest.results.record_log import record_files

@@ -12,9 +12,9 @@ import numpy as np
 from markupsafe import Markup
 from pydantic import TypeAdapter, ValidationError
 
+from loadtest.fmt import NA, fmt_int, fmt_ms, fmt_num, fmt_pct
 from loadtest.profile.dists import Length
 from loadtest.report import charts, facts
-from loadtest.report.fmt import NA, fmt_int, fmt_ms, fmt_num, fmt_pct
 from loadtest.results.log_stats import LogSummary
 from loadtest.results.percentiles import HEADLINE_METRICS, decode, percentile_table
 from loadtest.workload.lengths import sample_length

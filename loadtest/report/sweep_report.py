@@ -8,10 +8,9 @@ from typing import Any
 from markupsafe import Markup
 
 from loadtest.economics.sweep import cost_columns, with_cost_cells
-from loadtest.report import charts
-from loadtest.report.fmt import NA, fmt_ms, fmt_num, fmt_pct, short_hash
+from loadtest.fmt import NA, fmt_ms, fmt_num, fmt_pct, short_hash
+from loadtest.report import charts, sweep_charts
 from loadtest.report.run_report import VERDICT_LABELS, template_env
-from loadtest.sweep import charts as sweep_charts
 from loadtest.sweep.model import REPORT_FILE, load_sweep, sweep_root
 from loadtest.telemetry.warm import WARM_THRESHOLD
 

@@ -6,7 +6,7 @@ import hashlib
 from typing import Any
 
 from loadtest.sim.protocol import RequestError
-from loadtest.workload.tokenizer import Tokenizer
+from loadtest.tokens.tokenizer import Tokenizer
 
 EMBEDDINGS_PATH = "/v1/embeddings"
 DEFAULT_DIMENSIONS = 8

@@ -6,8 +6,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from loadtest.tokens.tokenizer import Tokenizer
 from loadtest.workload.text import TOKEN_PIECES, token_piece
-from loadtest.workload.tokenizer import Tokenizer
 
 CHAT_PATH = "/v1/chat/completions"
 COMPLETIONS_PATH = "/v1/completions"

@@ -14,8 +14,8 @@ from loadtest.sim.protocol import (
     _dumps,
     parse_request,
 )
+from loadtest.tokens.tokenizer import Tokenizer
 from loadtest.workload.text import token_piece
-from loadtest.workload.tokenizer import Tokenizer
 
 RESPONSES_PATH = "/v1/responses"
 

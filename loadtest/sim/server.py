@@ -49,7 +49,7 @@ from loadtest.sim.truth import (
     TruthLog,
     TruthRecord,
 )
-from loadtest.workload.tokenizer import get_tokenizer
+from loadtest.tokens.tokenizer import get_tokenizer
 
 log = logging.getLogger(__name__)
 

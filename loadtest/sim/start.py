@@ -3,8 +3,8 @@ the --engine-* options, and the endpoint description it reports."""
 
 from __future__ import annotations
 
-import argparse
 import contextlib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,17 +19,29 @@ class EngineStartError(Exception):
         self.usage = usage
 
 
+@dataclass(frozen=True, slots=True)
+class EngineOverrides:
+    """What the command line sets over the profile's engine preset (the --engine-* options); None = keep."""
+
+    gpu: str | None = None
+    model: str | None = None
+    tp: int | None = None
+    faults: str | None = None
+    speedup: float = 1.0
+    max_num_seqs: int | None = None
+
+
 def start_engine(
-    stack: contextlib.ExitStack, args: argparse.Namespace, profile: Profile, seed: int, log: Path | None
+    stack: contextlib.ExitStack, opts: EngineOverrides, profile: Profile, seed: int, log: Path | None
 ) -> dict[str, Any]:
-    """Start the engine with the profile's preset and the --engine-* options (stopped when ``stack``
-    closes); returns the endpoint description: url, embedded, engine (its configuration)."""
+    """Start the engine with the profile's preset and ``opts`` over it (stopped when ``stack`` closes);
+    returns the endpoint description: url, embedded, engine (its configuration)."""
     from loadtest.sim import SimProcess
     from loadtest.sim.presets import get_gpu, get_model
 
-    gpu = args.engine_gpu or profile.engine.gpu
-    model = args.engine_model or profile.engine.model
-    tp = args.engine_tp or profile.engine.tp
+    gpu = opts.gpu or profile.engine.gpu
+    model = opts.model or profile.engine.model
+    tp = opts.tp or profile.engine.tp
     try:
         get_gpu(gpu)
         get_model(model)
@@ -37,7 +49,7 @@ def start_engine(
         raise EngineStartError(
             f"embedded engine preset: {e} (--engine-gpu, --engine-model, or the profile's engine)", usage=True
         ) from e
-    max_num_seqs = getattr(args, "engine_max_num_seqs", None)  # only sweep has the option
+    max_num_seqs = opts.max_num_seqs
     if max_num_seqs is not None and max_num_seqs < 1:
         raise EngineStartError("--engine-max-num-seqs must be ≥ 1", usage=True)
     try:
@@ -46,8 +58,8 @@ def start_engine(
                 gpu=gpu,
                 model=model,
                 tp=tp,
-                faults=args.engine_faults or profile.engine.faults,
-                speedup=args.engine_speedup,
+                faults=opts.faults or profile.engine.faults,
+                speedup=opts.speedup,
                 seed=seed,
                 max_num_seqs=max_num_seqs,
                 stderr_path=log,
@@ -57,7 +69,7 @@ def start_engine(
         raise EngineStartError(f"embedded engine did not start: {e}", usage=False) from e
     gpus = f"{tp}×{gpu}" if tp > 1 else gpu
     print(
-        f"embedded engine: {model} on {gpus} (speed-up {args.engine_speedup:g}x) at {sim.base_url}",
+        f"embedded engine: {model} on {gpus} (speed-up {opts.speedup:g}x) at {sim.base_url}",
         flush=True,
     )
     return {"url": sim.base_url, "embedded": True, "engine": sim.stats().get("config")}

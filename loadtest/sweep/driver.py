@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from loadtest.report.fmt import fmt_ms, fmt_num, fmt_pct
+from loadtest.fmt import fmt_ms, fmt_num, fmt_pct
 from loadtest.sweep.analysis import endpoint_dead, saturation
 from loadtest.sweep.ladder import LoadPoint, rate_point
 from loadtest.sweep.runner import PointRunner

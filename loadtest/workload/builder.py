@@ -15,6 +15,7 @@ from loadtest.client.openai import PreparedRequest
 from loadtest.client.record import RequestRecord
 from loadtest.profile.schema import Profile, Scenario
 from loadtest.schedule.arrivals import arrival_offsets, stage_offsets, trace_offsets
+from loadtest.tokens.tokenizer import Tokenizer, get_tokenizer
 from loadtest.traces import TraceRecord, read_trace, rescale, window
 from loadtest.workload.api_requests import build_request
 from loadtest.workload.images import image_part, user_content
@@ -23,7 +24,6 @@ from loadtest.workload.prefix import PrefixBank
 from loadtest.workload.salt import FINGERPRINT_NONCE, resolve_nonce, salt_text
 from loadtest.workload.sessions import AgentSession, ChatSession, SessionCall
 from loadtest.workload.text import synth_text
-from loadtest.workload.tokenizer import Tokenizer, get_tokenizer
 
 _SYSTEM_LEAD = "You are a helpful assistant. Answer the user's question clearly."
 REASONING_EFFORT = "medium"

@@ -6,8 +6,8 @@ import random
 from collections import OrderedDict
 from collections.abc import Sequence
 
+from loadtest.tokens.tokenizer import Tokenizer
 from loadtest.workload.text import synth_text
-from loadtest.workload.tokenizer import Tokenizer
 
 
 class PrefixBank:

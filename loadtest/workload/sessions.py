@@ -7,9 +7,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from loadtest.tokens.tokenizer import Tokenizer
 from loadtest.workload.salt import SALT_TOKENS, salt_text
 from loadtest.workload.text import synth_text
-from loadtest.workload.tokenizer import Tokenizer
 from loadtest.workload.tools import (
     shared_prefix,
     tool_call_message,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from loadtest.workload.tokenizer import Tokenizer, get_tokenizer
+from loadtest.tokens.tokenizer import Tokenizer, get_tokenizer
 
 # Common English words; each " word" is a single token in the bundled tokenizers, and a run of them
 # tokenizes to exactly one token per word (checked by tests for every bundled family).

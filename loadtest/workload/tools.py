@@ -7,8 +7,8 @@ import random
 from collections.abc import Sequence
 from typing import Any
 
+from loadtest.tokens.tokenizer import Tokenizer
 from loadtest.workload.text import synth_text
-from loadtest.workload.tokenizer import Tokenizer
 
 
 def tools_json(tools: Sequence[dict[str, Any]]) -> str:

@@ -21,7 +21,7 @@ from loadtest.sim.protocol import (
     parse_request,
     usage,
 )
-from loadtest.workload.tokenizer import Tokenizer
+from loadtest.tokens.tokenizer import Tokenizer
 from servers.torch_ref.engine import Engine
 from servers.torch_ref.metrics import CONTENT_TYPE, RequestTimes, TorchRefMetrics
 from servers.torch_ref.scheduler import Sequence

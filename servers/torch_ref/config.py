@@ -29,7 +29,7 @@ class ModelConfig:
     max_position_embeddings: int = 8192
     rms_norm_eps: float = 1e-5
     tie_word_embeddings: bool = False
-    tokenizer: str = "llama3"  # loadtest tokenizer name or path (see loadtest.workload.tokenizer)
+    tokenizer: str = "llama3"  # loadtest tokenizer name or path (see loadtest.tokens.tokenizer)
     eos_token_ids: tuple[int, ...] = ()  # empty: the tokenizer's end tokens
 
     def __post_init__(self) -> None:

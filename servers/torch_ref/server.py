@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from loadtest.workload.tokenizer import Tokenizer
+from loadtest.tokens.tokenizer import Tokenizer
 from servers.torch_ref.api import Dispatcher, ServerState
 from servers.torch_ref.config import ConfigError, ModelConfig, load_config
 from servers.torch_ref.engine import Engine

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from loadtest.workload.tokenizer import Tokenizer
+from loadtest.tokens.tokenizer import Tokenizer
 
 _WORD = re.compile(r"^ [a-z]{2,12}$")
 _END_NAMES = ("<|eot_id|>", "<|end_of_text|>", "<|im_end|>", "<|endoftext|>", "</s>", "<|end|>", "<|return|>")

@@ -15,8 +15,8 @@ from harness import CLIENT_CPU, SERVER_CPU, line, prepare_process  # noqa: E402
 
 from loadtest.client.openai import OpenAIClient, PreparedRequest  # noqa: E402
 from loadtest.sim import SimProcess  # noqa: E402
+from loadtest.tokens.tokenizer import get_tokenizer  # noqa: E402
 from loadtest.workload.text import synth_text  # noqa: E402
-from loadtest.workload.tokenizer import get_tokenizer  # noqa: E402
 
 TARGET_STREAMS = 2000
 TARGET_TOKENS_PER_S = 50_000

@@ -24,7 +24,7 @@ from loadtest.client.record import RequestRecord
 from loadtest.gc_tuning import tune_gc
 from loadtest.metrics.recorder import Recorder
 from loadtest.results.record_log import RecordLog
-from loadtest.workload.tokenizer import get_tokenizer
+from loadtest.tokens.tokenizer import get_tokenizer
 
 HERE = Path(__file__).resolve().parent
 CLIENT_CPU = 0

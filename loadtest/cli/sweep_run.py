@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from loadtest import __version__
+from loadtest.cli.endpoint import engine_overrides
+from loadtest.cli.endpoint_options import endpoint_args
 from loadtest.cli.run_cmd import (
     EXIT_COULD_NOT_RUN,
     EXIT_INTERRUPTED,
@@ -24,7 +26,6 @@ from loadtest.cli.run_cmd import (
     parse_duration,
     prepare_run,
 )
-from loadtest.economics.spec import endpoint_args
 from loadtest.metrics.verdict import EXIT_CODES
 from loadtest.profile.loader import ProfileError, load_profile
 from loadtest.profile.schema import Profile
@@ -142,6 +143,7 @@ def _plan(args: argparse.Namespace) -> SweepPlan:
         ("--slo", args.slo),
         ("--warmup", args.warmup),
         ("--cooldown", args.cooldown),
+        ("--generator-health", args.generator_health),
         ("--model", args.model),
         ("--api-key-env", args.api_key_env),
         ("--api-key-file", args.api_key_file),
@@ -335,7 +337,9 @@ def run_sweep(args: argparse.Namespace) -> int:
                 if args.host:
                     endpoint = _open_host(args, plan.profile)
                 else:
-                    endpoint = start_engine(stack, args, plan.profile, plan.seed, plan.out / "engine.log")
+                    endpoint = start_engine(
+                        stack, engine_overrides(args), plan.profile, plan.seed, plan.out / "engine.log"
+                    )
             except EngineStartError as e:
                 return _fail(str(e), EXIT_USAGE if e.usage else EXIT_COULD_NOT_RUN)
             runner.run_args = [*plan.run_args, "--host", endpoint["url"]]

@@ -1,0 +1,70 @@
+"""The endpoint options every command that talks to an endpoint shares: --host (several times),
+--hosts-file, --balance and --endpoint-check (docs/multi-endpoint.md, docs/reliability.md)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from loadtest.client.balancer import BALANCE_MODES, read_hosts_file
+from loadtest.client.preflight import CHECK_MODELS, check_mode
+
+
+class HostAction(argparse.Action):
+    """``--host`` given several times: ``args.hosts`` holds them all, ``args.host`` the first."""
+
+    def __call__(
+        self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, option: Any = None
+    ) -> None:
+        hosts = [*(getattr(namespace, "hosts", None) or []), str(values)]
+        namespace.hosts = hosts
+        namespace.host = hosts[0]
+
+
+def add_fleet_options(parser: argparse.ArgumentParser) -> None:
+    """--hosts-file and --balance (``--host`` itself uses HostAction)."""
+    parser.add_argument(
+        "--hosts-file",
+        metavar="FILE",
+        help="replicas' base URLs, one a line (# comments); added to any --host (docs/multi-endpoint.md)",
+    )
+    parser.add_argument(
+        "--balance",
+        choices=BALANCE_MODES,
+        default="round-robin",
+        help="how requests spread over several endpoints; session keeps every turn of a session on one "
+        "replica (default: %(default)s)",
+    )
+
+
+def resolve_hosts(args: argparse.Namespace) -> list[str]:
+    """Every endpoint of the run in order (--host values, then the file's); sets ``args.host`` to the first."""
+    hosts = list(getattr(args, "hosts", None) or ([args.host] if getattr(args, "host", None) else []))
+    if getattr(args, "hosts_file", None):
+        hosts += read_hosts_file(args.hosts_file)
+    seen: set[str] = set()
+    unique = [h for h in hosts if not (h.rstrip("/") in seen or seen.add(h.rstrip("/")))]  # type: ignore[func-returns-value]
+    if len(unique) < len(hosts):
+        raise ValueError("the same endpoint is given twice (--host / --hosts-file): give each replica once")
+    if unique:
+        args.host = unique[0]
+    return unique
+
+
+def add_endpoint_check_option(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """``--endpoint-check models|none|PATH``: what is asked of the endpoint before the run."""
+
+    def parse(value: str) -> str:
+        try:
+            return check_mode(value)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from e
+
+    parser.add_argument(
+        "--endpoint-check",
+        type=parse,
+        default=CHECK_MODELS,
+        metavar="models|none|PATH",
+        help="before the run: GET /v1/models (default), nothing (none), or GET PATH, e.g. /health, "
+        "where any 2xx passes (servers without a JSON model list; give --model)",
+    )
