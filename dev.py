@@ -90,6 +90,8 @@ def main() -> int:
     rc = subprocess.call(
         [str(BIN / "ruff"), "check", "loadtest", "servers", "tests", "tools", "dev.py"], cwd=ROOT
     )
+    sources = ["loadtest", "servers", "tests", "tools", "dev.py"]
+    rc = rc or subprocess.call([str(BIN / "ruff"), "format", "--check", *sources], cwd=ROOT)
     rc_mypy = subprocess.call([str(PY), "-m", "mypy"], cwd=ROOT)  # [tool.mypy] in pyproject.toml
     rc_tests = subprocess.call([str(PY), "-m", "pytest", "-q", *rest], cwd=ROOT)
     return rc_tests or rc_mypy or rc

@@ -194,7 +194,9 @@ def test_an_endpoint_that_wants_an_api_key_header(tmp_path: Path, monkeypatch: p
     assert "HTTP 401" in res.stderr and "request.auth" in res.stderr and key not in res.stderr
 
 
-def test_the_installed_locust_is_inside_the_tested_range_and_its_dispatcher_is_where_compat_reads_it() -> None:
+def test_the_installed_locust_is_inside_the_tested_range_and_its_dispatcher_is_where_compat_reads_it() -> (
+    None
+):
     """locust/compat.py is the one place that uses Locust's internals; pyproject bounds Locust to its range."""
     from locust.env import Environment
     from locust.user import User

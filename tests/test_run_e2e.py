@@ -334,7 +334,9 @@ def test_generator_health_fail_or_warn_from_the_profile_and_the_command_line(tmp
     base = ["run", "--profile", str(prof)]
     with SimProcess(speedup=4) as sim:
         strict = run_cli([*base, "--host", sim.base_url, "--out", str(tmp_path / "f")], generator_health=None)
-        lenient = run_cli([*base, "--host", sim.base_url, "--generator-health", "warn", "--out", str(tmp_path / "w")])
+        lenient = run_cli(
+            [*base, "--host", sim.base_url, "--generator-health", "warn", "--out", str(tmp_path / "w")]
+        )
     runs = {}
     for key, res in (("fail", strict), ("warn", lenient)):
         run = json.loads((tmp_path / key[0] / "run.json").read_text())

@@ -431,7 +431,9 @@ def test_generator_health_warn_reports_the_overload_but_never_blocks() -> None:
     lag = next(c for c in suite.findall("testcase") if c.get("name") == "schedule_lag_p99")
     assert lag.find("failure") is None and "warning: " in (lag.findtext("system-out") or "")
     # warn relaxes only the generator's health: the other causes still decide the exit code.
-    short = judge(metrics, hists, SLOS, ValidityRules(min_duration_s=10_000, generator_health="warn"), overloaded)
+    short = judge(
+        metrics, hists, SLOS, ValidityRules(min_duration_s=10_000, generator_health="warn"), overloaded
+    )
     assert short.status == "invalid" and short.reasons[0].startswith("invalid: min_duration")
     missed = judge(*make_run(tpot_over=150), SLOS, ValidityRules(generator_health="warn"), overloaded)
     assert missed.status == "slo_missed" and missed.exit_code == 10

@@ -366,7 +366,9 @@ def test_reference_figures(
     value: Any = derived[trace]["stats"]
     for key in stat.split("."):
         value = value[key]
-    assert value == pytest.approx(expected, rel=tol), f"{trace} {stat}: {value} vs docs/sources.md §6: {expected}"
+    assert value == pytest.approx(expected, rel=tol), (
+        f"{trace} {stat}: {value} vs docs/sources.md §6: {expected}"
+    )
 
 
 @needs_traces

@@ -95,7 +95,9 @@ OPTION_FIELDS = {
 
 
 def spec_from_options(
-    options: Mapping[str, Any], endpoint_file: str | None = None, default_hardware: dict[str, Any] | None = None
+    options: Mapping[str, Any],
+    endpoint_file: str | None = None,
+    default_hardware: dict[str, Any] | None = None,
 ) -> EndpointSpec | None:
     """The run's endpoint description: ``endpoint_file``, overridden by the single options (OPTION_FIELDS
     names, None = not given); None when nothing was given and nothing is known. ``default_hardware`` (the

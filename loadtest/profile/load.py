@@ -111,5 +111,7 @@ class Load(Strict):
             return f"trace replay of {PurePath(self.trace.path).name} (open loop)"
         stages = self.stages or []
         unit = "streams" if stages and stages[0].concurrency is not None else "req/s"
-        levels = " → ".join(f"{(st.concurrency if st.concurrency is not None else st.rate):g}" for st in stages)
+        levels = " → ".join(
+            f"{(st.concurrency if st.concurrency is not None else st.rate):g}" for st in stages
+        )
         return f"stages {levels} {unit}"
