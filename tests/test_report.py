@@ -15,6 +15,7 @@ import pytest
 from markupsafe import escape
 
 from loadtest.client.record import RequestRecord
+from loadtest.contracts.record_line import LINE_ENCODER
 from loadtest.fmt import fmt_ms
 from loadtest.metrics import hdr
 from loadtest.metrics.recorder import Recorder
@@ -105,7 +106,7 @@ def _write_run(run_dir: Path, recs: list[RequestRecord], **overrides: Any) -> di
     run.update(overrides)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "run.json").write_text(json.dumps(run, indent=2))
-    (run_dir / "records.jsonl").write_text("".join(json.dumps(r.to_log()) + "\n" for r in recs))
+    (run_dir / "records.jsonl").write_bytes(b"".join(LINE_ENCODER.encode(r.to_log()) + b"\n" for r in recs))
     return run
 
 

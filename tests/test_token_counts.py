@@ -13,6 +13,7 @@ from tokenizers import Tokenizer as HfTokenizer
 from tokenizers import models, pre_tokenizers, trainers
 
 from loadtest.client.record import RequestRecord, line_input_tokens, line_output_tokens
+from loadtest.contracts.record_line import to_dict
 from loadtest.metrics.recorder import Recorder
 from loadtest.metrics.slo import RequestSlo, goodput
 from loadtest.metrics.summary import build_metrics
@@ -55,9 +56,10 @@ def test_server_usage_is_the_count_and_the_client_count_the_fallback() -> None:
     assert without.tpot_us() == pytest.approx(400_000 / 40)
     assert record(2, client=5, server=0).output_tokens == 0  # the server's word, even when it is 0
     line = with_usage.to_log()
-    assert line["output_tokens"] == 41 and line["usage_completion_tokens"] == 51  # both kept
+    assert line.output_tokens == 41 and line.usage_completion_tokens == 51  # both kept
     assert line_output_tokens(line) == 51 and line_input_tokens(line) == 60
-    assert line["tpot_us"] == pytest.approx(8000.0)
+    assert line_output_tokens(to_dict(line)) == 51 and line_input_tokens(to_dict(line)) == 60
+    assert line.tpot_us == pytest.approx(8000.0)
     assert line_output_tokens(without.to_log()) == 41 and line_input_tokens(without.to_log()) == 50
 
 

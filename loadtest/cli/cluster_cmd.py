@@ -6,6 +6,8 @@ import argparse
 import logging
 
 from loadtest.cli.endpoint_flags import add_endpoint_check_option
+from loadtest.cli.run_options import endpoint_options, fail, run_options, telemetry_options
+from loadtest.errors import LoadtestError
 
 DEFAULT_MASTER_PORT = 5557
 
@@ -95,81 +97,46 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
 
 def master_command(args: argparse.Namespace) -> int:
-    from loadtest.cli import run_cmd
-    from loadtest.cli.run_cmd import EXIT_COULD_NOT_RUN, EXIT_USAGE, UsageError, _fail
-    from loadtest.client.apis import auth_headers
-    from loadtest.client.preflight import EndpointError, served_models
-    from loadtest.profile.loader import ProfileError, load_profile
+    from loadtest.run import MasterOptions, connect_host, execute, finalize, prepare
+    from loadtest.run.endpoint import EndpointFacts
+    from loadtest.run.results import FinishedRun
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     n = args.expect_workers
+    options = run_options(args, processes=n, processes_option="--expect-workers")
     try:
-        _, profile_path = load_profile(args.profile)
-        if n < 1:
-            raise UsageError("--expect-workers must be ≥ 1")
-        if args.concurrency is not None and args.concurrency < 1:
-            raise UsageError("--concurrency must be ≥ 1")
-        if args.rate is not None and args.rate <= 0:
-            raise UsageError("--rate must be > 0")
-        prepared = run_cmd.prepare_run(args, profile_path, processes=n, host=args.host)
-        settings, profile, workload, slos = (
-            prepared.settings,
-            prepared.profile,
+        prepared = prepare(options, host=args.host)
+        settings, out = prepared.settings, prepared.out
+        assert out is not None
+        ep = connect_host(prepared, endpoint_options(args))
+        profile = prepared.profile
+        print(
+            f"master on {args.master_bind_host}:{args.master_port}: waiting for {n} worker(s), then "
+            f"{profile.name} for {settings.duration_s:g}s: {profile.load.describe()}, "
+            f"model {settings.model}; writing {out}/",
+            flush=True,
+        )
+        # the endpoint's /metrics each second, from the master (docs/telemetry.md)
+        master = MasterOptions(args.master_port, bind_host=args.master_bind_host, wait_s=args.worker_timeout)
+        executed = execute(prepared, ep, telemetry_options(args), master=master)
+    except LoadtestError as e:
+        return fail(e)
+    results = finalize(
+        FinishedRun(
+            settings,
+            profile,
             prepared.workload,
             prepared.slos,
+            executed.outcome,
+            out,
+            EndpointFacts(ep.models),  # the workers' endpoint: its models (no engine, server or context here)
+            telemetry=executed.telemetry,
+            junit=args.junit,
         )
-        api_key = prepared.api_key
-        settings.duration_s = run_cmd.run_duration(args, profile, workload)
-        out = run_cmd._out_dir(args, profile.name)
-        settings.out_dir, settings.run_id = str(out), out.name
-    except (ProfileError, UsageError) as e:
-        return _fail(str(e), EXIT_USAGE)
-    try:
-        served = served_models(
-            args.host,
-            api_key,
-            timeout=settings.connect_timeout,
-            verify_tls=settings.verify_tls,
-            headers=auth_headers(api_key, profile),
-            check=args.endpoint_check,
-        )
-    except EndpointError as e:
-        return _fail(str(e), EXIT_COULD_NOT_RUN)
-    models = [m.id for m in served]
-    settings.model = args.model or profile.model or (models[0] if models else None)
-    root = next((m.root for m in served if m.id == settings.model and m.root), settings.model)
-    from loadtest.cli.run_tokens import settle_tokenizer  # the model's own tokenizer; a guess said loudly
-
-    profile, workload = settle_tokenizer(settings, profile, workload, root, None)
-    print(
-        f"master on {args.master_bind_host}:{args.master_port}: waiting for {n} worker(s), then "
-        f"{profile.name} for {settings.duration_s:g}s: {profile.load.describe()}, "
-        f"model {settings.model}; writing {out}/",
-        flush=True,
     )
-    from loadtest.locust import runtime
-    from loadtest.telemetry import start_for_run
-
-    # the endpoint's /metrics each second, from the master (docs/telemetry.md)
-    telemetry = (
-        None if args.no_telemetry else start_for_run(args.host, override=args.metrics_url, api_key=api_key)
-    )
-    try:
-        outcome = runtime.run_master(
-            settings,
-            args.master_port,
-            spawn_local=False,
-            expect=n,
-            bind_host=args.master_bind_host,
-            wait_s=args.worker_timeout,
-        )
-    except RuntimeError as e:
-        if telemetry is not None:
-            telemetry.stop()
-        return _fail(str(e), EXIT_COULD_NOT_RUN)
-    return run_cmd._write_results(
-        settings, profile, workload, outcome, models, None, out, slos, args.junit, telemetry=telemetry
-    )
+    for line in results.lines:
+        print(line)
+    return results.exit_code
 
 
 def worker_command(args: argparse.Namespace) -> int:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from loadtest.client.balancer import BALANCE_MODES, read_hosts_file
+from loadtest.client.balancer import BALANCE_MODES
 from loadtest.client.preflight import CHECK_MODELS, check_mode
 
 
@@ -35,20 +35,6 @@ def add_fleet_options(parser: argparse.ArgumentParser) -> None:
         help="how requests spread over several endpoints; session keeps every turn of a session on one "
         "replica (default: %(default)s)",
     )
-
-
-def resolve_hosts(args: argparse.Namespace) -> list[str]:
-    """Every endpoint of the run in order (--host values, then the file's); sets ``args.host`` to the first."""
-    hosts = list(getattr(args, "hosts", None) or ([args.host] if getattr(args, "host", None) else []))
-    if getattr(args, "hosts_file", None):
-        hosts += read_hosts_file(args.hosts_file)
-    seen: set[str] = set()
-    unique = [h for h in hosts if not (h.rstrip("/") in seen or seen.add(h.rstrip("/")))]  # type: ignore[func-returns-value]
-    if len(unique) < len(hosts):
-        raise ValueError("the same endpoint is given twice (--host / --hosts-file): give each replica once")
-    if unique:
-        args.host = unique[0]
-    return unique
 
 
 def add_endpoint_check_option(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:

@@ -13,24 +13,14 @@ from pathlib import Path
 from typing import Any
 
 from loadtest import __version__
-from loadtest.cli.endpoint import engine_overrides
 from loadtest.cli.endpoint_options import endpoint_args
-from loadtest.cli.run_cmd import (
-    EXIT_COULD_NOT_RUN,
-    EXIT_INTERRUPTED,
-    EXIT_OK,
-    EXIT_USAGE,
-    UsageError,
-    _fail,
-    ensure_writable,
-    parse_duration,
-    prepare_run,
-)
+from loadtest.cli.run_options import engine_overrides, fail, run_options
+from loadtest.errors import EXIT_COULD_NOT_RUN, LoadtestError, UsageError
 from loadtest.metrics.verdict import EXIT_CODES
-from loadtest.profile.loader import ProfileError, load_profile
+from loadtest.profile.loader import load_profile
 from loadtest.profile.schema import Profile
 from loadtest.report.sweep_report import render_sweep_report
-from loadtest.sim.start import EngineStartError, start_engine
+from loadtest.run import EXIT_INTERRUPTED, EXIT_OK, ensure_writable, parse_duration, prepare, start_embedded
 from loadtest.sweep.analysis import best_search_point, best_under_slo, knee
 from loadtest.sweep.driver import Sweep
 from loadtest.sweep.ladder import (
@@ -79,7 +69,8 @@ def _whole(value: float | None, flag: str) -> int | None:
 
 
 def _plan(args: argparse.Namespace) -> SweepPlan:
-    """Check every input (profile, SLOs, ladder options, output folder); UsageError/ProfileError if bad."""
+    """Check every input (profile, SLOs, ladder options, output folder); UsageError (a ProfileError is
+    one) if bad."""
     _, profile_path = load_profile(args.profile)
     if args.processes < 1:
         raise UsageError("--processes must be ≥ 1")
@@ -92,8 +83,8 @@ def _plan(args: argparse.Namespace) -> SweepPlan:
         raise UsageError("--points does not apply to --ladder search; give --min and --max (or neither)")
     if args.offline_concurrency is not None and args.offline_concurrency < 1:
         raise UsageError("--offline-concurrency must be ≥ 1")
-    args.concurrency = args.rate = None  # each point sets its own load
-    prepared = prepare_run(args, profile_path, processes=args.processes)
+    # each point sets its own load, and the points' folders are the sweep's
+    prepared = prepare(run_options(args, concurrency=None, rate=None, out=None), run_folder=False)
     profile, slos = prepared.profile, prepared.slos
     concurrency: list[int] = []
     rates: list[float] = []
@@ -195,7 +186,7 @@ def _open_host(args: argparse.Namespace, profile: Profile) -> dict[str, Any]:
     try:
         key = load_api_key(args.api_key_env, args.api_key_file) or os.environ.get("OPENAI_API_KEY")
     except KeySourceError as e:
-        raise EngineStartError(str(e), usage=True) from e
+        raise UsageError(str(e)) from e
     install_redaction(key)
     try:
         served = served_models(
@@ -207,7 +198,7 @@ def _open_host(args: argparse.Namespace, profile: Profile) -> dict[str, Any]:
             check=args.endpoint_check,
         )
     except EndpointError as e:
-        raise EngineStartError(str(e), usage=False) from e
+        raise LoadtestError(str(e)) from e
     return {"url": args.host, "embedded": False, "engine": None, "models": [m.id for m in served]}
 
 
@@ -322,8 +313,8 @@ def run_sweep(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
         plan = _plan(args)
-    except (ProfileError, UsageError) as e:
-        return _fail(str(e), EXIT_USAGE)
+    except LoadtestError as e:
+        return fail(e)
     print(
         f"sweep {plan.profile.name}: {_describe(plan)}; {plan.point_duration_s:g}s per point; "
         f"writing {plan.out}/",
@@ -337,11 +328,11 @@ def run_sweep(args: argparse.Namespace) -> int:
                 if args.host:
                     endpoint = _open_host(args, plan.profile)
                 else:
-                    endpoint = start_engine(
+                    endpoint = start_embedded(
                         stack, engine_overrides(args), plan.profile, plan.seed, plan.out / "engine.log"
                     )
-            except EngineStartError as e:
-                return _fail(str(e), EXIT_USAGE if e.usage else EXIT_COULD_NOT_RUN)
+            except LoadtestError as e:
+                return fail(e)
             runner.run_args = [*plan.run_args, "--host", endpoint["url"]]
 
             def checkpoint() -> None:  # the points so far, marked running, in case the sweep is killed

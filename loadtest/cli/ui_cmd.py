@@ -13,21 +13,23 @@ import time
 from pathlib import Path
 from typing import Any
 
-from loadtest.cli.endpoint import EndpointSetupError, open_endpoint
-from loadtest.cli.run_cmd import (
-    EXIT_COULD_NOT_RUN,
-    EXIT_OK,
-    EXIT_USAGE,
-    UsageError,
-    _fail,
-    _with_judging,
-    _write_results,
-    ensure_writable,
-    merge_slos,
-    prepare_run,
-)
+from loadtest.cli.run_options import endpoint_options, fail, run_options
+from loadtest.errors import LoadtestError, UsageError
 from loadtest.locust.settings import RunSettings, load_mode
+from loadtest.metrics.slo import merge_slos
 from loadtest.profile.loader import ProfileError, load_profile
+from loadtest.run import (
+    EXIT_OK,
+    EndpointFacts,
+    FinishedRun,
+    Prepared,
+    RunOptions,
+    connect,
+    ensure_writable,
+    finalize,
+    prepare,
+)
+from loadtest.run.inputs import with_judging
 
 log = logging.getLogger("loadtest")
 
@@ -66,51 +68,40 @@ def _check_port(host: str, port: int) -> None:
 
 def ui_command(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    options, endpoints = run_options(args), endpoint_options(args)
     try:
-        _, profile_path = load_profile(args.profile)
+        load_profile(args.profile)
         if args.processes != 1:
             raise UsageError("loadtest ui runs its users in this one process: use --processes 1")
         auth = _parse_auth(args.web_login)
-        prepared = prepare_run(args, profile_path, processes=1)
-        settings, profile, slos = prepared.settings, prepared.profile, prepared.slos
-        api_key = prepared.api_key
+        prepared = prepare(options, endpoints=endpoints, run_folder=False)
         if not _is_loopback(args.web_host) and auth is None:
             raise UsageError(
                 f"--web-host {args.web_host} lets other machines reach the UI: add --web-login VAR "
                 "(VAR holding USER:PASSWORD), or keep the default 127.0.0.1"
             )
-        settings.duration_s = profile.duration_s  # informational: a UI run lasts until it is stopped
+        # informational: a UI run lasts until it is stopped
+        prepared.settings.duration_s = prepared.profile.duration_s
         reports_root = ensure_writable(Path(args.reports_dir), "reports folder")
         _check_port(args.web_host, args.web_port)
-    except (ProfileError, UsageError) as e:
-        return _fail(str(e), EXIT_USAGE)
-
-    with contextlib.ExitStack() as stack:
-        try:
-            ep = open_endpoint(stack, args, profile, settings.seed, api_key)
-        except EndpointSetupError as e:
-            return _fail(str(e), EXIT_USAGE if e.usage else EXIT_COULD_NOT_RUN)
-        models, engine_info = ep.models, ep.engine_info
-        settings.host, settings.model, settings.embedded = ep.host, ep.model, engine_info is not None
-        from loadtest.cli.run_tokens import settle_tokenizer  # the model's own tokenizer; a guess said loudly
-
-        served = ep.served_model()
-        root = served.root if served is not None and served.root else ep.model
-        profile, _ = settle_tokenizer(settings, profile, prepared.workload, root, engine_info)
-        return _serve(args, settings, profile, slos, models, engine_info, reports_root, auth, api_key)
-    return EXIT_COULD_NOT_RUN  # pragma: no cover
+        with contextlib.ExitStack() as stack:
+            ep = connect(
+                stack, prepared, endpoints, connect_timeout=options.connect_timeout, check_context=False
+            )
+            # what each UI run records of the endpoint: its models and the embedded engine
+            facts = EndpointFacts(ep.models, ep.engine_info)
+            return _serve(args, options, prepared, facts, reports_root, auth)
+    except LoadtestError as e:
+        return fail(e)
 
 
 def _serve(
     args: argparse.Namespace,
-    settings: RunSettings,
-    profile: Any,
-    slos: list[Any],
-    models: list[str],
-    engine_info: dict[str, Any] | None,
+    run_opts: RunOptions,
+    prepared: Prepared,
+    endpoint: EndpointFacts,
     reports_root: Path,
     auth: tuple[str, str] | None,
-    api_key: str | None = None,
 ) -> int:
     import gevent
     from gevent.event import Event
@@ -120,6 +111,7 @@ def _serve(
     from loadtest.locust.runtime import user_class
     from loadtest.locust.webui import LlmWebUi
 
+    settings, profile, api_key = prepared.settings, prepared.profile, prepared.api_key
     # Locust's web UI parses sys.argv for its own options on every page load: hide ours from it.
     sys.argv = sys.argv[:1]
     _offer_profiles_in_start_form(profile, settings.profile_ref)
@@ -139,25 +131,28 @@ def _serve(
             polling[0].stop()
         polling[0] = None
         if not args.no_telemetry:
-            embedded = engine_info is not None and st.host == settings.host
+            embedded = endpoint.engine_info is not None and st.host == settings.host
             polling[0] = start_for_run(st.host, override=args.metrics_url, embedded=embedded, api_key=api_key)
 
-    def finalize(st: RunSettings, prof: Any, workload: Any, outcome: Any, out: Path) -> int:
+    def finish(st: RunSettings, prof: Any, workload: Any, outcome: Any, out: Path) -> int:
         run_slos = merge_slos(prof.slos, args.slo)  # the profile chosen for this run may have its own
-        prof = _with_judging(prof, args)  # --generator-health over the chosen profile's
+        prof = with_judging(prof, run_opts)  # --generator-health over the chosen profile's
         telemetry, polling[0] = polling[0], None
-        return _write_results(
-            st, prof, workload, outcome, models, engine_info, out, run_slos, None, telemetry=telemetry
+        results = finalize(
+            FinishedRun(st, prof, workload, run_slos, outcome, out, endpoint, telemetry=telemetry)
         )
+        for line in results.lines:
+            print(line)
+        return results.exit_code
 
     ui = LlmWebUi(
         env,
         settings,
         profile,
         profile.load.describe(),
-        slos,
+        prepared.slos,
         reports_root,
-        finalize,
+        finish,
         args.drain_timeout,
         on_start=start_telemetry,
     )

@@ -8,6 +8,8 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from loadtest.contracts.record_line import LineLike, as_line
+
 _MAX_MESSAGE = 120
 _SPACE = re.compile(r"\s+")
 
@@ -18,41 +20,55 @@ def _short(msg: str) -> str:
     return msg if len(msg) <= _MAX_MESSAGE else msg[: _MAX_MESSAGE - 1] + "…"
 
 
-def _tally(lines: Iterable[Mapping[str, Any]]) -> tuple[Counter[str], dict[str, Counter[str]]]:
-    counts: Counter[str] = Counter()
-    messages: dict[str, Counter[str]] = {}
-    for line in lines:
-        outcome = str(line.get("outcome", "ok"))
-        if outcome in ("ok", "cancelled"):
-            continue
-        counts[outcome] += 1
-        messages.setdefault(outcome, Counter())[str(line.get("error") or "")[:_MAX_MESSAGE]] += 1
-    return counts, messages
+class FailureTally:
+    """The failed outcome classes of record-log lines and their messages, counted batch by batch (``add``)
+    in log order: ``note()`` and ``commonest()`` as ``failure_note`` and ``commonest_failure`` give them."""
+
+    def __init__(self, lines: Iterable[LineLike] = ()) -> None:
+        self.counts: Counter[str] = Counter()
+        self.messages: dict[str, Counter[str]] = {}
+        self.add(lines)
+
+    def add(self, lines: Iterable[LineLike]) -> None:
+        counts, messages = self.counts, self.messages
+        for line in map(as_line, lines):
+            outcome = line.outcome
+            if outcome in ("ok", "cancelled"):
+                continue
+            counts[outcome] += 1
+            messages.setdefault(outcome, Counter())[(line.error or "")[:_MAX_MESSAGE]] += 1
+
+    def note(self) -> str | None:
+        """``failed requests: 12 http_5xx ("HTTP 503: ..."), 3 stream_error (...)`` or None when all were ok.
+
+        Cancelled requests (stopped by the generator) are not failures of the endpoint and are left out.
+        """
+        if not self.counts:
+            return None
+        parts = []
+        for outcome, n in self.counts.most_common():
+            msg = self.messages[outcome].most_common(1)[0][0]
+            parts.append(f"{n} {outcome}" + (f" ({msg!r})" if msg else ""))
+        return "failed requests: " + ", ".join(parts)
+
+    def commonest(self) -> str | None:
+        """The commonest failed outcome class and its commonest message, ``http_4xx: HTTP 400: ...``; None if none."""
+        if not self.counts:
+            return None
+        outcome = self.counts.most_common(1)[0][0]
+        msg = _short(self.messages[outcome].most_common(1)[0][0])
+        return f"{outcome}: {msg}" if msg else outcome
 
 
-def failure_note(lines: Iterable[Mapping[str, Any]]) -> str | None:
-    """``failed requests: 12 http_5xx ("HTTP 503: ..."), 3 stream_error (...)`` or None when all were ok.
-
-    Cancelled requests (stopped by the generator) are not failures of the endpoint and are left out.
-    """
-    counts, messages = _tally(lines)
-    if not counts:
-        return None
-    parts = []
-    for outcome, n in counts.most_common():
-        msg = messages[outcome].most_common(1)[0][0]
-        parts.append(f"{n} {outcome}" + (f" ({msg!r})" if msg else ""))
-    return "failed requests: " + ", ".join(parts)
+def failure_note(lines: Iterable[LineLike]) -> str | None:
+    """``failed requests: 12 http_5xx ("HTTP 503: ..."), 3 stream_error (...)`` or None when all were ok
+    (``FailureTally.note``)."""
+    return FailureTally(lines).note()
 
 
-def commonest_failure(lines: Iterable[Mapping[str, Any]]) -> str | None:
+def commonest_failure(lines: Iterable[LineLike]) -> str | None:
     """The commonest failed outcome class and its commonest message, ``http_4xx: HTTP 400: ...``; None if none."""
-    counts, messages = _tally(lines)
-    if not counts:
-        return None
-    outcome = counts.most_common(1)[0][0]
-    msg = _short(messages[outcome].most_common(1)[0][0])
-    return f"{outcome}: {msg}" if msg else outcome
+    return FailureTally(lines).commonest()
 
 
 def commonest_from_metrics(metrics: Mapping[str, Any]) -> str | None:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+
+from msgspec import UNSET
+
+from loadtest.contracts.record_line import LineLike, RecordLine, as_line
 
 # Every request ends in exactly one of these (docs/metrics.md explains each).
 OUTCOMES: tuple[str, ...] = (
@@ -110,54 +112,96 @@ class RequestRecord:
             return None
         return (self.done_ns - self.first_token_ns) / 1000 / (n - 1)
 
-    def to_log(self) -> dict[str, Any]:
+    def to_log(self) -> RecordLine:
         """The record-log line: absolute epoch for the schedule, microsecond offsets for the rest."""
         base = self.scheduled_ns
 
         def rel(t: int) -> int | None:
             return (t - base) // 1000 if t else None
 
-        return {
-            "id": self.request_id,
-            "wire_id": self.wire_id,
-            "scenario": self.scenario,
-            "api": self.api,
-            "stream": self.stream,
-            "worker": self.worker,
-            "t": round(self.scheduled_epoch, 6),
-            "outcome": self.outcome,
-            "status": self.http_status,
-            "error": self.error or None,
-            "finish_reason": self.finish_reason,
-            "sent_us": rel(self.sent_ns),
-            "headers_us": rel(self.headers_ns),
-            "ttft_us": rel(self.first_token_ns),
-            "first_answer_us": rel(self.first_answer_ns),
-            "e2e_us": rel(self.done_ns),
-            "tpot_us": None if (tp := self.tpot_us()) is None else round(tp, 1),
-            "chunks_us": [(t - base) // 1000 for t in self.chunk_ns],
-            "requested_output_tokens": self.requested_output_tokens,
-            "prompt_tokens": self.prompt_tokens_client,
-            "output_tokens": self.completion_tokens_client,
-            "reasoning_tokens": self.reasoning_tokens_client,
-            "usage_prompt_tokens": self.prompt_tokens_server,
-            "usage_completion_tokens": self.completion_tokens_server,
-            "usage_cached_tokens": self.cached_tokens_server,
-            "usage_reasoning_tokens": self.reasoning_tokens_server,
-            "attempt": self.attempt,
-            "retry_of": self.retry_of,
-            "endpoint": self.endpoint,
-            **({"inputs": self.inputs} if self.inputs else {}),
-        }
+        return RecordLine(
+            id=self.request_id,
+            wire_id=self.wire_id,
+            scenario=self.scenario,
+            api=self.api,
+            stream=self.stream,
+            worker=self.worker,
+            t=round(self.scheduled_epoch, 6),
+            outcome=self.outcome,
+            status=self.http_status,
+            error=self.error or None,
+            finish_reason=self.finish_reason,
+            sent_us=rel(self.sent_ns),
+            headers_us=rel(self.headers_ns),
+            ttft_us=rel(self.first_token_ns),
+            first_answer_us=rel(self.first_answer_ns),
+            e2e_us=rel(self.done_ns),
+            tpot_us=None if (tp := self.tpot_us()) is None else round(tp, 1),
+            chunks_us=[(t - base) // 1000 for t in self.chunk_ns],
+            requested_output_tokens=self.requested_output_tokens,
+            prompt_tokens=self.prompt_tokens_client,
+            output_tokens=self.completion_tokens_client,
+            reasoning_tokens=self.reasoning_tokens_client,
+            usage_prompt_tokens=self.prompt_tokens_server,
+            usage_completion_tokens=self.completion_tokens_server,
+            usage_cached_tokens=self.cached_tokens_server,
+            usage_reasoning_tokens=self.reasoning_tokens_server,
+            attempt=self.attempt,
+            retry_of=self.retry_of,
+            endpoint=self.endpoint,
+            inputs=self.inputs or UNSET,  # written only when non-zero
+        )
+
+    @classmethod
+    def from_log(cls, line: RecordLine, base_ns: int) -> RequestRecord:
+        """A record-log line back into a RequestRecord (µs resolution), its times ``base_ns`` + offset.
+
+        Everything the line holds comes back; what it never held (the answer's text, Retry-After) does not."""
+
+        def at(us: int | None) -> int:
+            return 0 if us is None else base_ns + us * 1000
+
+        return cls(
+            request_id=line.id,
+            wire_id=line.wire_id,
+            scenario=line.scenario,
+            api=line.api,
+            stream=line.stream,
+            worker=line.worker,
+            scheduled_epoch=line.t,
+            scheduled_ns=base_ns,
+            sent_ns=at(line.sent_us),
+            headers_ns=at(line.headers_us),
+            first_token_ns=at(line.ttft_us),
+            first_answer_ns=at(line.first_answer_us),
+            done_ns=at(line.e2e_us),
+            chunk_ns=[base_ns + c * 1000 for c in line.chunks_us],
+            http_status=line.status,
+            outcome=line.outcome,
+            error=line.error or "",
+            finish_reason=line.finish_reason,
+            requested_output_tokens=line.requested_output_tokens,
+            prompt_tokens_client=line.prompt_tokens,
+            completion_tokens_client=line.output_tokens,
+            reasoning_tokens_client=line.reasoning_tokens,
+            prompt_tokens_server=line.usage_prompt_tokens,
+            completion_tokens_server=line.usage_completion_tokens,
+            cached_tokens_server=line.usage_cached_tokens,
+            reasoning_tokens_server=line.usage_reasoning_tokens,
+            attempt=line.attempt,
+            retry_of=line.retry_of,
+            endpoint=line.endpoint,
+            inputs=line.n_inputs,
+        )
 
 
-def line_output_tokens(line: Mapping[str, Any]) -> int:
+def line_output_tokens(line: LineLike) -> int:
     """``RequestRecord.output_tokens`` of a record-log line: ``usage_completion_tokens``, else ``output_tokens``."""
-    usage = line.get("usage_completion_tokens")
-    return int(usage) if usage is not None else int(line.get("output_tokens") or 0)
+    ln = as_line(line)
+    return ln.usage_completion_tokens if ln.usage_completion_tokens is not None else ln.output_tokens
 
 
-def line_input_tokens(line: Mapping[str, Any]) -> int:
+def line_input_tokens(line: LineLike) -> int:
     """``RequestRecord.input_tokens`` of a record-log line: ``usage_prompt_tokens``, else ``prompt_tokens``."""
-    usage = line.get("usage_prompt_tokens")
-    return int(usage) if usage is not None else int(line.get("prompt_tokens") or 0)
+    ln = as_line(line)
+    return ln.usage_prompt_tokens if ln.usage_prompt_tokens is not None else ln.prompt_tokens

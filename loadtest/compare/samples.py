@@ -10,6 +10,7 @@ from pathlib import Path
 import msgspec
 import numpy as np
 
+from loadtest.contracts.record_line import LINE_DECODER, RecordLine
 from loadtest.metrics.slo import RequestSlo
 
 # Percentile bootstraps use at most this many ok requests per run (a seeded uniform subsample);
@@ -18,22 +19,6 @@ MAX_REQUESTS = 50_000
 # Inter-token gaps come from at most this many requests (the first of the subsample above).
 MAX_ITL_REQUESTS = 10_000
 SAMPLE_SEED = 20240613
-
-
-class _Line(msgspec.Struct):
-    t: float = 0.0
-    outcome: str = ""
-    sent_us: int | None = None
-    headers_us: int | None = None
-    ttft_us: int | None = None
-    tpot_us: float | None = None
-    e2e_us: int | None = None
-    chunks_us: list[int] = []
-    output_tokens: int | None = None
-    usage_completion_tokens: int | None = None
-
-
-_dec = msgspec.json.Decoder(_Line)
 
 
 @dataclass
@@ -61,15 +46,15 @@ class RunSamples:
         return max(self.end - self.start, 1e-9)
 
 
-def _lines(paths: list[Path], window: tuple[float, float] | None) -> Iterator[_Line]:
+def _lines(paths: list[Path], window: tuple[float, float] | None) -> Iterator[RecordLine]:
     for path in paths:
         with open(path, "rb") as f:
             for raw in f:
                 if not raw.endswith(b"\n"):
                     break  # a line cut by a crash: everything before it is intact
                 try:
-                    line = _dec.decode(raw)
-                except msgspec.DecodeError:
+                    line = LINE_DECODER.decode(raw)
+                except msgspec.DecodeError:  # also msgspec.ValidationError
                     continue
                 if window is None or window[0] <= line.t < window[1]:
                     yield line
@@ -79,12 +64,12 @@ def _ms(v: float | None) -> float:
     return float("nan") if v is None else v / 1000.0
 
 
-def _done(ln: _Line) -> float:
+def _done(ln: RecordLine) -> float:
     last = next((v for v in (ln.e2e_us, ln.headers_us, ln.sent_us) if v is not None), 0)
     return ln.t + last / 1e6
 
 
-def _itl(sample: list[_Line]) -> tuple[np.ndarray, np.ndarray]:
+def _itl(sample: list[RecordLine]) -> tuple[np.ndarray, np.ndarray]:
     gaps: list[np.ndarray] = []
     owners: list[np.ndarray] = []
     for i, ln in enumerate(sample[:MAX_ITL_REQUESTS]):
@@ -105,7 +90,7 @@ def read_samples(
     The ok requests for the percentile bootstraps are a seeded reservoir sample of ``MAX_REQUESTS``.
     """
     rng = random.Random(SAMPLE_SEED)
-    sample: list[_Line] = []
+    sample: list[RecordLine] = []
     done: list[float] = []
     tokens: list[int] = []
     usage: list[float] = []
@@ -118,9 +103,7 @@ def read_samples(
         if ln.outcome != "cancelled":
             judged_done.append(d)
             if rule is not None:
-                good.append(
-                    rule.is_good({"outcome": ln.outcome, "ttft_us": ln.ttft_us, "tpot_us": ln.tpot_us})
-                )
+                good.append(rule.is_good(ln))
         if ln.outcome != "ok":
             continue
         n = len(done)

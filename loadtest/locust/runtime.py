@@ -37,29 +37,39 @@ from locust.runners import MasterRunner, Runner, WorkerRunner
 
 from loadtest.client.record import RequestRecord
 from loadtest.client.secrets import KeySourceError, load_api_key
+from loadtest.contracts.messages import (
+    Failing,
+    Final,
+    Finish,
+    Hello,
+    MessageError,
+    Ready,
+    Report,
+    Settings,
+    WireMessage,
+    from_data,
+    report_from,
+    to_data,
+)
+from loadtest.contracts.record_line import LINE_ENCODER
 from loadtest.gc_tuning import tune_gc
 from loadtest.locust.compat import check_locust_version, users_dispatcher
 from loadtest.locust.context import RunContext
-from loadtest.locust.settings import RunSettings, load_mode
+from loadtest.locust.executors import executor_for
+from loadtest.locust.settings import RunSettings
 from loadtest.locust.users import ClosedLoopUser, OpenLoopUser
 from loadtest.metrics.judged import record_from_line
 from loadtest.metrics.recorder import Recorder, RunAggregates
 from loadtest.profile.loader import load_profile
 from loadtest.profile.schema import Profile
-from loadtest.results.record_log import read_records
+from loadtest.results.record_log import read_lines
 from loadtest.workload.builder import Workload
 
 log = logging.getLogger("loadtest")
 
-MSG_HELLO = "loadtest_hello"  # worker → master once its handlers are in place: {}
-MSG_SETTINGS = "loadtest_settings"  # master → worker on connect: {"index", "settings", "profile", ...}
-MSG_READY = "loadtest_ready"  # worker → master: {"index", "host", "pid", "records", "error"}
-MSG_FINISH = "loadtest_finish"  # master → worker: {"drain": bool, "timeout": s}
-MSG_FINAL = "loadtest_final"  # worker → master: {"index", "delta", "lines", "count", "left"}
-MSG_FAILING = "loadtest_failing"  # worker → master: {"index", "info"}: failing wholesale, stop early
-# Keys a worker adds to each Locust report (every WORKER_REPORT_INTERVAL = 3 s).
-REPORT_INDEX, REPORT_DELTA, REPORT_LINES = "loadtest_index", "loadtest", "loadtest_lines"
-REPORT_IN_FLIGHT = "loadtest_in_flight"  # requests the worker had in flight when it reported
+# The master/worker messages are the Structs of contracts/messages.py (Hello, Settings, Ready, Finish,
+# Final, Failing; Report rides in each Locust worker report, every WORKER_REPORT_INTERVAL = 3 s); they
+# travel as the dict form its to_data / from_data make, through _send and from_data only.
 LOST_AFTER_S = 5.0  # no heartbeat (sent every second) for this long: the worker is gone
 MASTER_GONE_AFTER_S = 15.0  # a worker stops when the master has not answered a heartbeat for this long
 
@@ -80,36 +90,19 @@ class RunOutcome:
     stopped_early: dict[str, Any] | None = None
 
 
+def _send(runner: Runner, msg: WireMessage, client_id: str | None = None) -> None:
+    """Send a typed message (to one worker when ``client_id`` is given; a worker sends to its master)."""
+    runner.send_message(msg.TYPE, to_data(msg), client_id)
+
+
 def user_class(profile: Profile) -> type:
-    return OpenLoopUser if load_mode(profile) == "open" else ClosedLoopUser
+    return executor_for(profile.load).user_class
 
 
 def drive_load(runner: Runner, profile: Profile, settings: RunSettings, stopper: _Stopper) -> None:
-    """Start the users and keep the load the profile asks for until the duration ends or a signal comes.
-
-    Open loop: one dispatcher per worker process follows the schedule. Closed loop: ``concurrency``
-    users, or a stage sequence that changes the user count (a ramp spreads the change over the stage).
-    """
-    load = profile.load
-    if load_mode(profile) == "open":
-        runner.start(settings.processes, spawn_rate=max(100.0, settings.processes * 10.0))
-        stopper.event.wait(timeout=settings.duration_s)
-        return
-    if not load.stages:
-        n = int(load.concurrency or 1)
-        runner.start(n, spawn_rate=max(100.0, n * 10.0))
-        stopper.event.wait(timeout=settings.duration_s)
-        return
-    deadline = time.monotonic() + settings.duration_s
-    previous = 0
-    for stage in load.stages:
-        n = int(stage.concurrency or 0)
-        rate = max(0.1, abs(n - previous) / stage.duration_s) if stage.ramp else max(100.0, n * 10.0)
-        runner.start(n, spawn_rate=rate)
-        previous = n
-        wait = min(stage.duration_s, deadline - time.monotonic())
-        if wait <= 0 or stopper.event.wait(timeout=wait):
-            return
+    """Start the users and keep the load the profile asks for until the duration ends or a signal comes
+    (the profile's executor, locust/executors.py)."""
+    executor_for(profile.load).drive(runner, settings.duration_s, settings.processes, stopper.event)
 
 
 class _Stopper:
@@ -170,9 +163,6 @@ def run_local(settings: RunSettings) -> RunOutcome:
     )
 
 
-_line_enc = msgspec.json.Encoder()
-
-
 class ShippedLog:
     """A worker's record log: each line goes to a local file (if any) and waits for the next report.
 
@@ -190,7 +180,7 @@ class ShippedLog:
         self.count = 0
 
     def write(self, rec: RequestRecord) -> None:
-        line = _line_enc.encode(rec.to_log()) + b"\n"
+        line = LINE_ENCODER.encode(rec.to_log()) + b"\n"
         if self._fd >= 0:
             os.write(self._fd, line)
         self._pending.append(line)
@@ -259,7 +249,7 @@ class _Worker:
     error: str | None = None
     last_seen: float = field(default_factory=time.monotonic)
     lost: str | None = None
-    final: dict | None = None
+    final: Final | None = None
     records: str | None = None  # the worker's own copy of its records (path on its host), if it keeps one
     in_flight: int = 0  # requests in flight at its last report: what a lost worker takes with it
 
@@ -267,8 +257,8 @@ class _Worker:
         return f"worker {self.index} ({self.host} pid {self.pid})"
 
 
-def settings_payload(settings: RunSettings) -> dict[str, Any]:
-    """What a worker needs to run: settings, the profile's content (trace path absolute), the fingerprint."""
+def settings_payload(settings: RunSettings, index: int = 0) -> Settings:
+    """What worker ``index`` needs to run: settings, the profile's content (trace path absolute), the fingerprint."""
     profile, path = settings.profile()
     data = yaml.safe_load(path.read_text(encoding="utf-8"))
     trace = load_profile(settings.profile_ref)[0].load.trace
@@ -278,12 +268,13 @@ def settings_payload(settings: RunSettings) -> dict[str, Any]:
         and isinstance(data["load"].get("trace"), dict)
     ):
         data["load"]["trace"]["path"] = trace.path  # resolved against the master's profile folder
-    return {
-        "settings": settings.to_json(),
-        "profile": json.dumps(data),
-        "profile_name": path.stem,
-        "fingerprint": Workload(profile, settings.seed).fingerprint(),
-    }
+    return Settings(
+        index=index,
+        settings=settings.to_json(),
+        profile=json.dumps(data),
+        profile_name=path.stem,
+        fingerprint=Workload(profile, settings.seed).fingerprint(),
+    )
 
 
 def run_master(
@@ -326,10 +317,11 @@ def run_master(
         by_client[client_id] = workers[index] = _Worker(index, client_id)
 
     def on_hello(environment: Environment, msg: Message, **_kw: Any) -> None:
+        from_data(Hello, msg.data)
         w = by_client.get(msg.node_id)
         if w is not None:
             w.last_seen = time.monotonic()
-            runner.send_message(MSG_SETTINGS, {**payload, "index": w.index}, msg.node_id)
+            _send(runner, msgspec.structs.replace(payload, index=w.index), msg.node_id)
 
     def seen(client_id: str, **_kw: Any) -> None:
         w = by_client.get(client_id)
@@ -338,45 +330,49 @@ def run_master(
 
     def on_worker_report(client_id: str, data: dict) -> None:
         seen(client_id)
-        if REPORT_INDEX not in data:
+        report = report_from(data)
+        if report is None:  # the worker has no run yet
             return
-        index = int(data[REPORT_INDEX])
         if (w := by_client.get(client_id)) is not None:
-            w.in_flight = int(data.get(REPORT_IN_FLIGHT) or 0)
-        if data.get(REPORT_DELTA):
-            total.merge_wire(data[REPORT_DELTA])
-        sink.add(index, data.get(REPORT_LINES))
+            w.in_flight = report.in_flight
+        if report.delta:
+            total.merge_wire(report.delta)
+        sink.add(report.index, report.lines)
 
     def on_ready(environment: Environment, msg: Message, **_kw: Any) -> None:
         w = by_client.get(msg.node_id)
         if w is None:
             return
-        w.host, w.pid, w.error = msg.data.get("host", "?"), int(msg.data.get("pid", 0)), msg.data.get("error")
-        w.records = msg.data.get("records")
+        try:
+            ready = from_data(Ready, msg.data)
+        except MessageError as e:  # another loadtest version: the run stops with this line
+            w.error = str(e)
+            return
+        w.host, w.pid, w.error, w.records = ready.host, ready.pid, ready.error, ready.records
         w.ready = w.error is None
 
     def on_final(environment: Environment, msg: Message, **_kw: Any) -> None:
-        data = msg.data
-        total.merge_wire(data["delta"])
-        sink.add(int(data["index"]), data.get("lines"))
-        w = workers.get(int(data["index"]))
+        final = from_data(Final, msg.data)
+        total.merge_wire(final.delta)
+        sink.add(final.index, final.lines)
+        w = workers.get(final.index)
         if w is not None:
-            w.final = data
-            if data.get("left"):
+            w.final = final
+            if final.left:
                 _forget(runner, w.client_id)
 
     def on_failing(environment: Environment, msg: Message, **_kw: Any) -> None:
         if not failing:
-            failing.append(dict(msg.data.get("info") or {}))
+            failing.append(dict(from_data(Failing, msg.data).info))
             stopper.event.set()  # every worker drains and sends its final results as at the end of a run
 
     env.events.worker_connect.add_listener(on_connect)
     env.events.heartbeat_sent.add_listener(seen)
     env.events.worker_report.add_listener(on_worker_report)
-    runner.register_message(MSG_HELLO, on_hello)
-    runner.register_message(MSG_READY, on_ready)
-    runner.register_message(MSG_FINAL, on_final)
-    runner.register_message(MSG_FAILING, on_failing)
+    runner.register_message(Hello.TYPE, on_hello)
+    runner.register_message(Ready.TYPE, on_ready)
+    runner.register_message(Final.TYPE, on_final)
+    runner.register_message(Failing.TYPE, on_failing)
     stopper = _Stopper()
     stopper.install()
 
@@ -404,7 +400,7 @@ def run_master(
         drive_load(runner, profile, settings, stopper)
         drain = stopper.reason is None
         drain_s = profile.client.drain_timeout_s
-        runner.send_message(MSG_FINISH, {"drain": drain, "timeout": drain_s})
+        _send(runner, Finish(drain=drain, timeout=drain_s))
         deadline = time.monotonic() + (drain_s if drain else 0) + 30
         while time.monotonic() < deadline and any(w.final is None and not w.lost for w in workers.values()):
             gevent.sleep(0.05)
@@ -414,9 +410,7 @@ def run_master(
             watcher.kill()
         _stop_processes(list(procs.values()))
         sink.close()
-    lost = [
-        w for w in sorted(workers.values(), key=lambda w: w.index) if w.final is None or w.final.get("left")
-    ]
+    lost = [w for w in sorted(workers.values(), key=lambda w: w.index) if w.final is None or w.final.left]
     recovered = {w.index: _recover_unshipped(w, sink, total, len(profile.scenarios) > 1) for w in lost}
     sink.close()
     if spawn_local:  # the local copies were only insurance: the run folder's logs now hold everything
@@ -460,15 +454,15 @@ def _recover_unshipped(w: _Worker, sink: RecordSink, total: RunAggregates, per_s
     if not local.is_file():
         return None
     shipped_path = sink.out / f"records-w{w.index}.jsonl"
-    shipped = {line.get("id") for line in read_records([shipped_path])} if shipped_path.is_file() else set()
-    missing = [line for line in read_records([local]) if line.get("id") not in shipped]
+    shipped = {line.id for line in read_lines([shipped_path])} if shipped_path.is_file() else set()
+    missing = [line for line in read_lines([local]) if line.id not in shipped]
     if not missing:
         return 0
     recorder = Recorder(per_scenario=per_scenario)
     for line in missing:
         recorder.add(record_from_line(line))
     total.merge_wire(recorder.take_delta())
-    sink.add_raw(w.index, b"".join(_line_enc.encode(line) + b"\n" for line in missing))
+    sink.add_raw(w.index, b"".join(LINE_ENCODER.encode(line) + b"\n" for line in missing))
     log.warning(
         "%s: %d finished request(s) it had not reported were taken from %s", w.name(), len(missing), local
     )
@@ -476,8 +470,8 @@ def _recover_unshipped(w: _Worker, sink: RecordSink, total: RunAggregates, per_s
 
 
 def _lost_why(w: _Worker) -> str:
-    if w.final is not None and w.final.get("left"):
-        return f"left the run early ({w.final['left']})"
+    if w.final is not None and w.final.left:
+        return f"left the run early ({w.final.left})"
     why = w.lost or "did not report its final results"
     if w.in_flight:  # sent, never finished where the master can see: no record, and said so
         why += f" with {w.in_flight} request{'s' if w.in_flight != 1 else ''} in flight at its last report (their outcome is unknown)"
@@ -607,7 +601,7 @@ def _local_log_path(out: Path, index: int) -> Path:
 
 
 def _setup_worker(
-    data: dict[str, Any], out: str | None, keep_local: bool, copy_in_run_dir: bool = False
+    data: Settings, out: str | None, keep_local: bool, copy_in_run_dir: bool = False
 ) -> RunContext:
     """The worker's RunContext from the master's ``loadtest_settings`` message.
 
@@ -615,8 +609,8 @@ def _setup_worker(
     finish, to ``worker-<i>.records.jsonl`` in the run folder, so that a worker killed between two
     reports loses nothing it finished (the master takes them from there; see _recover_unshipped).
     """
-    index = int(data["index"])
-    settings = RunSettings.from_json(data["settings"])
+    index = data.index
+    settings = RunSettings.from_json(data.settings)
     try:
         load_api_key(settings.api_key_env, settings.api_key_file)
     except KeySourceError as e:
@@ -625,8 +619,8 @@ def _setup_worker(
     local = Path(out if out else Path("reports") / f"worker-{index}") if keep_local else None
     folder = local if local is not None else Path(tempfile.mkdtemp(prefix="loadtest-worker-"))
     folder.mkdir(parents=True, exist_ok=True)
-    profile_file = folder / f"{data['profile_name']}.yaml"
-    profile_file.write_text(data["profile"])  # JSON is valid YAML
+    profile_file = folder / f"{data.profile_name}.yaml"
+    profile_file.write_text(data.profile)  # JSON is valid YAML
     settings = replace(settings, profile_ref=str(profile_file), out_dir=str(folder))
     # RunContext opens its own log; this process ships lines instead (the local copy is optional).
     ctx = RunContext(settings, index, settings.processes, os.devnull)
@@ -638,10 +632,10 @@ def _setup_worker(
         profile_file.unlink()
         folder.rmdir()
     got = ctx.workload.fingerprint()
-    if got != data["fingerprint"]:
+    if got != data.fingerprint:
         raise RuntimeError(
             "this host builds different traffic from the same profile and seed (workload fingerprint "
-            f"{got[:12]} ≠ the master's {data['fingerprint'][:12]}): same loadtest version and tokenizer files?"
+            f"{got[:12]} ≠ the master's {data.fingerprint[:12]}): same loadtest version and tokenizer files?"
         )
     return ctx
 
@@ -684,42 +678,41 @@ def worker_main(
     heard = [time.monotonic()]
 
     def on_settings(environment: Environment, msg: Message, **_kw: Any) -> None:
-        index = int(msg.data["index"])
-        reply: dict[str, Any] = {
-            "index": index,
-            "host": socket.gethostname(),
-            "pid": os.getpid(),
-            "error": None,
-        }
+        reply = Ready(index=-1, host=socket.gethostname(), pid=os.getpid())
         try:
-            ctx = _setup_worker(msg.data, out, keep_local, copy_in_run_dir)
+            data = from_data(Settings, msg.data)
+            reply.index = data.index
+            ctx = _setup_worker(data, out, keep_local, copy_in_run_dir)
         except Exception as e:  # noqa: BLE001 - reported to the master as one line
-            reply["error"] = f"{type(e).__name__}: {e}" if not isinstance(e, RuntimeError) else str(e)
-            log.error("cannot set up the run: %s", reply["error"])
-            runner.send_message(MSG_READY, reply)
+            reply.error = (
+                str(e) if isinstance(e, (RuntimeError, MessageError)) else f"{type(e).__name__}: {e}"
+            )
+            log.error("cannot set up the run: %s", reply.error)
+            _send(runner, reply)
             state["code"] = 1
             gevent.spawn_later(0.5, runner.quit)
             return
         ctx.env = env
         env.loadtest = ctx  # type: ignore[attr-defined]  # our context rides on locust's Environment
         # The endpoint fails wholesale here: the master ends the run for every worker.
-        ctx.on_failing = lambda info: runner.send_message(
-            MSG_FAILING, {"index": ctx.worker_index, "info": info}
-        )
+        ctx.on_failing = lambda info: _send(runner, Failing(index=ctx.worker_index, info=info))
         state["ctx"] = ctx
-        reply["records"] = str(ctx.log.path.resolve()) if ctx.log.path != Path(os.devnull) else None
-        runner.send_message(MSG_READY, reply)
+        reply.records = str(ctx.log.path.resolve()) if ctx.log.path != Path(os.devnull) else None
+        _send(runner, reply)
         if keep_local:
-            print(f"worker {index}: run {ctx.settings.run_id}, records in {ctx.log.path}", flush=True)
+            print(f"worker {reply.index}: run {ctx.settings.run_id}, records in {ctx.log.path}", flush=True)
         tune_gc()
 
     def on_report(client_id: str, data: dict) -> None:
         ctx: RunContext | None = state["ctx"]
         if ctx is not None:
-            data[REPORT_INDEX] = ctx.worker_index
-            data[REPORT_IN_FLIGHT] = ctx.in_flight
-            data[REPORT_DELTA] = ctx.recorder.take_delta()  # the delta and the lines: the same moment
-            data[REPORT_LINES] = ctx.log.take()  # type: ignore[attr-defined]
+            report = Report(
+                index=ctx.worker_index,
+                in_flight=ctx.in_flight,
+                delta=ctx.recorder.take_delta(),  # the delta and the lines: the same moment
+                lines=ctx.log.take(),  # type: ignore[attr-defined]
+            )
+            data.update(to_data(report))
 
     def finish(drain: bool, timeout: float, left: str | None = None) -> None:
         ctx: RunContext | None = state["ctx"]
@@ -731,19 +724,20 @@ def worker_main(
         ctx.stopping = True
         runner.stop()
         ctx.close()
-        runner.send_message(
-            MSG_FINAL,
-            {
-                "index": ctx.worker_index,
-                "delta": ctx.recorder.take_delta(),
-                "lines": ctx.log.take(),  # type: ignore[attr-defined]
-                "count": ctx.log.count,
-                "left": left,
-            },
+        _send(
+            runner,
+            Final(
+                index=ctx.worker_index,
+                delta=ctx.recorder.take_delta(),
+                lines=ctx.log.take(),  # type: ignore[attr-defined]
+                count=ctx.log.count,
+                left=left,
+            ),
         )
 
     def on_finish(environment: Environment, msg: Message, **_kw: Any) -> None:
-        gevent.spawn(finish, bool(msg.data["drain"]), float(msg.data["timeout"]))
+        order = from_data(Finish, msg.data)
+        gevent.spawn(finish, order.drain, order.timeout)
 
     def leave(why: str) -> None:
         finish(False, 0.0, why)
@@ -776,13 +770,13 @@ def worker_main(
 
     env.events.heartbeat_received.add_listener(lambda **_kw: heard.__setitem__(0, time.monotonic()))
     env.events.report_to_master.add_listener(on_report)
-    runner.register_message(MSG_SETTINGS, on_settings)
-    runner.register_message(MSG_FINISH, on_finish)
+    runner.register_message(Settings.TYPE, on_settings)
+    runner.register_message(Finish.TYPE, on_finish)
     if parent_pid is None:
         for sig in (signal.SIGINT, signal.SIGTERM):
             gevent.signal_handler(sig, on_signal, sig)
     gevent.spawn(watch_master)
-    runner.send_message(MSG_HELLO, {})  # the settings come back in reply
+    _send(runner, Hello())  # the settings come back in reply
     runner.greenlet.join()
     ctx = state["ctx"]
     if ctx is not None:

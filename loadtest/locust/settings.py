@@ -13,12 +13,7 @@ from loadtest.workload.salt import new_run_nonce
 
 def load_mode(profile: Profile) -> str:
     """'open' when arrivals follow a schedule (rate, trace, rate stages), 'closed' for concurrency."""
-    load = profile.load
-    if load.concurrency is not None:
-        return "closed"
-    if load.stages and load.stages[0].concurrency is not None:
-        return "closed"
-    return "open"
+    return "open" if profile.load.open_loop else "closed"
 
 
 @dataclass(slots=True)
@@ -50,7 +45,7 @@ class RunSettings:
     # once per run where the settings are made, and sent to every worker with them (not a secret).
     run_nonce: int = field(default_factory=new_run_nonce)
     # Where the client tokenizer came from (option, profile, model folder, HF cache, a guess...):
-    # cli/run_cmd.choose_tokenizer; run.json's `tokens` describes it.
+    # run/tokens.settle_tokenizer; run.json's `tokens` describes it.
     tokenizer_source: dict | None = None
 
     def profile(self) -> tuple[Profile, Path]:

@@ -7,9 +7,10 @@ import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from loadtest.client.record import RequestRecord, line_output_tokens
+from loadtest.contracts.record_line import LineLike, RecordLine, as_line
 from loadtest.metrics import hdr
 from loadtest.metrics.recorder import HIST_HIGHEST, Recorder, RunAggregates
 from loadtest.metrics.slo import AnySlo, RequestSlo, goodput
@@ -22,6 +23,10 @@ _BASE_NS = 10**12  # records keep µs offsets from their scheduled time; rebuild
 # endpoint's steady state. ``--warmup 0`` judges from the first request.
 DEFAULT_WARMUP_SHARE = 0.1
 DEFAULT_WARMUP_MAX_S = 30.0
+
+# Lines as the caller holds them: RecordLines, or their dict form (read_records); judge_lines hands
+# back the caller's own objects.
+LineT = TypeVar("LineT", RecordLine, Mapping[str, Any])
 
 
 def default_warmup_s(span_s: float) -> float:
@@ -67,43 +72,12 @@ class Window:
         }
 
 
-def record_from_line(line: Mapping[str, Any]) -> RequestRecord:
+def record_from_line(line: LineLike) -> RequestRecord:
     """A record-log line back into a RequestRecord (µs resolution), so metrics are computed one way only."""
-
-    def at(key: str) -> int:
-        v = line.get(key)
-        return 0 if v is None else _BASE_NS + int(v) * 1000
-
-    return RequestRecord(
-        request_id=str(line.get("id", "")),
-        scenario=str(line.get("scenario", "default")),
-        api=str(line.get("api", "chat")),
-        stream=bool(line.get("stream", True)),
-        worker=int(line.get("worker", 0)),
-        scheduled_epoch=float(line["t"]),
-        scheduled_ns=_BASE_NS,
-        sent_ns=at("sent_us"),
-        headers_ns=at("headers_us"),
-        first_token_ns=at("ttft_us"),
-        first_answer_ns=at("first_answer_us"),
-        done_ns=at("e2e_us"),
-        chunk_ns=[_BASE_NS + int(c) * 1000 for c in line.get("chunks_us") or ()],
-        http_status=int(line.get("status") or 0),
-        outcome=str(line.get("outcome", "ok")),
-        error=str(line.get("error") or ""),
-        finish_reason=line.get("finish_reason"),
-        requested_output_tokens=line.get("requested_output_tokens"),
-        prompt_tokens_client=int(line.get("prompt_tokens") or 0),
-        completion_tokens_client=int(line.get("output_tokens") or 0),
-        reasoning_tokens_client=int(line.get("reasoning_tokens") or 0),
-        prompt_tokens_server=line.get("usage_prompt_tokens"),
-        completion_tokens_server=line.get("usage_completion_tokens"),
-        cached_tokens_server=line.get("usage_cached_tokens"),
-        reasoning_tokens_server=line.get("usage_reasoning_tokens"),
-    )
+    return RequestRecord.from_log(as_line(line), _BASE_NS)
 
 
-def aggregate_lines(lines: Iterable[Mapping[str, Any]], per_scenario: bool) -> RunAggregates:
+def aggregate_lines(lines: Iterable[LineLike], per_scenario: bool) -> RunAggregates:
     """Metrics of the given record-log lines, through the same recorder a live run uses."""
     rec = Recorder(per_scenario=per_scenario)
     for line in lines:
@@ -111,12 +85,12 @@ def aggregate_lines(lines: Iterable[Mapping[str, Any]], per_scenario: bool) -> R
     return rec.result()
 
 
-def _completion_rates(lines: Sequence[Mapping[str, Any]], t0: float) -> list[float]:
+def _completion_rates(lines: Sequence[RecordLine], t0: float) -> list[float]:
     """Output tokens of ok requests per second of completion, from the run's start."""
     per_sec: dict[int, float] = defaultdict(float)
     for r in lines:
-        if r.get("outcome") == "ok" and r.get("e2e_us") is not None:
-            per_sec[int(r["t"] + r["e2e_us"] / 1e6 - t0)] += line_output_tokens(r)
+        if r.outcome == "ok" and r.e2e_us is not None:
+            per_sec[int(r.t + r.e2e_us / 1e6 - t0)] += line_output_tokens(r)
     n = max(per_sec) + 1 if per_sec else 0
     return [per_sec.get(i, 0.0) for i in range(n)]
 
@@ -135,12 +109,13 @@ def steady_state(rates: Sequence[float], span: int = 3, level: float = 0.9) -> t
     return first, max(last, first + 1)
 
 
-def choose_window(lines: Sequence[Mapping[str, Any]], warmup: float | str, cooldown: float | str) -> Window:
+def choose_window(lines: Sequence[LineLike], warmup: float | str, cooldown: float | str) -> Window:
     """The judged window from fixed warm-up/cool-down seconds, or ``"auto"`` (steady-state detection)."""
-    t0 = min(r["t"] for r in lines)
-    t_last = max(r["t"] for r in lines)
+    recs = [as_line(r) for r in lines]
+    t0 = min(r.t for r in recs)
+    t_last = max(r.t for r in recs)
     automatic = warmup == "auto" or cooldown == "auto"
-    rates = _completion_rates(lines, t0) if automatic else []
+    rates = _completion_rates(recs, t0) if automatic else []
     first, last = steady_state(rates) if automatic else (0, 0)
     w = float(first) if warmup == "auto" else float(warmup)
     c = max(0.0, t_last - (t0 + last)) if cooldown == "auto" else float(cooldown)
@@ -152,19 +127,19 @@ def choose_window(lines: Sequence[Mapping[str, Any]], warmup: float | str, coold
     return Window(start, end, w, c, automatic)
 
 
-def in_window(lines: Iterable[Mapping[str, Any]], window: Window) -> list[Mapping[str, Any]]:
-    return [r for r in lines if window.start <= r["t"] < window.end]
+def in_window(lines: Iterable[LineT], window: Window) -> list[LineT]:
+    return [r for r in lines if window.start <= as_line(r).t < window.end]
 
 
-def schedule_span_s(lines: Sequence[Mapping[str, Any]]) -> float:
+def schedule_span_s(lines: Sequence[LineLike]) -> float:
     """Seconds from the first to the last scheduled request of the record-log lines (0 without lines)."""
     if not lines:
         return 0.0
-    ts = [r["t"] for r in lines]
+    ts = [as_line(r).t for r in lines]
     return max(ts) - min(ts)
 
 
-def steady_health(lines: Sequence[Mapping[str, Any]], startup_s: float) -> dict[str, Any]:
+def steady_health(lines: Sequence[LineLike], startup_s: float) -> dict[str, Any]:
     """The generator's schedule lag over its steady state: requests scheduled ``startup_s`` or more
     after the first one (the first requests of every connection pay its set-up; a run's start is not
     what the generator sustains). Falls back to every request when none is left after the start-up.
@@ -181,11 +156,10 @@ def steady_health(lines: Sequence[Mapping[str, Any]], startup_s: float) -> dict[
         hdr.record_many(h, values)
         return round(h.get_value_at_percentile(99) / 1000.0, 3)
 
-    t0 = min((r["t"] for r in lines), default=0.0)
-    every = [max(0, int(r["sent_us"])) for r in lines if r.get("sent_us") is not None]
-    steady = [
-        max(0, int(r["sent_us"])) for r in lines if r.get("sent_us") is not None and r["t"] >= t0 + startup_s
-    ]
+    recs = [as_line(r) for r in lines]
+    t0 = min((r.t for r in recs), default=0.0)
+    every = [max(0, r.sent_us) for r in recs if r.sent_us is not None]
+    steady = [max(0, r.sent_us) for r in recs if r.sent_us is not None and r.t >= t0 + startup_s]
     used = steady if steady else every
     return {
         "startup_s": round(startup_s, 3) if steady else 0.0,
@@ -196,7 +170,7 @@ def steady_health(lines: Sequence[Mapping[str, Any]], startup_s: float) -> dict[
 
 
 def goodput_summary(
-    lines: Sequence[Mapping[str, Any]], slos: Sequence[AnySlo], per_scenario: bool
+    lines: Sequence[LineLike], slos: Sequence[AnySlo], per_scenario: bool
 ) -> dict[str, Any] | None:
     """SLO attainment and goodput (good requests/s, good output tokens/s), overall and per scenario.
 
@@ -205,13 +179,13 @@ def goodput_summary(
     rule = RequestSlo.from_slos(slos)
     if rule.ttft_ms is None and rule.tpot_ms is None:
         return None
-    done = [r for r in lines if r.get("outcome") != "cancelled"]
+    done = [r for r in map(as_line, lines) if r.outcome != "cancelled"]
     if not done:
         return None
-    start = min(r["t"] for r in done)
-    end = max(r["t"] + (r.get("e2e_us") or 0) / 1e6 for r in done) + 1e-6
+    start = min(r.t for r in done)
+    end = max(r.t + (r.e2e_us or 0) / 1e6 for r in done) + 1e-6
 
-    def one(rs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    def one(rs: Sequence[RecordLine]) -> dict[str, Any]:
         g = goodput(rs, rule, (start, end))
         return {
             "judged": g.judged,
@@ -224,7 +198,7 @@ def goodput_summary(
     out: dict[str, Any] = {"rule": {"ttft_ms": rule.ttft_ms, "tpot_ms": rule.tpot_ms}, **one(done)}
     per_second: dict[int, list[int]] = defaultdict(lambda: [0, 0])
     for r in done:
-        sec = int(r["t"] + (r.get("e2e_us") or 0) / 1e6 - start)
+        sec = int(r.t + (r.e2e_us or 0) / 1e6 - start)
         per_second[sec][0] += 1
         per_second[sec][1] += rule.is_good(r)
     secs = sorted(per_second)
@@ -234,21 +208,21 @@ def goodput_summary(
         "good": [per_second[s][1] for s in secs],
     }
     if per_scenario:
-        by: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
+        by: dict[str, list[RecordLine]] = defaultdict(list)
         for r in done:
-            by[str(r.get("scenario"))].append(r)
+            by[r.scenario].append(r)
         out["scenarios"] = {name: one(rs) for name, rs in sorted(by.items())}
     return out
 
 
 @dataclass
-class JudgedRun:
-    """What the verdict judges: the window (None: the whole run), its lines and metrics, the
-    generator's steady-state health, the judging settings used (run.json ``config.judging``) and a
-    note when the asked-for window could not be used."""
+class JudgedRun(Generic[LineT]):
+    """What the verdict judges: the window (None: the whole run), its lines (the caller's own objects)
+    and metrics, the generator's steady-state health, the judging settings used (run.json
+    ``config.judging``) and a note when the asked-for window could not be used."""
 
     window: Window | None
-    lines: list[Mapping[str, Any]]
+    lines: list[LineT]
     aggregates: RunAggregates | None
     health: dict[str, Any]
     config: dict[str, Any]
@@ -256,18 +230,19 @@ class JudgedRun:
 
 
 def judge_lines(
-    lines: Sequence[Mapping[str, Any]],
+    lines: Sequence[LineT],
     warmup: float | str | None,
     cooldown: float | str,
     per_scenario: bool,
-) -> JudgedRun:
+) -> JudgedRun[LineT]:
     """The judged window from the profile's (or --warmup's) warm-up, ``None`` for the default
     (default_warmup_s of the schedule), and the cool-down; metrics rebuilt from the lines inside it.
 
     The generator's health is judged over its steady state whatever the warm-up: requests scheduled
     in the default warm-up (or the window's, when longer) are left out of the schedule-lag p99.
     """
-    span = schedule_span_s(lines)
+    recs = [as_line(r) for r in lines]
+    span = schedule_span_s(recs)
     default = warmup is None
     w: float | str = default_warmup_s(span) if warmup is None else warmup
     config: dict[str, Any] = {
@@ -277,19 +252,22 @@ def judge_lines(
     }
     window: Window | None = None
     note: str | None = None
-    inside: list[Mapping[str, Any]] = list(lines)
-    if lines and (w or cooldown):
+    inside: list[LineT] = list(lines)
+    judged = recs
+    if recs and (w or cooldown):
         try:
-            window = choose_window(lines, w, cooldown)
+            window = choose_window(recs, w, cooldown)
         except ValueError as e:
             note = f"judged window: {e}; the whole run is judged"
         else:
-            inside = in_window(lines, window)
-            if not inside:
+            keep = [i for i, r in enumerate(recs) if window.start <= r.t < window.end]
+            if not keep:
                 note = f"judged window: no request was scheduled in [{window.start:.3f}, {window.end:.3f}); the whole run is judged"
-                window, inside = None, list(lines)
+                window = None
+            else:
+                inside, judged = [lines[i] for i in keep], [recs[i] for i in keep]
     startup = max(default_warmup_s(span), window.warmup_s if window is not None else 0.0)
-    health = steady_health(lines, startup)
+    health = steady_health(recs, startup)
     config["generator_health_startup_s"] = health["startup_s"]
-    aggregates = aggregate_lines(inside, per_scenario) if window is not None else None
+    aggregates = aggregate_lines(judged, per_scenario) if window is not None else None
     return JudgedRun(window, inside, aggregates, health, config, note)

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from loadtest.client.record import line_output_tokens
+from loadtest.contracts.record_line import LineLike, RecordLine, as_line
 
 # Metrics an SLO may name (the latency histograms of loadtest.metrics.recorder.LATENCY_METRICS).
 SLO_METRICS: tuple[str, ...] = ("ttft", "ttft_send", "ttfa", "itl", "tpot", "e2e", "schedule_lag")
@@ -195,33 +196,33 @@ class RequestSlo:
                 return False
         return True
 
-    def is_good(self, record: Mapping[str, Any]) -> bool:
+    def is_good(self, record: LineLike) -> bool:
         """Judge one record-log line (``outcome``, ``ttft_us``, ``tpot_us``)."""
-        if record.get("outcome") != "ok":
+        line = as_line(record)
+        if line.outcome != "ok":
             return False
         if self.ttft_ms is not None:
-            ttft = record.get("ttft_us")
+            ttft = line.ttft_us
             if ttft is None or ttft > self.ttft_ms * 1000.0:
                 return False
         if self.tpot_ms is not None:
-            tpot = record.get("tpot_us")
+            tpot = line.tpot_us
             if tpot is not None and tpot > self.tpot_ms * 1000.0:
                 return False
         return True
 
 
-def completion_epoch(record: Mapping[str, Any]) -> float:
+def completion_epoch(record: LineLike) -> float:
     """When a record-log request finished (epoch s): scheduled ``t`` plus ``e2e_us`` (``t`` if unknown)."""
-    t = float(record.get("t") or 0.0)
-    e2e = record.get("e2e_us")
-    return t + (e2e / 1e6 if e2e is not None else 0.0)
+    line = as_line(record)
+    return line.t + (line.e2e_us / 1e6 if line.e2e_us is not None else 0.0)
 
 
-def _output_tokens(record: Mapping[str, Any]) -> int:
+def _output_tokens(record: RecordLine) -> int:
     return line_output_tokens(record)  # server usage when sent, else the client count
 
 
-def _in_window(record: Mapping[str, Any], window: tuple[float, float] | None) -> bool:
+def _in_window(record: RecordLine, window: tuple[float, float] | None) -> bool:
     if window is None:
         return True
     done = completion_epoch(record)
@@ -245,19 +246,19 @@ class Goodput:
 
 
 def attainment(
-    records: Iterable[Mapping[str, Any]], slo: RequestSlo, window: tuple[float, float] | None = None
+    records: Iterable[LineLike], slo: RequestSlo, window: tuple[float, float] | None = None
 ) -> float | None:
     """good / judged; judged = requests not cancelled (completing inside ``window`` when given)."""
     judged = good = 0
-    for r in records:
-        if r.get("outcome") == "cancelled" or not _in_window(r, window):
+    for r in map(as_line, records):
+        if r.outcome == "cancelled" or not _in_window(r, window):
             continue
         judged += 1
         good += slo.is_good(r)
     return good / judged if judged else None
 
 
-def goodput(records: Iterable[Mapping[str, Any]], slo: RequestSlo, window: tuple[float, float]) -> Goodput:
+def goodput(records: Iterable[LineLike], slo: RequestSlo, window: tuple[float, float]) -> Goodput:
     """Good requests/s and good output tokens/s for requests completing in [start, end) epoch seconds.
 
     Output tokens are the server's usage (``usage_completion_tokens``), the client count as fallback.
@@ -266,8 +267,8 @@ def goodput(records: Iterable[Mapping[str, Any]], slo: RequestSlo, window: tuple
     if not end > start:
         raise ValueError(f"the window must have end > start (got {window})")
     judged = good = tokens = 0
-    for r in records:
-        if r.get("outcome") == "cancelled" or not _in_window(r, window):
+    for r in map(as_line, records):
+        if r.outcome == "cancelled" or not _in_window(r, window):
             continue
         judged += 1
         if slo.is_good(r):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -18,7 +18,8 @@ Status = Literal["pass", "slo_missed", "invalid", "error_rate"]
 # judging.generator_health / --generator-health: "fail" (an unhealthy generator makes the run invalid)
 # or "warn" (the health checks are made and reported, but never block: a shared, busy CI runner).
 GeneratorHealth = Literal["fail", "warn"]
-# The checks of the load generator's own health (run_extras adds other, non-blocking "health" checks).
+# The checks of the load generator's own health (run.json providers add other, non-blocking "health"
+# checks: a failing replica, loadtest/run/providers.py).
 GENERATOR_HEALTH_CHECKS = ("schedule_lag_p99", "generator_cpu")
 
 # Process exit codes. 1 ("could not run": crash, endpoint unreachable before the run) and
@@ -70,6 +71,15 @@ class Check:
     value: float | None = None
     limit: float | None = None
     blocking: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class ExtraCheck:
+    """A check the verdict does not make itself (a run.json provider's, e.g. a failing replica), with the
+    sentence its failure gives in the verdict's reasons."""
+
+    check: Check
+    reason: str
 
 
 @dataclass(slots=True)
@@ -401,6 +411,8 @@ def judge(
     *,
     failure: str | None = None,
     stopped_early: str | None = None,
+    extra_checks: Sequence[ExtraCheck] = (),
+    notes: Sequence[str] = (),
 ) -> Verdict:
     """Judge a run from its run.json ``metrics`` dict and its (µs) histograms.
 
@@ -413,6 +425,10 @@ def judge(
     Early stopping (LoadGen Server, per metric): n = the metric's sample count, t = samples over
     the limit; it passes when n ≥ find_min_passing(t, p) + t. A percentile meeting its limit
     without that evidence makes the run invalid.
+
+    ``extra_checks`` follow the verdict's own checks (a blocking one that fails sets the status like
+    they do); the reasons of those that fail follow the verdict's own reasons. Then each of ``notes``
+    (run.json's notes) not already a reason.
     """
     rules = validity or ValidityRules()
     hists = histograms or {}
@@ -429,10 +445,15 @@ def judge(
     tok = _token_check(metrics, rules)
     if tok is not None:
         checks.append(tok)
-    failed = [c for c in checks if not c.passed]
-    statuses = {_status_of(c) for c in failed if c.blocking}
+    reasons = _reasons([c for c in checks if not c.passed])
+    reasons += [e.reason for e in extra_checks if not e.check.passed]
+    for note in notes:
+        if note not in reasons:
+            reasons.append(note)
+    checks += [e.check for e in extra_checks]
+    statuses = {_status_of(c) for c in checks if c.blocking and not c.passed}
     status: Status = next((s for s in PRECEDENCE if s in statuses), "pass")
-    return Verdict(status, checks, _reasons(failed))
+    return Verdict(status, checks, reasons)
 
 
 def junit_xml(verdict: Verdict, suite_name: str = "loadtest", time_s: float = 0.0) -> str:

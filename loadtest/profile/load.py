@@ -10,6 +10,8 @@ from pydantic import Field, model_validator
 from loadtest.profile.base import Strict, rule_error
 
 LOAD_MODES = ("concurrency", "rate", "trace", "stages")
+# How each load is driven, in k6's terms: constant-vus, constant-arrival-rate, a replayed schedule, stages.
+EXECUTORS = ("constant-streams", "arrival-rate", "trace-replay", "stages")
 
 
 class TraceLoad(Strict):
@@ -99,6 +101,24 @@ class Load(Strict):
         if self.stages:
             return self.stages[0].mode
         return "trace" if self.trace is not None else ("rate" if self.rate is not None else "concurrency")
+
+    @property
+    def executor(self) -> str:
+        """The k6-style name of this load (EXECUTORS): how users are started and kept (locust/executors.py)."""
+        if self.stages:
+            return "stages"
+        return (
+            "trace-replay"
+            if self.trace is not None
+            else "arrival-rate"
+            if self.rate is not None
+            else "constant-streams"
+        )
+
+    @property
+    def open_loop(self) -> bool:
+        """Arrivals follow a schedule (rate, trace, rate stages); closed loop: a stream sends when its last ended."""
+        return self.mode != "concurrency"
 
     def describe(self) -> str:
         """One line for people: what load this puts on the endpoint (console, run.json, UI, profile list)."""

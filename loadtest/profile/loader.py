@@ -8,6 +8,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from loadtest.errors import UsageError
 from loadtest.profile.errors import DOCS_HINT, format_validation_error
 from loadtest.profile.schema import FLAT_KEYS, Profile
 from loadtest.tokens.tokenizer import TOKENIZER_ALIASES
@@ -25,8 +26,8 @@ __all__ = [
 ]
 
 
-class ProfileError(Exception):
-    """A profile that cannot be used; the message is meant for the user as is."""
+class ProfileError(UsageError):
+    """A profile that cannot be used; the message is meant for the user as is (bad input: exit 2)."""
 
 
 def shipped_profiles() -> dict[str, Path]:

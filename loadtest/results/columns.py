@@ -12,34 +12,15 @@ import msgspec
 import numpy as np
 
 from loadtest.client.record import OUTCOMES
+from loadtest.contracts.record_line import RecordLine
 
 READ_BYTES = 8 << 20  # one batch is about this much log text (a few tens of MB decoded)
 
 
-class _Line(msgspec.Struct):
-    """The record-log fields the report and the exports use (others are ignored)."""
+class _Line(RecordLine):
+    """A record-log line with its chunk times left as JSON text, parsed in bulk per batch (_chunk_arrays)."""
 
-    id: str = ""
-    scenario: str = "default"
-    worker: int = 0
-    t: float = 0.0
-    outcome: str = "cancelled"
-    status: int | None = 0
-    error: str | None = None
-    finish_reason: str | None = None
-    sent_us: int | None = None
-    headers_us: int | None = None
-    ttft_us: int | None = None
-    e2e_us: int | None = None
-    tpot_us: float | None = None
-    chunks_us: msgspec.Raw = msgspec.Raw(b"[]")  # parsed in bulk per batch (see _chunk_arrays)
-    requested_output_tokens: int | None = None
-    prompt_tokens: int | None = 0
-    output_tokens: int | None = 0
-    reasoning_tokens: int | None = 0
-    usage_prompt_tokens: int | None = None
-    usage_completion_tokens: int | None = None
-    usage_cached_tokens: int | None = None
+    chunks_us: msgspec.Raw = msgspec.Raw(b"[]")  # type: ignore[assignment]
 
 
 _batch_dec = msgspec.json.Decoder(list[_Line])

@@ -10,9 +10,7 @@ from typing import Any
 import msgspec
 
 from loadtest.client.record import RequestRecord
-
-_enc = msgspec.json.Encoder()
-_dec = msgspec.json.Decoder()
+from loadtest.contracts.record_line import LINE_DECODER, LINE_ENCODER, RecordLine, to_dict
 
 
 class RecordLog:
@@ -25,7 +23,7 @@ class RecordLog:
         self.count = 0
 
     def write(self, rec: RequestRecord) -> None:
-        os.write(self._fd, _enc.encode(rec.to_log()) + b"\n")
+        os.write(self._fd, LINE_ENCODER.encode(rec.to_log()) + b"\n")
         self.count += 1
 
     def close(self) -> None:
@@ -35,17 +33,23 @@ class RecordLog:
             self._fd = -1
 
 
-def read_records(paths: list[Path]) -> Iterator[dict[str, Any]]:
-    """Every complete line of the given logs; a last line cut by a crash is skipped."""
+def read_lines(paths: list[Path]) -> Iterator[RecordLine]:
+    """Every complete line of the given logs; a last line cut by a crash, or one that is not a record
+    line, is skipped."""
     for path in paths:
         with open(path, "rb") as f:
             for line in f:
                 if not line.endswith(b"\n"):
                     break  # cut mid-line by a crash: everything before it is intact
                 try:
-                    yield _dec.decode(line)
-                except msgspec.DecodeError:
+                    yield LINE_DECODER.decode(line)
+                except msgspec.DecodeError:  # also msgspec.ValidationError
                     continue
+
+
+def read_records(paths: list[Path]) -> Iterator[dict[str, Any]]:
+    """``read_lines`` in the dict form, for callers that still take dicts (cli/run_cmd.py, cli/run_extras.py)."""
+    return map(to_dict, read_lines(paths))
 
 
 def record_files(run_dir: Path) -> list[Path]:

@@ -247,6 +247,10 @@ class ChunkWriter:
             '"logprobs":null,"finish_reason":null}]}\n\n'
         ).encode()
 
+    def opening(self) -> bytes:
+        """The events before the first token: the role event of a chat stream, none for text completions."""
+        return self.role() if self.chat else b""
+
     def _delta(self, delta: dict[str, Any]) -> str:
         return self._delta_pre + _dumps(delta) + self._tok_post[1:]
 
@@ -288,6 +292,15 @@ class ChunkWriter:
         reasoning = self.plan.n_reasoning if self.plan is not None and self.plan.reasoning else None
         u = usage(prompt_tokens, completion_tokens, cached_tokens, reasoning)
         return self._head + f'"choices":[],"usage":{_dumps(u)}}}\n\n'
+
+    def tail(
+        self, finish_reason: str, prompt_tokens: int, completion_tokens: int, cached_tokens: int, usage: bool
+    ) -> str:
+        """The end of a complete stream: the finish event, the usage event (``usage``), [DONE]."""
+        parts = [self.finish(finish_reason)]
+        if usage:
+            parts.append(self.usage(prompt_tokens, completion_tokens, cached_tokens))
+        return "".join(parts) + DONE_EVENT.decode()
 
     def malformed(self) -> str:
         """An event whose data is not valid JSON (cut off mid-object)."""

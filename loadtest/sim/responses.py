@@ -68,7 +68,7 @@ def _usage(prompt: int, output: int, cached: int, reasoning: int) -> dict[str, A
 
 
 class ResponsesWriter:
-    """Streaming events of one response, with the interface of protocol.ChunkWriter."""
+    """Streaming events of one response (a routes.base.StreamWriter, as protocol.ChunkWriter is)."""
 
     def __init__(self, response_id: str, created: int, model: str, plan: OutputPlan) -> None:
         self.rid = response_id
@@ -111,6 +111,9 @@ class ResponsesWriter:
         out += self._event("response.output_item.added", {"output_index": self.msg_index, "item": item})
         return out.encode()
 
+    def opening(self) -> bytes:
+        return self.role()
+
     def token(self, index: int) -> str:
         piece = token_piece(index)
         if index < self.plan.n_reasoning:
@@ -139,6 +142,12 @@ class ResponsesWriter:
                     item[key] = []
         kind = "response.incomplete" if body["status"] == "incomplete" else "response.completed"
         return self._event(kind, {"response": body})
+
+    def tail(
+        self, finish_reason: str, prompt_tokens: int, completion_tokens: int, cached_tokens: int, usage: bool
+    ) -> str:
+        """The end of a complete stream: response.completed carries the usage (``usage``); no [DONE]."""
+        return self.completed(finish_reason, prompt_tokens, completion_tokens, cached_tokens, usage)
 
     def error(self, message: str, code: int = 500) -> str:
         return self._event("error", {"code": "server_error", "message": message, "param": None})

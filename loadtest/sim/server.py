@@ -1,4 +1,8 @@
-"""The aiohttp app: OpenAI-compatible routes in front of the simulated engine, plus /sim/* truth."""
+"""The aiohttp app: OpenAI-compatible routes in front of the simulated engine, plus /sim/* truth.
+
+Each API is a route (sim/routes): its path, its request parsing and its answer's wire shapes. This module
+serves every route with the engine through one of two flows: ``_generate`` (tokens, streamed or whole) and
+``_prefill`` (one prefill-only pass per input, embeddings)."""
 
 from __future__ import annotations
 
@@ -9,9 +13,8 @@ import socket
 import struct
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 from time import perf_counter_ns
 from typing import Any
@@ -19,27 +22,15 @@ from typing import Any
 from aiohttp import web
 
 from loadtest.sim import faults as F
-from loadtest.sim.embeddings import EMBEDDINGS_PATH, embeddings_body, parse_embeddings_request
 from loadtest.sim.engine import Engine
 from loadtest.sim.faults import FAULT_HEADER, Fault, FaultPlan, FaultSpecError
 from loadtest.sim.presets import EngineConfig
 from loadtest.sim.prom import CONTENT_TYPE, SimMetrics, engine_value
-from loadtest.sim.protocol import (
-    CHAT_PATH,
-    COMPLETIONS_PATH,
-    DONE_EVENT,
-    ChunkWriter,
-    GenRequest,
-    OutputPlan,
-    RequestError,
-    _chunk,
-    full_response,
-    json_body,
-    parse_request,
-)
+from loadtest.sim.protocol import ChunkWriter, GenRequest, OutputPlan, RequestError, _chunk, json_body
 from loadtest.sim.request import SHUTDOWN, SimRequest
 from loadtest.sim.request_log import RequestLog
-from loadtest.sim.responses import RESPONSES_PATH, ResponsesWriter, full_object, parse_responses_request
+from loadtest.sim.routes import ROUTES, Answer, ApiRoute, PrefillRequest, StreamWriter
+from loadtest.sim.routes.base import Flow
 from loadtest.sim.truth import (
     OUTCOME_CLIENT_DISCONNECTED,
     OUTCOME_ERROR,
@@ -212,7 +203,7 @@ async def _stream_in_step(
     resp: web.StreamResponse,
     req: SimRequest,
     rec: TruthRecord,
-    cw: ChunkWriter | ResponsesWriter,
+    cw: StreamWriter,
     tail: Callable[[], str],
 ) -> None:
     """Serve a stream from inside the engine's step: the engine calls a sink that writes the token's
@@ -267,6 +258,7 @@ async def _stream_in_step(
 async def _stream(
     request: web.Request,
     st: SimState,
+    route: ApiRoute,
     g: GenRequest,
     req: SimRequest,
     rec: TruthRecord,
@@ -276,11 +268,7 @@ async def _stream(
     fault: Fault | None,
 ) -> web.StreamResponse:
     kind = fault.kind if fault is not None else None
-    cw: ChunkWriter | ResponsesWriter
-    if g.api == "responses":
-        cw = ResponsesWriter(rec.response_id, int(time.time()), st.config.model_name, plan)
-    else:
-        cw = ChunkWriter(g.chat, rec.response_id, int(time.time()), st.config.model_name, plan)
+    cw = route.writer(rec.response_id, int(time.time()), st.config.model_name, plan)
     resp = web.StreamResponse(
         headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache", **headers}
     )
@@ -291,8 +279,9 @@ async def _stream(
         await asyncio.sleep(fault.value() or 0.0)
     await resp.prepare(request)
     request["sim_response"] = resp
-    if g.chat:
-        await resp.write(cw.role())
+    opening = cw.opening()
+    if opening:
+        await resp.write(opening)
     target = req.target_tokens
     fire_at = fault.at_token(target) if fault is not None and kind in F.MID_STREAM else None
     backlog: list[int] = []
@@ -302,13 +291,9 @@ async def _stream(
         if kind == F.NO_DONE:  # neither finish_reason nor [DONE]: a truncated stream
             return ""
         rec.finish_reason = finish_reason
-        if isinstance(cw, ResponsesWriter):  # response.completed carries the usage; no [DONE]
-            cached = getattr(req, "num_cached_tokens", 0)
-            return cw.completed(finish_reason, rec.prompt_tokens, target, cached, kind != F.NO_USAGE)
-        parts = [cw.finish(finish_reason)]
-        if g.include_usage and kind != F.NO_USAGE:
-            parts.append(cw.usage(rec.prompt_tokens, target, getattr(req, "num_cached_tokens", 0)))
-        return "".join(parts) + DONE_EVENT.decode()
+        cached = getattr(req, "num_cached_tokens", 0)
+        usage = g.include_usage and kind != F.NO_USAGE
+        return cw.tail(finish_reason, rec.prompt_tokens, target, cached, usage)
 
     if kind in _TAIL_ONLY and resp.chunked:
         await _stream_in_step(request, resp, req, rec, cw, tail)
@@ -355,6 +340,7 @@ async def _stream(
 async def _full(
     request: web.Request,
     st: SimState,
+    route: ApiRoute,
     g: GenRequest,
     req: SimRequest,
     rec: TruthRecord,
@@ -387,17 +373,17 @@ async def _full(
         assert fault is not None  # kind is fault's
         await asyncio.sleep(fault.value() or 0.0)
     reason = None if kind == F.NO_DONE else finish_reason
-    make = full_object if g.api == "responses" else partial(full_response, g.chat)
-    body = make(
+    answer = Answer(
         rec.response_id,
         int(time.time()),
         st.config.model_name,
-        plan,
         reason,
         rec.prompt_tokens,
         getattr(req, "num_cached_tokens", 0),
         with_usage=kind != F.NO_USAGE,
+        plan=plan,
     )
+    body = route.whole(g, answer)
     if kind == F.MALFORMED_CHUNK:
         text = web.json_response(body).text or ""
         resp: web.StreamResponse = web.Response(
@@ -419,7 +405,8 @@ def _finish(st: SimState, rec: TruthRecord, submitted: bool) -> None:
         st.metrics.finished(rec, submitted)
 
 
-async def _generate(request: web.Request, chat: bool, api: str = "") -> web.StreamResponse:
+async def _generate(request: web.Request, route: ApiRoute) -> web.StreamResponse:
+    """A route whose answer the engine generates: streamed or whole, with every fault."""
     arrival_ns = time.perf_counter_ns()
     st = request.app[STATE_KEY]
     raw = await request.read()
@@ -427,7 +414,8 @@ async def _generate(request: web.Request, chat: bool, api: str = "") -> web.Stre
     try:
         body = json_body(raw)  # decoded once: the parser and the request log share it
         tok = get_tokenizer(st.config.model.tokenizer)
-        g = parse_responses_request(body, tok) if api == "responses" else parse_request(body, chat, tok)
+        g = route.parse(body, tok)
+        assert isinstance(g, GenRequest), f"a {route.flow} route parses into a GenRequest"
         _fits_context(st, g.prompt_tokens, g.max_tokens)
         fault = _admit(st, request, g.model)
     except RequestError as err:
@@ -438,7 +426,7 @@ async def _generate(request: web.Request, chat: bool, api: str = "") -> web.Stre
     path = request.path
     st.stats.received(path)
     engine = st.engine
-    response_id = ("resp_" if api == "responses" else "chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
+    response_id = route.id_prefix + uuid.uuid4().hex
     client_id = request.headers.get("X-Request-Id")
     headers = {"X-Request-Id": client_id} if client_id else {}
     rec = TruthRecord(
@@ -477,8 +465,8 @@ async def _generate(request: web.Request, chat: bool, api: str = "") -> web.Stre
         if engine_err:
             raise _EngineError(str(engine_err))
         if g.stream:
-            return await _stream(request, st, g, req, rec, plan, finish_reason, headers, fault)
-        return await _full(request, st, g, req, rec, plan, finish_reason, headers, fault)
+            return await _stream(request, st, route, g, req, rec, plan, finish_reason, headers, fault)
+        return await _full(request, st, route, g, req, rec, plan, finish_reason, headers, fault)
     except (ConnectionError, _Disconnected, asyncio.CancelledError) as e:
         rec.outcome = OUTCOME_CLIENT_DISCONNECTED
         if isinstance(e, asyncio.CancelledError):
@@ -515,27 +503,18 @@ async def _engine_error(request: web.Request, message: str, rec: TruthRecord) ->
     return resp
 
 
-async def chat_completions(request: web.Request) -> web.StreamResponse:
-    return await _generate(request, chat=True)
-
-
-async def completions(request: web.Request) -> web.StreamResponse:
-    return await _generate(request, chat=False)
-
-
-async def responses(request: web.Request) -> web.StreamResponse:
-    return await _generate(request, chat=True, api="responses")
-
-
-async def embeddings(request: web.Request) -> web.StreamResponse:
-    """Each input is prefilled by the engine (one output step, as a pooling model's forward pass)."""
+async def _prefill(request: web.Request, route: ApiRoute) -> web.StreamResponse:
+    """A route whose inputs the engine only prefills (one output step each, as a pooling model's forward
+    pass): a whole answer; pre-engine faults only."""
     arrival_ns = time.perf_counter_ns()
     st = request.app[STATE_KEY]
     raw = await request.read()
     body: dict[str, Any] | None = None
     try:
         body = json_body(raw)
-        inputs, model, dims = parse_embeddings_request(body, get_tokenizer(st.config.model.tokenizer))
+        p = route.parse(body, get_tokenizer(st.config.model.tokenizer))
+        assert isinstance(p, PrefillRequest), f"a {route.flow} route parses into a PrefillRequest"
+        inputs, model = p.inputs, p.model
         fault = _admit(st, request, model)
     except RequestError as err:
         st.requests.add(request, raw, body)
@@ -544,7 +523,7 @@ async def embeddings(request: web.Request) -> web.StreamResponse:
     st.requests.add(request, raw, body)
     st.stats.received(request.path)
     client_id = request.headers.get("X-Request-Id")
-    response_id = "embd-" + uuid.uuid4().hex
+    response_id = route.id_prefix + uuid.uuid4().hex
     rec = TruthRecord(
         request_id=client_id or response_id,
         response_id=response_id,
@@ -575,7 +554,8 @@ async def embeddings(request: web.Request) -> web.StreamResponse:
         await asyncio.gather(*(_next_tokens(r) for r in reqs))
         _check_connected(request)
         headers = {"X-Request-Id": client_id} if client_id else {}
-        resp = web.json_response(embeddings_body(inputs, st.config.model_name, dims), headers=headers)
+        answer = Answer(response_id, int(time.time()), st.config.model_name, "stop", rec.prompt_tokens)
+        resp = web.json_response(route.whole(p, answer), headers=headers)
         await resp.prepare(request)
         await resp.write_eof()
         rec.done_ns = time.perf_counter_ns()
@@ -594,6 +574,23 @@ async def embeddings(request: web.Request) -> web.StreamResponse:
             if not r.done:
                 engine.abort(r)
         _finish(st, rec, submitted=True)
+
+
+_FLOWS: dict[Flow, Callable[[web.Request, ApiRoute], Awaitable[web.StreamResponse]]] = {
+    "generate": _generate,
+    "prefill": _prefill,
+}
+
+
+def _handler(route: ApiRoute) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    """The aiohttp handler of ``route``: its flow, with the route."""
+    serve = _FLOWS[route.flow]
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        return await serve(request, route)
+
+    handle.__name__ = f"{route.api}_handler"
+    return handle
 
 
 async def sim_requests(request: web.Request) -> web.Response:
@@ -728,10 +725,8 @@ def create_app(
     app.on_startup.append(_start)
     app.on_shutdown.append(lambda app: state.engine.stop())
     app.on_cleanup.append(_stop)
-    app.router.add_post(CHAT_PATH, chat_completions)
-    app.router.add_post(COMPLETIONS_PATH, completions)
-    app.router.add_post(RESPONSES_PATH, responses)
-    app.router.add_post(EMBEDDINGS_PATH, embeddings)
+    for route in ROUTES.values():
+        app.router.add_post(route.path, _handler(route))
     app.router.add_get("/sim/requests", sim_requests)
     app.router.add_get("/v1/models", models)
     app.router.add_get("/health", health)

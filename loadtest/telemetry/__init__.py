@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from loadtest.telemetry.names import ENGINE_SERIES, SERIES, detect_engine
 from loadtest.telemetry.poller import TelemetryPoller
 from loadtest.telemetry.scrape import parse
-from loadtest.telemetry.warm import assess
+from loadtest.telemetry.warm import prefix_cache_block
 
 
 def metrics_urls(host: str | Sequence[str], override: str | None, server: dict[str, Any] | None) -> list[str]:
@@ -36,24 +37,62 @@ def start_for_run(
     return TelemetryPoller(metrics_urls(host, override, server), engine_hint=hint, headers=headers).start()
 
 
-def attach(
-    doc: dict[str, Any], poller: TelemetryPoller | None, run_started_epoch: float | None = None
-) -> None:
-    """Stop ``poller`` and put its series and server-side latency into run.json ``doc`` (or one line in
-    ``notes``); ``t`` counts from ``run_started_epoch`` when given. Then the run's prefix-cache hit rate
-    (``prefix_cache``, from the poller, else from the records' cached tokens; also without a poller)
-    and, for a warm run of a profile without shared prefixes, a note."""
+@dataclass
+class TelemetryFindings:
+    """What the server's telemetry adds to run.json: ``telemetry`` (series, server-side latency),
+    ``prefix_cache``, and notes (no metrics recorded, a warm prefix cache), each None or empty if none."""
+
+    telemetry: dict[str, Any] | None = None
+    prefix_cache: dict[str, Any] | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def findings(
+    doc: Mapping[str, Any], poller: TelemetryPoller | None, run_started_epoch: float | None = None
+) -> TelemetryFindings:
+    """Stop ``poller`` and read its series and server-side latency for the run.json ``doc`` built so far
+    (its judged window), or the line that says why there are none; ``t`` counts from
+    ``run_started_epoch`` when given. Then the run's prefix-cache hit rate (from the poller, else from
+    the records' cached tokens; also without a poller) and, for a warm run of a profile without shared
+    prefixes, a note."""
+    out = TelemetryFindings()
     prefix = None
     if poller is not None:
         poller.stop()
         window = (doc.get("judged") or {}).get("window")
         result = poller.result(run_started_epoch, window)
         if result is not None:
-            doc["telemetry"] = result
+            out.telemetry = result
             prefix = poller.prefix_cache()
         elif poller.note:
-            doc.setdefault("notes", []).append(poller.note)
-    assess(doc, prefix)
+            out.notes.append(poller.note)
+    out.prefix_cache = prefix_cache_block(doc, prefix)
+    if out.prefix_cache is not None and "warning" in out.prefix_cache:
+        out.notes.append(out.prefix_cache["warning"])
+    return out
 
 
-__all__ = ["ENGINE_SERIES", "SERIES", "TelemetryPoller", "attach", "detect_engine", "parse", "start_for_run"]
+def attach(
+    doc: dict[str, Any], poller: TelemetryPoller | None, run_started_epoch: float | None = None
+) -> None:
+    """``findings`` put into run.json ``doc``: ``telemetry``, ``prefix_cache`` and the notes."""
+    found = findings(doc, poller, run_started_epoch)
+    if found.telemetry is not None:
+        doc["telemetry"] = found.telemetry
+    if found.notes:
+        doc.setdefault("notes", []).extend(found.notes)
+    if found.prefix_cache is not None:
+        doc["prefix_cache"] = found.prefix_cache
+
+
+__all__ = [
+    "ENGINE_SERIES",
+    "SERIES",
+    "TelemetryFindings",
+    "TelemetryPoller",
+    "attach",
+    "detect_engine",
+    "findings",
+    "parse",
+    "start_for_run",
+]

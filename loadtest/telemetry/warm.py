@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 # Above this share of prompt tokens answered by the prefix cache, a run whose profile asks for no
@@ -33,7 +34,7 @@ def _system_prompt_tokens(profile: dict[str, Any] | None) -> int:
                 if isinstance(sc, dict)), default=0)  # fmt: skip
 
 
-def from_records(doc: dict[str, Any]) -> dict[str, Any] | None:
+def from_records(doc: Mapping[str, Any]) -> dict[str, Any] | None:
     """Cached over prompt tokens from the server's per-request usage (``cached_tokens``), when the
     server reported any cached tokens (a server that never reports them reads as unknown, not 0)."""
     tok = (doc.get("metrics") or {}).get("tokens") or {}
@@ -59,19 +60,19 @@ def warm_note(rate: float, run_salt: str | None = None) -> str:
     )
 
 
-def _run_salt(doc: dict[str, Any]) -> str | None:
+def _run_salt(doc: Mapping[str, Any]) -> str | None:
     rs = (doc.get("config") or {}).get("run_salt")
     mode = rs.get("mode") if isinstance(rs, dict) else rs
     return mode if isinstance(mode, str) else None
 
 
-def assess(doc: dict[str, Any], telemetry: dict[str, Any] | None) -> None:
-    """Put run.json ``prefix_cache`` (hit rate, its source, the threshold, whether the profile expects
-    reuse, ``warm`` and then ``warning``) into ``doc``, and the warning in ``notes`` when a profile without
-    shared prefixes ran warm."""
+def prefix_cache_block(doc: Mapping[str, Any], telemetry: dict[str, Any] | None) -> dict[str, Any] | None:
+    """run.json ``prefix_cache`` (hit rate, its source, the threshold, whether the profile expects reuse,
+    ``warm`` and then ``warning``: the note, when a profile without shared prefixes ran warm) from the
+    server's figure, else the records' cached tokens in ``doc``'s metrics; None when neither has one."""
     got = telemetry or from_records(doc)
     if got is None:
-        return
+        return None
     profile = (doc.get("config") or {}).get("profile_resolved")
     reuse = expected_reuse(profile)
     rate = got.get("hit_rate")
@@ -82,5 +83,15 @@ def assess(doc: dict[str, Any], telemetry: dict[str, Any] | None) -> None:
         block["system_prompt_tokens"] = system
     if warm and rate is not None:
         block["warning"] = warm_note(rate, _run_salt(doc))
+    return block
+
+
+def assess(doc: dict[str, Any], telemetry: dict[str, Any] | None) -> None:
+    """Put run.json ``prefix_cache`` (``prefix_cache_block``) into ``doc``, and its warning in ``notes``
+    when a profile without shared prefixes ran warm."""
+    block = prefix_cache_block(doc, telemetry)
+    if block is None:
+        return
+    if "warning" in block:
         doc.setdefault("notes", []).append(block["warning"])
     doc["prefix_cache"] = block

@@ -168,8 +168,7 @@ def write_run(run_dir: Path, n: int, seed: int) -> tuple[int, int]:
     enc = msgspec.json.Encoder()
     parts = []
     for r in recs:
-        d = r.to_log()
-        d["id"], d["t"] = "@ID@", MARK_T
+        d = msgspec.structs.replace(r.to_log(), id="@ID@", t=MARK_T)
         head, rest = enc.encode(d).split(b'"@ID@"')
         mid, tail = rest.split(repr(MARK_T).encode())
         parts.append((head, mid, tail))

@@ -36,7 +36,7 @@ import psutil
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from loadtest.client.openai import CAP_BYTES_PER_TOKEN, CAP_MIN_BYTES  # noqa: E402
+from loadtest.client.adapters.base import CAP_BYTES_PER_TOKEN, CAP_MIN_BYTES  # noqa: E402
 
 STREAMS = 4
 WORD = " the"  # one token in every tokenizer the tool ships

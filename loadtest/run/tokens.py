@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 from loadtest.locust.settings import RunSettings
@@ -91,17 +92,20 @@ def guess_warning(choice: TokenizerChoice) -> str:
     )
 
 
-def describe_tokens(doc: dict[str, Any], settings: RunSettings, workload: Workload) -> None:
-    """run.json's ``tokens``: which count the figures use and which tokenizer; a note when that count
-    is the client tokenizer's and the tokenizer is a guess (docs/run-json.md, docs/metrics.md)."""
+def tokens_section(
+    metrics: Mapping[str, Any], settings: RunSettings, workload: Workload
+) -> tuple[dict[str, Any], str | None]:
+    """run.json's ``tokens`` from the whole run's ``metrics``: which count the figures use and which
+    tokenizer; and the note when that count is the client tokenizer's and the tokenizer is a guess
+    (docs/run-json.md, docs/metrics.md)."""
     src = settings.tokenizer_source or {
         "name": workload.tokenizer.name,
         "source": "profile",
         "detail": f"{workload.tokenizer.name}, the profile's",
         "guessed": False,
     }
-    tok = doc["metrics"]["tokens"]
-    ok = doc["metrics"]["requests"]["ok"]
+    tok = metrics["tokens"]
+    ok = metrics["requests"]["ok"]
     missing = ok - int(tok.get("usage_reports") or 0)
     counted_by = tok.get("counted_by")
     name = workload.tokenizer.name
@@ -117,15 +121,17 @@ def describe_tokens(doc: dict[str, Any], settings: RunSettings, workload: Worklo
         text = f"client tokenizer {name} ({kind}): the server sent no usage"
     else:
         text = f"no ok request; client tokenizer {name} ({kind})"
-    doc["tokens"] = {
+    section = {
         "counted_by": counted_by,
         "description": text,
         "tokenizer": {**src, "name": name, "template": workload.tokenizer.template_file},
         "requests_without_usage": missing,
     }
+    note = None
     if src.get("guessed") and missing > 0 and int(tok.get("counted_output_total") or 0) > 0:
-        doc["notes"].append(
+        note = (
             f"tokens: {missing} of {ok} ok requests came without server usage, so their output tokens "
             f"(TPOT, tokens/s, goodput) are counted with {src.get('detail')}; "
             "give --tokenizer DIR (the model's tokenizer folder) for exact counts"
         )
+    return section, note

@@ -1,0 +1,84 @@
+"""The options of the commands that run load (run, master, ui, sweep) read from their command line into
+loadtest/run's typed values, and the one error line a command ends with."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from loadtest.client.preflight import CHECK_MODELS
+from loadtest.economics.spec import OPTION_FIELDS
+from loadtest.errors import LoadtestError
+from loadtest.run.options import EndpointOptions, RunOptions, TelemetryOptions
+from loadtest.sim.start import EngineOverrides
+
+
+def fail(error: LoadtestError) -> int:
+    """``loadtest: error: <its line>`` on stderr; the exit code it carries."""
+    print(f"loadtest: error: {error}", file=sys.stderr)
+    return error.exit_code
+
+
+def run_options(args: argparse.Namespace, **given: Any) -> RunOptions:
+    """The run options a command has (the others keep their defaults); ``given`` overrides them."""
+    values: dict[str, Any] = {
+        "profile": args.profile,
+        "processes": getattr(args, "processes", 1),
+        "concurrency": getattr(args, "concurrency", None),
+        "rate": getattr(args, "rate", None),
+        "seed": getattr(args, "seed", None),
+        "duration": getattr(args, "duration", None),
+        "tokenizer": getattr(args, "tokenizer", None),
+        "slo": getattr(args, "slo", None),
+        "warmup": getattr(args, "warmup", None),
+        "cooldown": getattr(args, "cooldown", None),
+        "generator_health": getattr(args, "generator_health", None),
+        "api_key_env": getattr(args, "api_key_env", None),
+        "api_key_file": getattr(args, "api_key_file", None),
+        "verify_tls": not getattr(args, "insecure", False),
+        "connect_timeout": getattr(args, "connect_timeout", None),
+        "read_timeout": getattr(args, "read_timeout", None),
+        "total_timeout": getattr(args, "total_timeout", None),
+        "retries": getattr(args, "retries", None),
+        "out": getattr(args, "out", None),
+        "force": getattr(args, "force", False),
+    }
+    return RunOptions(**{**values, **given})
+
+
+def endpoint_options(args: argparse.Namespace) -> EndpointOptions:
+    """``--host`` (each replica), ``--hosts-file``, ``--balance``, ``--model``, ``--endpoint-check``,
+    ``--server-info``, the hardware and price options and the ``--engine-*`` options a command has."""
+    host = getattr(args, "host", None)
+    hosts = getattr(args, "hosts", None) or ([host] if host else [])
+    return EndpointOptions(
+        hosts=tuple(hosts),
+        hosts_file=getattr(args, "hosts_file", None),
+        balance=getattr(args, "balance", None) or "round-robin",
+        model=getattr(args, "model", None),
+        endpoint_check=getattr(args, "endpoint_check", CHECK_MODELS),
+        server_info=getattr(args, "server_info", None),
+        engine=engine_overrides(args) if hasattr(args, "engine_gpu") else EngineOverrides(),
+        hardware={opt: getattr(args, opt, None) for opt in OPTION_FIELDS},
+        endpoint_file=getattr(args, "endpoint_file", None),
+    )
+
+
+def telemetry_options(args: argparse.Namespace) -> TelemetryOptions:
+    """``--no-telemetry`` and ``--metrics-url``."""
+    return TelemetryOptions(
+        enabled=not getattr(args, "no_telemetry", False), metrics_url=getattr(args, "metrics_url", None)
+    )
+
+
+def engine_overrides(args: argparse.Namespace) -> EngineOverrides:
+    """The --engine-* options of run, ui and sweep (``--engine-max-num-seqs`` is sweep's only)."""
+    return EngineOverrides(
+        gpu=args.engine_gpu,
+        model=args.engine_model,
+        tp=args.engine_tp,
+        faults=args.engine_faults,
+        speedup=args.engine_speedup,
+        max_num_seqs=getattr(args, "engine_max_num_seqs", None),
+    )

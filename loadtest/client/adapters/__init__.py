@@ -1,0 +1,52 @@
+"""The APIs the client speaks: one adapter per API (``ApiAdapter``, client/adapters/base.py), registered once
+under each ``api`` value it serves. ``OpenAIClient`` encodes, sizes and classifies every request through
+the adapter of its ``api``; adding an API is one adapter module and one line in ``_BUILTIN``
+(docs/api-surface.md, "Adding an API")."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from loadtest.client.adapters.base import ApiAdapter, size_cap
+from loadtest.client.adapters.chat import ChatAdapter
+from loadtest.client.adapters.completions import CompletionsAdapter
+from loadtest.client.adapters.embeddings import EmbeddingsAdapter
+from loadtest.client.adapters.raw import RawAdapter
+from loadtest.client.adapters.responses import ResponsesAdapter
+
+if TYPE_CHECKING:
+    from loadtest.client.openai import PreparedRequest
+
+__all__ = ["ADAPTERS", "ApiAdapter", "adapter_for", "register", "response_cap"]
+
+ADAPTERS: dict[str, ApiAdapter] = {}
+
+
+def register(adapter: ApiAdapter) -> ApiAdapter:
+    """Serve each of ``adapter.names`` with it; a name already taken is an error."""
+    for name in adapter.names:
+        if name in ADAPTERS:
+            raise ValueError(f"api {name!r} has an adapter already ({type(ADAPTERS[name]).__name__})")
+        ADAPTERS[name] = adapter
+    return adapter
+
+
+def adapter_for(api: str) -> ApiAdapter:
+    """The adapter of a request's ``api`` (KeyError for an api no adapter serves)."""
+    return ADAPTERS[api]
+
+
+def response_cap(req: PreparedRequest) -> int:
+    """The size cap of ``req``'s response in bytes (docs/reliability.md, "Bounded resources")."""
+    return size_cap(req.requested_output_tokens, ADAPTERS[req.api].capped_by_tokens)
+
+
+_BUILTIN: tuple[ApiAdapter, ...] = (
+    ChatAdapter(),
+    CompletionsAdapter(),
+    ResponsesAdapter(),
+    EmbeddingsAdapter(),
+    RawAdapter(),
+)
+for _adapter in _BUILTIN:
+    register(_adapter)

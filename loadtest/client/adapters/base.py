@@ -1,0 +1,171 @@
+"""What every API adapter is (``ApiAdapter``) and the parts all of them share: the HTTP status, redirect
+and content-coding checks, context-length detection, the server's error message, the response size cap."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol
+
+import msgspec
+
+from loadtest.client.apis import extra_body
+from loadtest.client.http import Endpoint, Response, decode_content
+from loadtest.client.secrets import snippet
+
+if TYPE_CHECKING:
+    from loadtest.client.openai import OpenAIClient, PreparedRequest
+    from loadtest.client.record import RequestRecord
+
+json_encoder = msgspec.json.Encoder()
+json_decoder = msgspec.json.Decoder()
+
+
+class ApiAdapter(Protocol):
+    """One API the client speaks: where its requests go, their body, and how its answers are read.
+
+    ``OpenAIClient`` sends every request through the adapter registered under the request's ``api``
+    (client/adapters/__init__.py): it adds the headers, sends, applies ``classify_http`` to every
+    answer, hands a 2xx answer to ``classify`` and redacts the error text."""
+
+    names: tuple[str, ...]  # the profile's ``api`` values it serves
+    accept: str | None  # the Accept header its requests carry instead of the client's (None: the client's)
+    capped_by_tokens: bool  # its answers grow with max tokens (the size cap follows them); else 64 MiB
+
+    def path(self, endpoint: Endpoint, req: PreparedRequest) -> str:
+        """The request path (with the endpoint's API prefix where the API has one)."""
+        ...
+
+    def streams(self, req: PreparedRequest) -> bool:
+        """Whether the request asks for a streamed answer."""
+        ...
+
+    def body(self, client: OpenAIClient, req: PreparedRequest) -> bytes:
+        """The request body: ``req.body`` with the client's model, the profile's extra fields, stream flags."""
+        ...
+
+    def classify(
+        self, client: OpenAIClient, rec: RequestRecord, req: PreparedRequest, resp: Response
+    ) -> None:
+        """Read a 2xx answer (status, redirects and content coding already checked) into ``rec``: outcome,
+        error, times, token counts, finish reason, text."""
+        ...
+
+
+def openai_body(client: OpenAIClient, req: PreparedRequest) -> dict[str, Any]:
+    """A copy of the request's body with the profile's extra fields and the client's model."""
+    body = dict(req.body)
+    extra_body(client, body)  # the profile's request.extra_body
+    if client.model:
+        body["model"] = client.model
+    return body
+
+
+def done_time(resp: Response) -> int:
+    """When the answer ended: the last read, else the headers."""
+    return resp.times[-1] if resp.times else resp.headers_ns
+
+
+def classify_http(rec: RequestRecord, resp: Response) -> bool:
+    """The checks every answer goes through before its API reads it: a non-2xx status (its class, the
+    server's message, context length, Retry-After), a redirect, a content coding that does not decode.
+    True when they settled the record's outcome."""
+    status = resp.status
+    if status >= 400 or status < 200:
+        rec.outcome = "http_429" if status == 429 else "http_5xx" if status >= 500 else "http_4xx"
+        rec.error = error_message(resp)
+        if status in (400, 413, 422) and is_context_length_error(rec.error):
+            rec.outcome = "context_length"
+        if status in (429, 503):
+            rec.retry_after_s = retry_after(resp)
+        return True
+    if status >= 300:  # redirects are never followed: that would be a hidden second request
+        rec.outcome = "protocol_error"
+        where = resp.headers.get("location") or "no Location"
+        rec.error = f"HTTP {status} redirect to {where}: not followed (point --host at the final URL)"
+        return True
+    if undecodable := decode_content(resp):
+        rec.outcome, rec.error = "protocol_error", undecodable
+        rec.done_ns = done_time(resp)
+        return True
+    return False
+
+
+# The most a response may take in memory: from the request's own max tokens with a wide margin (a streamed
+# token costs a server 150-400 bytes of SSE and JSON), never under 8 MiB; 64 MiB without a token limit.
+CAP_BYTES_PER_TOKEN = 4096
+CAP_MIN_BYTES = 8 * 2**20
+CAP_UNLIMITED_BYTES = 64 * 2**20
+
+
+def size_cap(output_tokens: int | None, capped_by_tokens: bool = True) -> int:
+    """The size cap in bytes of an answer of at most ``output_tokens`` (docs/reliability.md, "Bounded
+    resources"); an API whose answers do not grow with tokens (embeddings) gets the unlimited cap."""
+    if not output_tokens or not capped_by_tokens:
+        return CAP_UNLIMITED_BYTES
+    return max(CAP_MIN_BYTES, output_tokens * CAP_BYTES_PER_TOKEN)
+
+
+# What servers say when a prompt does not fit: vLLM ("This model's maximum context length is N tokens"),
+# llama.cpp ("the request exceeds the available context size"), SGLang, TGI, OpenAI ("context_length_exceeded").
+_CONTEXT_MARKERS = (
+    "maximum context length",
+    "context length",
+    "context_length",
+    "context size",
+    "context window",
+    "exceeds the available context",
+    "too many tokens",
+    "prompt is too long",
+    "input is too long",
+    "max_model_len",
+)
+
+
+def is_context_length_error(message: str) -> bool:
+    """Whether a server's error message says the prompt (plus max_tokens) exceeds the model's context."""
+    low = message.lower()
+    return any(m in low for m in _CONTEXT_MARKERS)
+
+
+def retry_after(resp: Response) -> float | None:
+    """Retry-After in seconds (the delta-seconds form; an HTTP date is ignored)."""
+    value = resp.headers.get("retry-after", "").strip()
+    try:
+        seconds = float(value)
+    except ValueError:
+        return None
+    return seconds if seconds >= 0 else None
+
+
+def error_message(resp: Response) -> str:
+    """The server's error message: OpenAI ``{"error": {...}}`` if present, else the body's start."""
+    body = resp.body
+    try:
+        obj = json_decoder.decode(body)
+        err = obj.get("error") if isinstance(obj, dict) else None
+        if isinstance(err, dict) and err.get("message"):
+            return f"HTTP {resp.status}: {err['message']}"
+        if isinstance(obj, dict) and obj.get("message"):
+            return f"HTTP {resp.status}: {obj['message']}"
+    except msgspec.DecodeError:
+        pass
+    retry = resp.headers.get("retry-after")
+    return f"HTTP {resp.status}{f' (Retry-After {retry})' if retry else ''}: {snippet(body)}"
+
+
+def json_object(rec: RequestRecord, resp: Response) -> dict[str, Any] | None:
+    """A whole 2xx answer as a JSON object with no ``error`` in it; None (the outcome set) otherwise."""
+    if resp.broken:
+        rec.outcome, rec.error = resp.broken_outcome, resp.broken
+        return None
+    try:
+        obj = json_decoder.decode(resp.body)
+    except msgspec.DecodeError:
+        rec.outcome, rec.error = "protocol_error", f"response is not JSON: {snippet(resp.body)}"
+        return None
+    if not isinstance(obj, dict):
+        rec.outcome, rec.error = "protocol_error", f"response is not a JSON object: {snippet(resp.body)}"
+        return None
+    if "error" in obj and obj.get("error"):
+        rec.outcome, rec.error = "stream_error", f"error in a 200 answer: {snippet(resp.body)}"
+        return None
+    return obj

@@ -1,0 +1,136 @@
+"""The chat completions API (``api: chat``, POST /v1/chat/completions): messages in, the ``choices`` shape
+out, as SSE chunks or one chat.completion object. The completions API and raw replay read the same shape."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from loadtest.client.adapters.base import (
+    done_time,
+    is_context_length_error,
+    json_decoder,
+    json_encoder,
+    openai_body,
+)
+from loadtest.client.http import Endpoint, Response
+from loadtest.client.secrets import snippet
+from loadtest.client.sse import parse_stream
+
+if TYPE_CHECKING:
+    from loadtest.client.openai import OpenAIClient, PreparedRequest
+    from loadtest.client.record import RequestRecord
+
+
+class ChatAdapter:
+    """Chat completions; ``route`` is the path under the endpoint's API prefix."""
+
+    names: tuple[str, ...] = ("chat",)
+    route = "/chat/completions"
+    accept: str | None = None
+    capped_by_tokens = True
+
+    def path(self, endpoint: Endpoint, req: PreparedRequest) -> str:
+        return endpoint.api_prefix + self.route
+
+    def streams(self, req: PreparedRequest) -> bool:
+        return req.stream
+
+    def body(self, client: OpenAIClient, req: PreparedRequest) -> bytes:
+        body = openai_body(client, req)
+        if self.streams(req):
+            body["stream"] = True
+            body["stream_options"] = {"include_usage": True}
+        return json_encoder.encode(body)
+
+    def classify(
+        self, client: OpenAIClient, rec: RequestRecord, req: PreparedRequest, resp: Response
+    ) -> None:
+        if self.streams(req):
+            classify_choices_stream(client, rec, resp)
+        else:
+            classify_choices_object(client, rec, resp)
+
+
+def classify_choices_stream(client: OpenAIClient, rec: RequestRecord, resp: Response) -> None:
+    """A streamed answer of the ``choices`` shape: SSE chunks, a finish reason, [DONE], usage."""
+    if "text/event-stream" not in resp.content_type:
+        rec.outcome = "protocol_error"
+        ct = resp.content_type or "none"
+        rec.error = f"expected an SSE stream (text/event-stream), got content-type {ct}: {snippet(resp.body)}"
+        return
+    tokenizer = client.tokenizer
+    s = parse_stream(resp.chunks, resp.times)
+    rec.chunk_ns = s.chunk_ns
+    rec.first_token_ns = s.first_token_ns
+    rec.first_answer_ns = s.first_answer_ns
+    rec.finish_reason = s.finish_reason
+    rec.answer_text = s.answer_text
+    rec.tool_calls_text = s.tool_text
+    rec.done_ns = done_time(resp)
+    rec.completion_tokens_client = tokenizer.count(s.answer_text + s.tool_text) + (
+        rec_reason := tokenizer.count(s.reasoning_text)
+    )
+    rec.reasoning_tokens_client = rec_reason
+    if s.usage is not None:
+        u = s.usage
+        rec.prompt_tokens_server = u.prompt_tokens
+        rec.completion_tokens_server = u.completion_tokens
+        if u.prompt_tokens_details:
+            rec.cached_tokens_server = u.prompt_tokens_details.get("cached_tokens")
+        if u.completion_tokens_details:
+            rec.reasoning_tokens_server = u.completion_tokens_details.get("reasoning_tokens")
+    if s.error:
+        rec.outcome, rec.error = "stream_error", f"error frame: {s.error}"
+    elif s.malformed:
+        rec.outcome, rec.error = "stream_error", f"{s.malformed} malformed event(s) in the stream"
+    elif resp.broken and not s.complete:
+        rec.outcome, rec.error = resp.broken_outcome, resp.broken
+    elif not s.complete:
+        rec.outcome = "truncated"
+        rec.error = "stream ended without finish_reason or [DONE]"
+    elif s.events == 0:
+        rec.outcome, rec.error = "protocol_error", "SSE stream held no data events"
+    elif not rec.mark_empty(bool(s.answer_text or s.tool_text or s.reasoning_text), "stream"):
+        rec.outcome = "ok"
+    if rec.outcome == "stream_error" and is_context_length_error(rec.error):
+        rec.outcome = "context_length"
+
+
+def classify_choices_object(client: OpenAIClient, rec: RequestRecord, resp: Response) -> None:
+    """A whole answer of the ``choices`` shape (chat.completion or text_completion): the body is the
+    first (and last) token."""
+    rec.done_ns = done_time(resp)
+    if resp.broken:
+        rec.outcome, rec.error = resp.broken_outcome, resp.broken
+        return
+    try:
+        obj = json_decoder.decode(resp.body)
+    except msgspec.DecodeError:
+        rec.outcome, rec.error = "protocol_error", f"response is not JSON: {snippet(resp.body)}"
+        return
+    if not isinstance(obj, dict) or "choices" not in obj:
+        rec.outcome = "protocol_error" if not (isinstance(obj, dict) and "error" in obj) else "stream_error"
+        rec.error = f"not an OpenAI completion object: {snippet(resp.body)}"
+        return
+    text = ""
+    for c in obj.get("choices") or []:
+        msg = c.get("message") or {}
+        text += (msg.get("content") or "") + (msg.get("reasoning_content") or msg.get("reasoning") or "")
+        text += c.get("text") or ""
+        rec.finish_reason = c.get("finish_reason") or rec.finish_reason
+    rec.first_token_ns = rec.done_ns
+    rec.first_answer_ns = rec.done_ns
+    rec.answer_text = text
+    rec.completion_tokens_client = client.tokenizer.count(text)
+    usage = obj.get("usage") or {}
+    rec.prompt_tokens_server = usage.get("prompt_tokens")
+    rec.completion_tokens_server = usage.get("completion_tokens")
+    rec.cached_tokens_server = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
+    if not rec.mark_empty(bool(text) or _has_tool_call(obj), "answer"):
+        rec.outcome = "ok"
+
+
+def _has_tool_call(obj: dict[str, Any]) -> bool:
+    return any((c.get("message") or {}).get("tool_calls") for c in obj.get("choices") or [])

@@ -1,0 +1,11 @@
+"""The (text) completions API (``api: completions``, POST /v1/completions): a prompt in, the ``choices``
+shape out (text_completion chunks or object), read as chat's."""
+
+from __future__ import annotations
+
+from loadtest.client.adapters.chat import ChatAdapter
+
+
+class CompletionsAdapter(ChatAdapter):
+    names: tuple[str, ...] = ("completions",)
+    route = "/completions"

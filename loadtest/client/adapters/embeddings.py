@@ -1,0 +1,58 @@
+"""The embeddings API (``api: embeddings``, POST /v1/embeddings): inputs in, one vector per input out."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from loadtest.client.adapters.base import done_time, json_encoder, json_object, openai_body
+from loadtest.client.http import Endpoint, Response
+from loadtest.client.secrets import snippet
+
+if TYPE_CHECKING:
+    from loadtest.client.openai import OpenAIClient, PreparedRequest
+    from loadtest.client.record import RequestRecord
+
+
+class EmbeddingsAdapter:
+    names: tuple[str, ...] = ("embeddings",)
+    route = "/embeddings"
+    accept: str | None = "application/json"
+    capped_by_tokens = False  # a vector list does not grow with max tokens
+
+    def path(self, endpoint: Endpoint, req: PreparedRequest) -> str:
+        return endpoint.api_prefix + self.route
+
+    def streams(self, req: PreparedRequest) -> bool:
+        return False
+
+    def body(self, client: OpenAIClient, req: PreparedRequest) -> bytes:
+        return json_encoder.encode(openai_body(client, req))
+
+    def classify(
+        self, client: OpenAIClient, rec: RequestRecord, req: PreparedRequest, resp: Response
+    ) -> None:
+        rec.done_ns = done_time(resp)
+        self.read_list(rec, resp, req.body.get("input"))
+
+    @staticmethod
+    def read_list(rec: RequestRecord, resp: Response, inputs: Any) -> None:
+        """The embeddings list of a request that carried ``inputs`` (its body's ``input``)."""
+        n_in = len(inputs) if isinstance(inputs, list) and inputs and not isinstance(inputs[0], int) else 1
+        rec.inputs = n_in
+        obj = json_object(rec, resp)
+        if obj is None:
+            return
+        data = obj.get("data")
+        if not isinstance(data, list) or not all(isinstance(d, dict) and "embedding" in d for d in data):
+            rec.outcome, rec.error = "protocol_error", f"not an OpenAI embeddings list: {snippet(resp.body)}"
+            return
+        if len(data) != n_in:
+            rec.outcome, rec.error = (
+                "protocol_error",
+                f"{len(data)} embedding(s) returned for {n_in} input(s)",
+            )
+            return
+        usage = obj.get("usage") or {}
+        rec.prompt_tokens_server = usage.get("prompt_tokens")
+        rec.finish_reason = "stop"
+        rec.outcome = "ok"

@@ -1,0 +1,48 @@
+"""Raw replay (``api: raw``): each recorded body is sent to ``raw.path`` byte for byte, and its answer is read
+as the API of that path answers (Responses, embeddings, else the chat/completions ``choices`` shape)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from loadtest.client.adapters.base import done_time, json_decoder
+from loadtest.client.adapters.chat import ChatAdapter
+from loadtest.client.adapters.embeddings import EmbeddingsAdapter
+from loadtest.client.adapters.responses import ResponsesAdapter
+from loadtest.client.http import Endpoint, Response
+
+if TYPE_CHECKING:
+    from loadtest.client.openai import OpenAIClient, PreparedRequest
+    from loadtest.client.record import RequestRecord
+
+DEFAULT_PATH = "/v1/chat/completions"
+_CHAT = ChatAdapter()
+_RESPONSES = ResponsesAdapter()
+_EMBEDDINGS = EmbeddingsAdapter()
+
+
+class RawAdapter:
+    names: tuple[str, ...] = ("raw",)
+    accept: str | None = None
+    capped_by_tokens = True
+
+    def path(self, endpoint: Endpoint, req: PreparedRequest) -> str:
+        return req.path or DEFAULT_PATH  # from the host's root, as recorded
+
+    def streams(self, req: PreparedRequest) -> bool:
+        return req.stream  # the recorded body's own ``stream``
+
+    def body(self, client: OpenAIClient, req: PreparedRequest) -> bytes:
+        return req.body["raw"].encode()  # no model, stream or extra field added
+
+    def classify(
+        self, client: OpenAIClient, rec: RequestRecord, req: PreparedRequest, resp: Response
+    ) -> None:
+        path = (req.path or "").rstrip("/")
+        if path.endswith(_EMBEDDINGS.route):
+            rec.done_ns = done_time(resp)
+            _EMBEDDINGS.read_list(rec, resp, json_decoder.decode(req.body["raw"]).get("input"))
+        elif path.endswith(_RESPONSES.route):
+            _RESPONSES.classify(client, rec, req, resp)
+        else:
+            _CHAT.classify(client, rec, req, resp)

@@ -1,0 +1,76 @@
+"""The record-log line (one JSON object per finished request in records*.jsonl): its Struct, encoder and decoder."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, TypeAlias
+
+import msgspec
+from msgspec import UNSET, UnsetType
+
+
+class RecordLine(msgspec.Struct):
+    """One line of the record log, its fields in the order they are written (``RequestRecord.to_log``).
+
+    ``t`` is the scheduled wall-clock epoch (s); every ``*_us`` is µs after it (None: did not happen).
+    Every field has a default, what a fresh ``RequestRecord`` writes, so that lines of older versions
+    (without ``wire_id``, ``attempt``, ``retry_of``, ``endpoint``) still decode.
+    """
+
+    id: str = ""
+    wire_id: str | None = None  # the X-Request-Id header the request carried
+    scenario: str = "default"
+    api: str = "chat"
+    stream: bool = True
+    worker: int = 0
+    t: float = 0.0
+    outcome: str = "cancelled"
+    status: int = 0
+    error: str | None = None
+    finish_reason: str | None = None
+    sent_us: int | None = None
+    headers_us: int | None = None
+    ttft_us: int | None = None
+    first_answer_us: int | None = None
+    e2e_us: int | None = None
+    tpot_us: float | None = None
+    chunks_us: list[int] = msgspec.field(default_factory=list)
+    requested_output_tokens: int | None = None
+    prompt_tokens: int = 0  # the client tokenizer's counts
+    output_tokens: int = 0
+    reasoning_tokens: int = 0
+    usage_prompt_tokens: int | None = None  # the server's usage, when it sent one
+    usage_completion_tokens: int | None = None
+    usage_cached_tokens: int | None = None
+    usage_reasoning_tokens: int | None = None
+    attempt: int = 0  # 0 = the original request, 1.. = retries
+    retry_of: str | None = None
+    endpoint: int = 0  # index of the endpoint (replica), in the run's --host order
+    inputs: int | UnsetType = UNSET  # embeddings: the inputs the request carried; written only when non-zero
+
+    @property
+    def n_inputs(self) -> int:
+        """``inputs`` as a number (0 when the line has none)."""
+        return self.inputs if isinstance(self.inputs, int) else 0
+
+
+# The one encoder and decoder of record-log lines (a line is ``LINE_ENCODER.encode(line) + b"\n"``).
+LINE_ENCODER = msgspec.json.Encoder()
+LINE_DECODER = msgspec.json.Decoder(RecordLine)
+
+# A line as a RecordLine, or in its dict form (a decoded JSON object: ``read_records``, tests).
+LineLike: TypeAlias = RecordLine | Mapping[str, Any]
+
+
+def as_line(line: LineLike) -> RecordLine:
+    """A RecordLine as it is; a mapping converted (missing keys take the defaults; a wrongly typed value
+    raises ``msgspec.ValidationError`` naming its key)."""
+    if isinstance(line, RecordLine):
+        return line
+    return msgspec.convert(line, RecordLine)
+
+
+def to_dict(line: RecordLine) -> dict[str, Any]:
+    """The dict form: the keys and values ``json.loads`` gives for the line's bytes."""
+    out: dict[str, Any] = msgspec.to_builtins(line)
+    return out

@@ -1,0 +1,196 @@
+"""Where a run's requests go: the given host, or the embedded engine started for it; checked before the
+run (``GET /v1/models`` on every endpoint, the served context window), and the tokenizer settled once the
+served model is known. Bad input raises UsageError, an endpoint that fails LoadtestError (exit 1)."""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from loadtest.client.apis import auth_headers
+from loadtest.client.http import Endpoint as HttpEndpoint
+from loadtest.client.preflight import CHECK_MODELS, EndpointError, ServedModel, served_models
+from loadtest.errors import LoadtestError, UsageError
+from loadtest.profile.schema import Profile
+from loadtest.run.inputs import Prepared
+from loadtest.run.options import EndpointOptions
+from loadtest.run.tokens import settle_tokenizer
+from loadtest.sim.start import EngineOverrides, EngineStartError, start_engine
+from loadtest.workload.builder import Workload
+from loadtest.workload.context_fit import check_fit
+
+
+@dataclass
+class EndpointFacts:
+    """What run.json's ``endpoint`` says of it: the served models, the embedded engine's configuration,
+    the server `loadtest serve` started there and the served model's context window (when known)."""
+
+    models: list[str]
+    engine_info: dict[str, Any] | None = None
+    server: dict[str, Any] | None = None
+    max_model_len: int | None = None
+
+
+@dataclass
+class Endpoint:
+    host: str
+    models: list[str]
+    model: str | None
+    engine_info: dict[str, Any] | None  # the embedded engine's configuration, when one was started
+    server: dict[str, Any] | None = None  # what `loadtest serve` started there (engine, version, argv)
+    served: list[ServedModel] = field(default_factory=list)  # /v1/models as listed (context windows)
+    notes: list[str] = field(default_factory=list)  # run.json notes of the checks (some prompts too long)
+
+    def served_model(self) -> ServedModel | None:
+        """The /v1/models entry of the model the run requests, when the server listed it."""
+        return next((m for m in self.served if m.id == self.model), None)
+
+    def facts(self) -> EndpointFacts:
+        served = self.served_model()
+        return EndpointFacts(
+            self.models, self.engine_info, self.server, served.max_model_len if served is not None else None
+        )
+
+
+def start_embedded(
+    stack: contextlib.ExitStack, opts: EngineOverrides, profile: Profile, seed: int, log: Path | None
+) -> dict[str, Any]:
+    """``sim.start.start_engine`` (stopped when ``stack`` closes): a bad preset is a UsageError, an
+    engine that does not start a LoadtestError."""
+    try:
+        return start_engine(stack, opts, profile, seed, log)
+    except EngineStartError as e:
+        raise (UsageError(str(e)) if e.usage else LoadtestError(str(e))) from e
+
+
+def open_endpoint(
+    stack: contextlib.ExitStack,
+    prepared: Prepared,
+    options: EndpointOptions,
+    *,
+    connect_timeout: float | None,
+    engine_log: Path | None = None,
+) -> Endpoint:
+    """The first endpoint given, or the embedded engine with the profile's preset and ``options.engine``
+    (stopped when ``stack`` closes), then ``GET /v1/models`` (``connect_timeout``: the option's, else
+    10 s)."""
+    host, engine_info = prepared.host, None
+    profile, api_key = prepared.profile, prepared.api_key
+    if host:
+        try:
+            HttpEndpoint.parse(host)  # a malformed URL, or one with credentials in it, is bad input
+        except ValueError as e:
+            raise UsageError(str(e)) from e
+    else:
+        started = start_embedded(stack, options.engine, profile, prepared.settings.seed, engine_log)
+        host, engine_info = started["url"], started["engine"]
+    from loadtest.serve.state import server_info_for
+
+    try:
+        server = None if engine_info is not None else server_info_for(host, options.server_info)
+    except ValueError as e:
+        raise UsageError(str(e)) from e
+    try:
+        served = served_models(
+            host,
+            api_key,
+            timeout=connect_timeout or 10.0,
+            verify_tls=prepared.settings.verify_tls,
+            headers=auth_headers(api_key, profile),
+            check=options.endpoint_check if engine_info is None else CHECK_MODELS,
+        )
+    except EndpointError as e:
+        raise LoadtestError(str(e)) from e
+    models = [m.id for m in served]
+    model = options.model or profile.model or (models[0] if models else None)
+    return Endpoint(host, models, model, engine_info, server, served)
+
+
+def connect(
+    stack: contextlib.ExitStack,
+    prepared: Prepared,
+    options: EndpointOptions,
+    *,
+    connect_timeout: float | None,
+    engine_log: Path | None = None,
+    check_context: bool = True,
+) -> Endpoint:
+    """``open_endpoint``, its host and model into the settings, every other replica checked, the
+    served model's own tokenizer settled (``prepared``'s profile and workload updated), and with
+    ``check_context`` the first requests against the served context window (``Endpoint.notes``)."""
+    ep = open_endpoint(stack, prepared, options, connect_timeout=connect_timeout, engine_log=engine_log)
+    settings = prepared.settings
+    settings.host, settings.model, settings.embedded = ep.host, ep.model, ep.engine_info is not None
+    check_replicas(prepared, options, connect_timeout=connect_timeout)
+    # vLLM lists its served name as the id and the weights' folder or hub id as `root`
+    served = ep.served_model()
+    root = served.root if served is not None and served.root else ep.model
+    prepared.profile, prepared.workload = settle_tokenizer(
+        settings, prepared.profile, prepared.workload, root, ep.engine_info
+    )
+    if check_context:
+        ep.notes = context_notes(ep, prepared.workload, prepared.profile_path)
+    return ep
+
+
+def connect_host(prepared: Prepared, options: EndpointOptions) -> Endpoint:
+    """`master`: ``GET /v1/models`` (``options.endpoint_check``) on the settings' host, every worker's
+    endpoint; the model into the settings and the served model's own tokenizer settled."""
+    settings, profile, api_key = prepared.settings, prepared.profile, prepared.api_key
+    try:
+        served = served_models(
+            settings.host,
+            api_key,
+            timeout=settings.connect_timeout,
+            verify_tls=settings.verify_tls,
+            headers=auth_headers(api_key, profile),
+            check=options.endpoint_check,
+        )
+    except EndpointError as e:
+        raise LoadtestError(str(e)) from e
+    models = [m.id for m in served]
+    settings.model = options.model or profile.model or (models[0] if models else None)
+    root = next((m.root for m in served if m.id == settings.model and m.root), settings.model)
+    prepared.profile, prepared.workload = settle_tokenizer(settings, profile, prepared.workload, root, None)
+    return Endpoint(settings.host, models, settings.model, None, None, served)
+
+
+def check_replicas(prepared: Prepared, options: EndpointOptions, *, connect_timeout: float | None) -> None:
+    """``GET /v1/models`` on every replica after the first (``open_endpoint`` checked that one)."""
+    settings, api_key = prepared.settings, prepared.api_key
+    headers = auth_headers(api_key, prepared.profile)
+    for host in (settings.hosts or [])[1:]:
+        try:
+            served_models(
+                host,
+                api_key,
+                timeout=connect_timeout or 10.0,
+                verify_tls=settings.verify_tls,
+                headers=headers,
+                check=options.endpoint_check,
+            )
+        except EndpointError as e:
+            raise LoadtestError(f"replica {host}: {e}") from e
+
+
+def context_notes(ep: Endpoint, workload: Workload, profile_path: Path) -> list[str]:
+    """Check the workload's first requests against the served context window before the run.
+
+    Nothing fits: UsageError (the run could only fail). Some do not: a warning now and a run.json note."""
+    served = ep.served_model()
+    if served is None or not served.max_model_len:
+        return []
+    fit = check_fit(workload, served.max_model_len)
+    if fit.nothing_fits:
+        raise UsageError(
+            f"{profile_path}: every prompt of the first {fit.sampled} requests is longer than {served.id}'s "
+            f"context of {served.max_model_len} tokens (/v1/models max_model_len): shorten the profile's "
+            "input lengths, or serve the model with a longer context (vLLM --max-model-len)"
+        )
+    if not fit.over:
+        return []
+    note = f"warning: {fit.message()}"
+    print(note, flush=True)
+    return [note]

@@ -1,0 +1,76 @@
+"""The run itself: the endpoint's telemetry polled while Locust drives the load (loadtest/locust/runtime.py),
+in this process, over local worker processes, or over `loadtest worker` processes started anywhere."""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from loadtest.errors import LoadtestError
+from loadtest.run.endpoint import Endpoint
+from loadtest.run.inputs import Prepared
+from loadtest.run.options import MasterOptions, TelemetryOptions
+from loadtest.telemetry import TelemetryPoller, start_for_run
+
+if TYPE_CHECKING:  # importing locust monkey-patches the process: only where a run happens
+    from loadtest.locust.runtime import RunOutcome
+
+
+@dataclass
+class Executed:
+    """What the run handed back (records, aggregates, how it ended) and its telemetry poller, stopped."""
+
+    outcome: RunOutcome
+    telemetry: TelemetryPoller | None = None
+
+
+def execute(
+    prepared: Prepared,
+    endpoint: Endpoint,
+    telemetry: TelemetryOptions,
+    master: MasterOptions | None = None,
+) -> Executed:
+    """Run the load with ``prepared.settings`` against ``endpoint``: in this process (one process), as a
+    Locust master over ``settings.processes`` local workers, or with ``master`` over that many workers
+    that connect from anywhere. The endpoints' /metrics are polled meanwhile unless told not to.
+    LoadtestError when the run cannot start or its workers fail to come."""
+    from loadtest.locust import runtime  # here, not above: it monkey-patches the process
+
+    settings = prepared.settings
+    poller = None
+    if telemetry.enabled:
+        poller = start_for_run(
+            settings.hosts or endpoint.host,  # every replica's /metrics, summed
+            override=telemetry.metrics_url,
+            server=endpoint.server,
+            embedded=endpoint.engine_info is not None,
+            api_key=prepared.api_key,
+        )
+    try:
+        if master is not None:
+            outcome = runtime.run_master(
+                settings,
+                master.port,
+                spawn_local=False,
+                expect=settings.processes,
+                bind_host=master.bind_host,
+                wait_s=master.wait_s,
+            )
+        elif settings.processes > 1:
+            outcome = runtime.run_master(settings, _free_port())
+        else:
+            outcome = runtime.run_local(settings)
+    except RuntimeError as e:
+        raise LoadtestError(str(e)) from e
+    finally:
+        if poller is not None:
+            poller.stop()
+    return Executed(outcome, poller)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port

@@ -1,0 +1,239 @@
+"""run.json sections that come from a run's extras, one provider each: the token count's description,
+several endpoints (per-endpoint figures, a failing replica), embeddings, economics, the server's
+telemetry. A provider is fed the record log batch by batch (``add``), then gives its contribution
+(``contribute``: its data, its checks and its notes) before the verdict is judged from every check."""
+
+from __future__ import annotations
+
+from array import array
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from loadtest.contracts.record_line import RecordLine
+from loadtest.economics.cost import endpoint_record, run_economics
+from loadtest.locust.settings import RunSettings
+from loadtest.metrics.judged import record_from_line
+from loadtest.metrics.recorder import Recorder
+from loadtest.metrics.summary import build_metrics
+from loadtest.metrics.verdict import Check, ExtraCheck
+from loadtest.run.tokens import tokens_section
+from loadtest.telemetry import TelemetryPoller, findings
+from loadtest.workload.builder import Workload
+
+# A replica is named in the verdict when its error rate is at least this, and this many times the others'.
+REPLICA_MIN_ERROR_RATE = 0.05
+REPLICA_FACTOR = 3.0
+REPLICA_MIN_REQUESTS = 5
+
+
+@dataclass
+class Contribution:
+    """What one provider adds to run.json: keys of ``metrics`` (figures over the whole run, like the
+    rest of it), top-level sections, checks for the verdict (each with the reason its failure gives),
+    and notes (which the verdict's reasons repeat; the server's telemetry's are remarks instead:
+    ``finalize`` puts them, and its sections, after the verdict)."""
+
+    metrics: dict[str, Any] = field(default_factory=dict)
+    sections: dict[str, Any] = field(default_factory=dict)
+    checks: list[ExtraCheck] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+class Provider:
+    """One run.json section. ``add`` sees every record-log line once, in log order, in batches;
+    ``contribute`` reads the run.json document built so far (never changes it)."""
+
+    def add(self, lines: Sequence[RecordLine]) -> None:
+        """One batch of record-log lines (most providers need none)."""
+
+    def contribute(self, doc: Mapping[str, Any]) -> Contribution:
+        raise NotImplementedError
+
+
+class TokensProvider(Provider):
+    """run.json ``tokens``: which count the figures use and which tokenizer; a note when that is a guess."""
+
+    def __init__(self, settings: RunSettings, workload: Workload) -> None:
+        self.settings, self.workload = settings, workload
+
+    def contribute(self, doc: Mapping[str, Any]) -> Contribution:
+        section, note = tokens_section(doc["metrics"], self.settings, self.workload)
+        return Contribution(sections={"tokens": section}, notes=[note] if note else [])
+
+
+class EndpointsProvider(Provider):
+    """``metrics.per_endpoint`` (several endpoints): requests, outcomes, output tokens/s, TTFT/TPOT
+    p50/p99 and share per replica, the imbalance; a non-blocking check naming each failing replica."""
+
+    def __init__(self, hosts: Sequence[str], balance: str) -> None:
+        self.hosts, self.balance = list(hosts), balance
+        self._recorders = [Recorder(per_scenario=False) for _ in self.hosts]
+        self._requests: Counter[int] = Counter()
+
+    def add(self, lines: Sequence[RecordLine]) -> None:
+        recorders, n = self._recorders, len(self._recorders)
+        for line in lines:
+            i = line.endpoint
+            self._requests[i] += 1
+            if 0 <= i < n:
+                recorders[i].add(record_from_line(line))
+
+    def per_endpoint(self) -> dict[str, Any]:
+        """The largest share ÷ the even share is the imbalance (1 = even)."""
+        total = sum(self._requests.values()) or 1
+        rows = []
+        for i, url in enumerate(self.hosts):
+            m = build_metrics(self._recorders[i].result().all)
+            lat, req = m["latency_ms"], m["requests"]
+            requests = self._requests.get(i, 0)
+            rows.append(
+                {
+                    "index": i,
+                    "url": url,
+                    "requests": requests,
+                    "share": round(requests / total, 6),
+                    "ok": req["ok"],
+                    "failed": req["failed"],
+                    "error_rate": req["error_rate"],
+                    "by_outcome": {k: v for k, v in req["by_outcome"].items() if v},
+                    "output_tokens_per_s": m["throughput"]["output_tokens_per_s"],
+                    "ttft_p50_ms": lat["ttft"]["p50"],
+                    "ttft_p99_ms": lat["ttft"]["p99"],
+                    "tpot_p50_ms": lat["tpot"]["p50"],
+                    "tpot_p99_ms": lat["tpot"]["p99"],
+                    "e2e_p99_ms": lat["e2e"]["p99"],
+                }
+            )
+        shares = [r["share"] for r in rows]
+        return {
+            "balance": self.balance,
+            "endpoints": rows,
+            "imbalance": round(max(shares) * len(rows), 4) if rows and total else None,
+        }
+
+    def contribute(self, doc: Mapping[str, Any]) -> Contribution:
+        per = self.per_endpoint()
+        checks = [
+            ExtraCheck(Check(f"replica_{index}_errors", False, sentence, "health", blocking=False), sentence)
+            for index, sentence in failing_replicas(per)
+        ]
+        return Contribution(metrics={"per_endpoint": per}, checks=checks)
+
+
+def _pct(v: float) -> str:
+    return f"{v * 100:.0f}%" if v >= 0.01 or v == 0 else f"{v * 100:.2f}%"
+
+
+def failing_replicas(per: Mapping[str, Any]) -> list[tuple[int, str]]:
+    """(index, sentence) for each replica whose error rate is far above the others'."""
+    rows = per.get("endpoints") or []
+    out = []
+    for r in rows:
+        others = [o for o in rows if o is not r]
+        done = sum(o["ok"] + o["failed"] for o in others)
+        rate_others = sum(o["failed"] for o in others) / done if done else 0.0
+        n = r["ok"] + r["failed"]
+        if n < REPLICA_MIN_REQUESTS or r["error_rate"] < REPLICA_MIN_ERROR_RATE:
+            continue
+        if r["error_rate"] >= REPLICA_FACTOR * rate_others:
+            out.append(
+                (
+                    r["index"],
+                    f"replica {r['index']} ({r['url']}) failed {_pct(r['error_rate'])} of its {n} requests "
+                    f"(the others {_pct(rate_others)})",
+                )
+            )
+    return out
+
+
+class EmbeddingsProvider(Provider):
+    """``metrics.embeddings``: inputs, inputs/s and request latency of embeddings requests (no TTFT/TPOT)."""
+
+    def __init__(self) -> None:
+        self._seen = 0
+        self._start = self._end = 0.0
+        self._latency_ms = array("d")  # ok requests'
+        self._inputs = self._input_tokens = 0
+
+    def add(self, lines: Sequence[RecordLine]) -> None:
+        for ln in lines:
+            if not (ln.api == "embeddings" or ln.n_inputs):
+                continue
+            end = ln.t + (ln.e2e_us or 0) / 1e6
+            if self._seen:
+                self._start, self._end = min(self._start, ln.t), max(self._end, end)
+            else:
+                self._start, self._end = ln.t, end
+            self._seen += 1
+            if ln.outcome == "ok" and ln.e2e_us is not None:
+                self._latency_ms.append(ln.e2e_us / 1000)
+                self._inputs += ln.n_inputs
+                self._input_tokens += ln.prompt_tokens
+
+    def embeddings(self) -> dict[str, Any] | None:
+        if not self._seen:
+            return None
+        dur = self._end - self._start
+        lat = sorted(self._latency_ms)
+
+        def q(p: float) -> float | None:
+            return round(lat[min(len(lat) - 1, int(p * len(lat)))], 3) if lat else None
+
+        return {
+            "requests_ok": len(lat),
+            "inputs_total": self._inputs,
+            "inputs_per_s": round(self._inputs / dur, 3) if dur > 0 else 0.0,
+            "input_tokens_total": self._input_tokens,
+            "latency_ms": {"p50": q(0.5), "p90": q(0.9), "p99": q(0.99)},
+        }
+
+    def contribute(self, doc: Mapping[str, Any]) -> Contribution:
+        emb = self.embeddings()
+        return Contribution(metrics={"embeddings": emb} if emb is not None else {})
+
+
+class EconomicsProvider(Provider):
+    """run.json ``economics``: per-GPU throughput and cost per 1M tokens over the judged window, when the
+    endpoint's GPU count or price is known (docs/economics.md)."""
+
+    def contribute(self, doc: Mapping[str, Any]) -> Contribution:
+        econ = run_economics(dict(doc))
+        return Contribution(sections={"economics": econ} if econ is not None else {})
+
+
+class TelemetryProvider(Provider):
+    """run.json ``telemetry`` (the endpoint's series and server-side latency, judged window included)
+    and ``prefix_cache``. A missing /metrics or a warm prefix cache is a remark, not a reason."""
+
+    def __init__(self, poller: TelemetryPoller | None, run_started_epoch: float | None) -> None:
+        self.poller, self.run_started_epoch = poller, run_started_epoch
+
+    def contribute(self, doc: Mapping[str, Any]) -> Contribution:
+        found = findings(doc, self.poller, self.run_started_epoch)
+        sections = {"telemetry": found.telemetry} if found.telemetry is not None else {}
+        if found.prefix_cache is not None:
+            sections["prefix_cache"] = found.prefix_cache
+        return Contribution(sections=sections, notes=found.notes)
+
+
+def endpoint_extras(settings: RunSettings, engine_info: Mapping[str, Any] | None) -> dict[str, Any]:
+    """run.json ``endpoint`` keys: ``replicas`` and ``balance``, ``hardware`` and ``price`` (when known)."""
+    from loadtest.economics.spec import EndpointSpec
+
+    out: dict[str, Any] = {}
+    if settings.hosts:
+        out["replicas"] = list(settings.hosts)
+        out["balance"] = settings.balance
+    data = dict(settings.endpoint_spec or {})
+    hw = data.get("hardware") or {}
+    if engine_info and hw.get("gpu_kind", "unknown") == "unknown" and hw.get("gpu_count") is None:
+        gpu, tp = engine_info.get("gpu"), engine_info.get("tp")
+        data["hardware"] = {
+            "gpu_kind": (gpu.get("name") if isinstance(gpu, dict) else gpu) or "unknown",
+            "gpu_count": tp if isinstance(tp, int) else 1,
+        }
+    if data:
+        out.update(endpoint_record(EndpointSpec.model_validate(data)))
+    return out

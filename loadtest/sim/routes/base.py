@@ -1,0 +1,91 @@
+"""What one API of the embedded engine is (``ApiRoute``): its path, how a request body becomes the engine's
+request, and how the answer is written, streamed (``StreamWriter``) or whole. server.py serves every
+route with one of two flows: ``generate`` (the engine generates the answer's tokens) or ``prefill`` (one
+prefill-only pass per input, as a pooling model's forward pass: embeddings)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+from loadtest.sim.protocol import GenRequest, OutputPlan
+from loadtest.tokens.tokenizer import Tokenizer
+
+Flow = Literal["generate", "prefill"]
+
+
+@dataclass(frozen=True)
+class PrefillRequest:
+    """A request the engine only prefills: token ids per input, one pass each."""
+
+    inputs: list[list[int]]
+    model: str | None
+
+
+EngineRequest = GenRequest | PrefillRequest
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """What a whole answer says besides the request: ids, the output plan, the counts."""
+
+    response_id: str
+    created: int
+    model: str
+    finish_reason: str | None
+    prompt_tokens: int
+    cached_tokens: int = 0
+    with_usage: bool = True
+    plan: OutputPlan | None = None  # generated answers: how the output tokens split
+
+
+class StreamWriter(Protocol):
+    """The SSE events of one streamed answer, rendered as the tokens come."""
+
+    def opening(self) -> bytes:
+        """The events before the first token (b"" for none)."""
+        ...
+
+    def token(self, index: int) -> str:
+        """The event(s) carrying output token ``index``."""
+        ...
+
+    def framed_token(self, index: int) -> bytes:
+        """``token(index)`` as one HTTP/1.1 chunk."""
+        ...
+
+    def tail(
+        self, finish_reason: str, prompt_tokens: int, completion_tokens: int, cached_tokens: int, usage: bool
+    ) -> str:
+        """The events that end a complete stream (``usage``: with the usage counts)."""
+        ...
+
+    def error(self, message: str, code: int = 500) -> str:
+        """A mid-stream error event."""
+        ...
+
+    def malformed(self) -> str:
+        """An event whose data is not valid JSON (the malformed_chunk fault)."""
+        ...
+
+
+class ApiRoute(Protocol):
+    """One API the engine serves, registered once in sim/routes/__init__.py."""
+
+    api: str  # its name (the client's ``api`` value)
+    path: str  # the POST path
+    id_prefix: str  # the start of its response ids
+    flow: Flow  # how the engine serves it (server.py)
+
+    def parse(self, body: dict[str, Any], tok: Tokenizer) -> EngineRequest:
+        """The engine's request from a decoded body; RequestError (400) when malformed. ``generate``
+        routes return a GenRequest, ``prefill`` routes a PrefillRequest."""
+        ...
+
+    def writer(self, response_id: str, created: int, model: str, plan: OutputPlan) -> StreamWriter:
+        """The writer of a streamed answer (``generate`` routes)."""
+        ...
+
+    def whole(self, req: EngineRequest, answer: Answer) -> dict[str, Any]:
+        """The whole (non-streamed) answer's JSON body."""
+        ...

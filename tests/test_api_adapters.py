@@ -1,0 +1,177 @@
+"""One adapter per API on the client (client/adapters) and one route per API in the engine (sim/routes):
+the registries cover every ``api`` the profile schema accepts, and each adapter round-trips a request the
+workload builds against the embedded engine (docs/api-surface.md, "Adding an API")."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import typing
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import write_profile
+
+from loadtest.client.adapters import ADAPTERS, adapter_for, register, response_cap
+from loadtest.client.adapters.base import CAP_UNLIMITED_BYTES
+from loadtest.client.adapters.chat import ChatAdapter
+from loadtest.client.http import Endpoint
+from loadtest.client.openai import OpenAIClient, PreparedRequest
+from loadtest.client.record import RequestRecord
+from loadtest.profile.loader import load_profile
+from loadtest.profile.request import Api
+from loadtest.sim import SimProcess
+from loadtest.sim.routes import ROUTES
+from loadtest.sim.server import create_app
+from loadtest.workload.builder import Workload
+
+SCHEMA_APIS = set(typing.get_args(Api))
+
+
+def test_every_api_the_profile_schema_accepts_has_one_adapter() -> None:
+    assert set(ADAPTERS) == SCHEMA_APIS
+    for api in SCHEMA_APIS:
+        assert api in adapter_for(api).names
+    with pytest.raises(ValueError, match="'chat' has an adapter already"):
+        register(ChatAdapter())
+    with pytest.raises(KeyError):
+        adapter_for("nope")
+
+
+def test_the_engine_serves_the_path_of_every_api_but_raw() -> None:
+    """raw replays to any path; every other adapter's path is exactly one engine route's."""
+    assert set(ROUTES) == SCHEMA_APIS - {"raw"}
+    ep = Endpoint.parse("http://127.0.0.1:8000")
+    for api, route in ROUTES.items():
+        assert route.api == api
+        assert adapter_for(api).path(ep, PreparedRequest("x", api, {}, 0)) == route.path
+
+    async def posts() -> set[str]:
+        app = create_app()
+        return {r.resource.canonical for r in app.router.routes() if r.method == "POST" and r.resource}
+
+    assert asyncio.run(posts()) == {r.path for r in ROUTES.values()}
+
+
+def test_the_size_cap_follows_max_tokens_except_for_embeddings() -> None:
+    for api in SCHEMA_APIS:
+        req = PreparedRequest("x", api, {}, 0, requested_output_tokens=10_000)
+        want = CAP_UNLIMITED_BYTES if api == "embeddings" else 10_000 * 4096
+        assert response_cap(req) == want, api
+
+
+@pytest.fixture(scope="module")
+def engine():
+    with SimProcess(speedup=20, seed=7) as sim:
+        yield sim
+
+
+def _truth(sim: SimProcess) -> dict[str, dict[str, Any]]:
+    with urllib.request.urlopen(sim.base_url + "/sim/truth", timeout=10) as r:
+        lines = r.read().decode().splitlines()
+    return {rec["request_id"]: rec for rec in map(json.loads, lines)}
+
+
+RAW_BODIES: dict[str, dict[str, Any]] = {
+    "/v1/chat/completions": {
+        "messages": [{"role": "user", "content": "hello there"}],
+        "max_tokens": 6,
+        "min_tokens": 6,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    },
+    "/v1/completions": {"prompt": "Once upon a time", "max_tokens": 5, "min_tokens": 5},
+    "/v1/responses": {"input": "hello", "max_output_tokens": 4, "min_tokens": 4, "stream": True},
+    "/v1/embeddings": {"input": ["one input", "and another"]},
+}
+CASES = [
+    ("chat", True, None),
+    ("chat", False, None),
+    ("completions", True, None),
+    ("completions", False, None),
+    ("responses", True, None),
+    ("responses", False, None),
+    ("embeddings", False, None),
+    *[("raw", bool(body.get("stream")), path) for path, body in RAW_BODIES.items()],
+]
+
+
+def _workload(tmp_path: Path, api: str, stream: bool, raw_path: str | None) -> Workload:
+    """The workload of a small profile of ``api``, as a run builds it."""
+    fields: dict[str, Any] = {"api": api, "stream": stream}
+    if api in ("chat", "completions", "responses"):
+        fields["output_tokens"] = {"dist": "fixed", "value": 7}  # ignore_eos: exactly 7
+    if api == "embeddings":
+        fields["inputs_per_request"] = 3
+        fields["input_tokens"] = {"dist": "fixed", "value": 12}
+    if api == "raw":
+        assert raw_path is not None
+        (tmp_path / "bodies.jsonl").write_text(json.dumps(RAW_BODIES[raw_path]) + "\n")
+        fields["raw"] = {"file": "bodies.jsonl", "path": raw_path}
+        del fields["stream"]
+    prof = write_profile(tmp_path / "p.yaml", **fields)
+    data = json.loads(prof.read_text())
+    if api in ("embeddings", "raw"):
+        del data["output_tokens"]
+    if api == "raw":
+        del data["input_tokens"]
+    prof.write_text(json.dumps(data))
+    return Workload(load_profile(str(prof))[0])
+
+
+@pytest.mark.parametrize(("api", "stream", "raw_path"), CASES, ids=[f"{a}-{p or s}" for a, s, p in CASES])
+def test_each_adapter_round_trips_against_the_embedded_engine(
+    engine: SimProcess, tmp_path: Path, api: str, stream: bool, raw_path: str | None
+) -> None:
+    w = _workload(tmp_path, api, stream, raw_path)
+    req = w.request(0)
+    assert req.api == api and req.stream == stream
+    client = OpenAIClient(engine.base_url, None, w.tokenizer)
+    try:
+        rec = client.send(req, 0, 0.0)
+    finally:
+        client.close()
+    assert rec.outcome == "ok", rec.error
+    assert rec.api == api and rec.stream == stream and rec.http_status == 200
+    truth = _truth(engine)[rec.wire_id or ""]
+    path = raw_path or adapter_for(api).path(Endpoint.parse(engine.base_url), req)
+    assert truth["path"] == path and truth["stream"] == stream and truth["outcome"] == "ok"
+    assert 0 < rec.sent_ns <= rec.headers_ns <= rec.done_ns
+    assert rec.prompt_tokens_server == truth["prompt_tokens"] > 0
+    if path.endswith("/embeddings"):
+        n_in = len(req.body["input"]) if api == "embeddings" else len(RAW_BODIES[path]["input"])
+        assert rec.inputs == n_in and rec.first_token_ns == 0 and rec.finish_reason == "stop"
+        return
+    want = req.requested_output_tokens
+    assert want and rec.completion_tokens_server == truth["completion_tokens"] == want
+    assert rec.completion_tokens_client == want  # the engine's pieces are one token each
+    assert rec.headers_ns <= rec.first_token_ns <= rec.done_ns and rec.answer_text
+    assert len(rec.chunk_ns) == (want if stream else 0)
+
+
+def test_a_new_api_is_one_adapter_and_its_registration(engine: SimProcess, tmp_path: Path) -> None:
+    """An adapter registered under a new name is what the client sends and reads that api's requests with."""
+
+    class WholeChat(ChatAdapter):
+        names: tuple[str, ...] = ("test-whole-chat",)
+
+        def streams(self, req: PreparedRequest) -> bool:
+            return False  # always a whole chat.completion, whatever the request says
+
+        def classify(self, client: OpenAIClient, rec: RequestRecord, req: PreparedRequest, resp: Any) -> None:
+            super().classify(client, rec, req, resp)
+            rec.finish_reason = f"whole:{rec.finish_reason}"
+
+    register(WholeChat())
+    try:
+        client = OpenAIClient(engine.base_url, None, _workload(tmp_path, "chat", True, None).tokenizer)
+        body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3, "min_tokens": 3}
+        rec = client.send(PreparedRequest("n-0", "test-whole-chat", body, 1, 3, stream=True), 0, 0.0)
+        client.close()
+    finally:
+        for name in WholeChat.names:
+            del ADAPTERS[name]
+    assert rec.outcome == "ok" and rec.finish_reason == "whole:length" and rec.chunk_ns == []
+    assert rec.completion_tokens_server == 3 and _truth(engine)[rec.wire_id or ""]["stream"] is False
