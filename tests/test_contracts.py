@@ -29,7 +29,7 @@ from loadtest.contracts.messages import (
 from loadtest.contracts.record_line import LINE_DECODER, LINE_ENCODER, RecordLine, as_line, to_dict
 from loadtest.metrics.judged import record_from_line
 from loadtest.results.columns import LogReader
-from loadtest.results.record_log import RecordLog, read_lines, read_records
+from loadtest.results.record_log import RecordLog, read_lines
 
 B = 10**12
 
@@ -192,7 +192,7 @@ def test_writer_and_readers_agree_on_the_line(tmp_path: Path) -> None:
     assert raw.startswith(OLD_CHAT + b"\n" + OLD_EMBEDDINGS + b"\n")
     lines = list(read_lines([log.path]))
     assert [ln.id for ln in lines] == ["chat-7.r1", "chat-7.r1", "agent-3.t2.r2"]
-    assert list(read_records([log.path])) == [json.loads(x) for x in raw.splitlines()]
+    assert [to_dict(ln) for ln in lines] == [json.loads(x) for x in raw.splitlines()]
     batch = next(LogReader([log.path]).batches())  # the columnar reader: the same struct, chunks in bulk
     assert batch.n == 3 and batch.n_chunks.tolist() == [3, 0, 3]
     assert batch.f["usage_cached_tokens"][0] == 8 and batch.errors[2] == "connection reset mid-stream"

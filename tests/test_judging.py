@@ -3,19 +3,13 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
-import pytest
-
-from loadtest.metrics.judged import (
-    aggregate_lines,
-    choose_window,
-    default_warmup_s,
-    goodput_summary,
-    judge_lines,
-    steady_health,
-    steady_state,
-)
+from loadtest.contracts.record_line import LineLike, RecordLine, as_line
+from loadtest.metrics.judged import default_warmup_s, steady_state
+from loadtest.metrics.judged_scan import JudgedWindow, JudgingScan, LineAggregator
+from loadtest.metrics.recorder import RunAggregates
 from loadtest.metrics.slo import parse_slos
 from loadtest.metrics.summary import build_metrics
 from loadtest.sim import SimProcess
@@ -49,25 +43,49 @@ def _line(i: int, ttft_ms: float, tpot_ms: float, outcome: str = "ok", scenario:
     }
 
 
+def _scan(
+    lines: Sequence[LineLike],
+    warmup: float | str | None,
+    cooldown: float | str,
+    slos: str = "error_rate=1%",
+    per_scenario: bool = False,
+) -> tuple[JudgingScan, JudgedWindow, list[RecordLine]]:
+    """The record log's pass one, as run/results.py runs it: the scan, its window, the lines inside it."""
+    recs = [as_line(ln) for ln in lines]
+    scan = JudgingScan(warmup, cooldown, parse_slos(slos), per_scenario)
+    scan.add(recs)
+    judged = scan.window()
+    return scan, judged, [ln for ln in recs if judged.contains(ln)]
+
+
+def _aggregate(lines: Sequence[RecordLine], per_scenario: bool = False) -> RunAggregates:
+    """Pass two: metrics rebuilt from lines through the recorder a live run uses."""
+    agg = LineAggregator(per_scenario)
+    agg.add(lines)
+    return agg.result()
+
+
 def test_goodput_counts_requests_meeting_ttft_and_tpot() -> None:
     lines = [_line(0, 100, 10), _line(1, 3000, 10), _line(2, 100, 90), _line(3, 50, 5, scenario="b")]
     lines.append(_line(4, 10, 1, outcome="http_5xx"))
     lines.append(_line(5, 10, 1, outcome="cancelled"))
-    gp = goodput_summary(lines, parse_slos("ttft_p99=2s,tpot_p99=80ms"), per_scenario=True)
+    scan, judged, _ = _scan(lines, 0.0, 0.0, "ttft_p99=2s,tpot_p99=80ms", per_scenario=True)
+    gp = scan.goodput(judged)
     assert gp is not None
     assert (gp["judged"], gp["good"]) == (5, 2)  # cancelled is not judged; the 5xx is not good
     assert gp["attainment"] == 0.4
     assert gp["scenarios"]["b"]["good"] == 1 and gp["scenarios"]["a"]["judged"] == 4
     assert sum(gp["series"]["good"]) == 2
-    assert goodput_summary(lines, parse_slos("error_rate=1%"), per_scenario=False) is None
+    scan, judged, _ = _scan(lines, 0.0, 0.0, "error_rate=1%")
+    assert scan.goodput(judged) is None
 
 
 def test_fixed_window_cuts_requests_by_schedule_time() -> None:
     lines = [_line(i, 100, 10) for i in range(20)]
-    w = choose_window(lines, 5.0, 3.0)
-    assert (w.start, round(w.end)) == (1005.0, 1016)
-    with pytest.raises(ValueError, match="leave nothing"):
-        choose_window(lines, 15.0, 10.0)
+    w = _scan(lines, 5.0, 3.0)[1].window
+    assert w is not None and (w.start, round(w.end)) == (1005.0, 1016)
+    nothing = _scan(lines, 15.0, 10.0)[1]  # nothing left to judge: the whole run is, with a note
+    assert nothing.window is None and nothing.note is not None and "leave nothing" in nothing.note
 
 
 def test_metrics_rebuilt_from_the_record_log_match_the_live_ones(tmp_path: Path, small_profile: Path) -> None:
@@ -77,7 +95,9 @@ def test_metrics_rebuilt_from_the_record_log_match_the_live_ones(tmp_path: Path,
         )
     assert res.returncode == 0, res.stderr
     live = json.loads((tmp_path / "o" / "run.json").read_text())["metrics"]
-    rebuilt = build_metrics(aggregate_lines(read_lines([tmp_path / "o" / "records.jsonl"]), False).all)
+    rebuilt = build_metrics(
+        _aggregate([as_line(x) for x in read_lines([tmp_path / "o" / "records.jsonl"])]).all
+    )
     assert rebuilt["requests"] == live["requests"]
     assert rebuilt["tokens"] == live["tokens"]
     for name in (
@@ -162,14 +182,15 @@ def test_live_goodput_counts_agree_with_the_record_log(tmp_path: Path, small_pro
 def test_default_warmup_is_a_tenth_of_the_schedule_capped() -> None:
     assert default_warmup_s(30.0) == 3.0 and default_warmup_s(600.0) == 30.0 and default_warmup_s(0.0) == 0.0
     lines = [_line(i, 100, 10) for i in range(40)]  # scheduled at 1000 ... 1039
-    jr = judge_lines(lines, None, 0.0, per_scenario=False)
+    _, jr, inside = _scan(lines, None, 0.0)
     assert jr.window is not None and jr.window.warmup_s == 3.9 and jr.config["warmup_source"] == "default"
-    assert [r["t"] for r in jr.lines][0] == 1004.0 and jr.aggregates is not None
-    assert jr.aggregates.all.completed == 36
+    assert [r.t for r in inside][0] == 1004.0
+    assert _aggregate(inside).all.completed == 36
     # Set explicitly: 0 judges everything (the old behaviour); a number is used as it is.
-    jr0 = judge_lines(lines, 0.0, 0.0, per_scenario=False)
-    assert jr0.window is None and len(jr0.lines) == 40 and jr0.config["warmup_source"] == "set"
-    assert judge_lines(lines, 10.0, 0.0, per_scenario=False).window.warmup_s == 10.0
+    _, jr0, inside0 = _scan(lines, 0.0, 0.0)
+    assert jr0.window is None and len(inside0) == 40 and jr0.config["warmup_source"] == "set"
+    w10 = _scan(lines, 10.0, 0.0)[1].window
+    assert w10 is not None and w10.warmup_s == 10.0
 
 
 def test_generator_health_is_judged_over_the_steady_state() -> None:
@@ -178,14 +199,17 @@ def test_generator_health_is_judged_over_the_steady_state() -> None:
         {**_line(i, 100, 10), "t": 1000.0 + i * 0.1, "sent_us": 90_000 if i < 3 else 2_000}
         for i in range(100)
     ]
-    h = steady_health(lines, default_warmup_s(9.9))
+    h = _scan(lines, None, 0.0)[1].health  # the default warm-up of a 9.9 s schedule: 0.99 s
     assert h["whole_run_schedule_lag_p99_ms"] >= 89.0  # judged over the whole run: invalid
     assert h["schedule_lag_p99_ms"] <= 2.1 and h["startup_s"] == 0.99 and h["requests"] == 90
     # Even with --warmup 0 the health check leaves out the start-up.
-    jr = judge_lines(lines, 0.0, 0.0, per_scenario=False)
+    jr = _scan(lines, 0.0, 0.0)[1]
     assert jr.window is None and jr.health["schedule_lag_p99_ms"] <= 2.1
-    # Nothing after the start-up: every request is judged rather than none.
-    assert steady_health(lines[:3], 50.0)["schedule_lag_p99_ms"] >= 89.0
+    # Nothing after the start-up (every later request was never sent): every request is judged
+    # rather than none.
+    unsent = [{**ln, "sent_us": None} for ln in lines[3:]]
+    h = _scan(lines[:3] + unsent, None, 0.0)[1].health
+    assert h["schedule_lag_p99_ms"] >= 89.0 and (h["startup_s"], h["requests"]) == (0.0, 3)
 
 
 def test_default_warmup_in_a_real_run_and_warmup_0(tmp_path: Path, small_profile: Path) -> None:

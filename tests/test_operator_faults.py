@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from loadtest.results.record_log import read_records
+from loadtest.results import record_log
 from loadtest.sim import SimProcess
 from tests.conftest import read_lines, run_cli, write_profile
 from tests.test_fault_matrix import _stop, start_run
@@ -112,10 +112,10 @@ def test_record_log_cut_mid_line_still_loads_and_report_rebuilds(tmp_path: Path)
         res = run_cli(["run", "--profile", str(prof), "--host", sim.base_url, "--out", str(out)])
     assert res.returncode == 0, res.stderr
     log = out / "records.jsonl"
-    n = len(list(read_records([log])))
+    n = len(list(record_log.read_lines([log])))
     data = log.read_bytes()
     log.write_bytes(data[: len(data) - 25])  # a crash cut the last line
-    assert len(list(read_records([log]))) == n - 1 >= 1
+    assert len(list(record_log.read_lines([log]))) == n - 1 >= 1
     (out / "report.html").unlink()
     res = run_cli(["report", str(out)])
     assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr

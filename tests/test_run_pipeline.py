@@ -1,5 +1,5 @@
-"""The post-run pipeline (loadtest/run/): the record log read in batches gives the numbers the lines held
-in memory give; providers contribute checks before the one verdict; errors carry their exit codes."""
+"""The post-run pipeline (loadtest/run/): the record log read in batches gives the same numbers whatever
+the batches; providers contribute checks before the one verdict; errors carry their exit codes."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ import pytest
 from loadtest.client.failures import FailureTally, commonest_failure, failure_note
 from loadtest.contracts.record_line import RecordLine, as_line
 from loadtest.errors import EXIT_COULD_NOT_RUN, EXIT_USAGE, LoadtestError, UsageError
-from loadtest.metrics.judged import aggregate_lines, goodput_summary, judge_lines
 from loadtest.metrics.judged_scan import JudgingScan, LineAggregator
 from loadtest.metrics.slo import parse_slos
 from loadtest.metrics.summary import build_metrics
@@ -65,24 +64,22 @@ def _lines(n: int = 300, seed: int = 3) -> list[RecordLine]:
     ("warmup", "cooldown"),
     [(None, 0.0), (0.0, 0.0), (2.5, 1.0), ("auto", "auto"), (0.0, "auto"), (100.0, 0.0)],
 )
-def test_the_batched_scan_gives_the_numbers_of_the_lines_in_memory(warmup: Any, cooldown: Any) -> None:
+def test_the_scan_gives_the_same_numbers_whatever_the_batches(warmup: Any, cooldown: Any) -> None:
     lines = _lines()
     slos = parse_slos("ttft_p90=500ms,tpot_p90=30ms")
-    scan = JudgingScan(warmup, cooldown, slos, per_scenario=True)
+    scans = [JudgingScan(warmup, cooldown, slos, per_scenario=True) for _ in range(2)]
     for batch in batched(lines, 7):
-        scan.add(batch)
-    judged = scan.window()
-    jr = judge_lines(lines, warmup, cooldown, per_scenario=True)
-    assert judged.window == jr.window and judged.note == jr.note
-    assert judged.health == jr.health and judged.config == jr.config
-    inside = [ln for ln in lines if judged.contains(ln)]
-    assert [ln.id for ln in inside] == [ln.id for ln in jr.lines]
-    assert scan.goodput(judged) == goodput_summary(jr.lines, slos, per_scenario=True)
-    if jr.aggregates is not None:
-        agg = LineAggregator(per_scenario=True)
-        for batch in batched(inside, 5):
-            agg.add(batch)
-        assert build_metrics(agg.result().all) == build_metrics(jr.aggregates.all)
+        scans[0].add(batch)
+    scans[1].add(lines)
+    small, whole = (s.window() for s in scans)
+    assert small == whole
+    assert scans[0].goodput(small) == scans[1].goodput(whole)
+    inside = [ln for ln in lines if small.contains(ln)]
+    aggs = [LineAggregator(per_scenario=True) for _ in range(2)]
+    for batch in batched(inside, 5):
+        aggs[0].add(batch)
+    aggs[1].add(inside)
+    assert build_metrics(aggs[0].result().all) == build_metrics(aggs[1].result().all)
 
 
 def test_no_goodput_without_a_per_request_slo() -> None:
@@ -102,7 +99,9 @@ def test_failures_and_providers_add_up_batch_by_batch() -> None:
     assert tally.note() == failure_note(lines) and tally.commonest() == commonest_failure(lines)
     rows = per.per_endpoint()["endpoints"]
     for i, row in enumerate(rows):
-        mine = build_metrics(aggregate_lines([ln for ln in lines if ln.endpoint == i], False).all)
+        agg = LineAggregator(per_scenario=False)
+        agg.add(ln for ln in lines if ln.endpoint == i)
+        mine = build_metrics(agg.result().all)
         assert (row["ok"], row["failed"], row["ttft_p99_ms"]) == (
             mine["requests"]["ok"],
             mine["requests"]["failed"],

@@ -58,7 +58,7 @@ class RecordLine(msgspec.Struct):
 LINE_ENCODER = msgspec.json.Encoder()
 LINE_DECODER = msgspec.json.Decoder(RecordLine)
 
-# A line as a RecordLine, or in its dict form (a decoded JSON object: ``read_records``, tests).
+# A line as a RecordLine, or in its dict form (a decoded JSON object: ``to_dict``, tests).
 LineLike: TypeAlias = RecordLine | Mapping[str, Any]
 
 

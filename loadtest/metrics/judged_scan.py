@@ -1,5 +1,6 @@
 """The judged window, the generator's steady-state health and goodput from a record log read batch by
-batch (``metrics/judged.py`` does the same from lines held in memory; the numbers are the same).
+batch: their one implementation (``metrics/judged.py`` holds the default warm-up, ``Window`` and
+``steady_state`` it uses).
 
 Pass one (``JudgingScan.add``) keeps a few compact columns per request, never a line. ``window()``
 then chooses the judged window; pass two feeds the lines inside it (``JudgedWindow.contains``) to a
@@ -106,7 +107,13 @@ class JudgingScan:
 
     # ---- the window ---------------------------------------------------------------------------
     def window(self) -> JudgedWindow:
-        """The judged window (``judge_lines``' rules) and the generator's steady-state health."""
+        """The judged window and the generator's steady-state health.
+
+        The window comes from the warm-up (``default_warmup_s`` of the schedule when None) and the
+        cool-down; when they leave nothing, or no request was scheduled inside it, the whole run is
+        judged and ``note`` says why. The generator's health is judged over its steady state whatever
+        the warm-up: requests scheduled in the default warm-up (or the window's, when longer) are left
+        out of the schedule-lag p99."""
         ts = self._t
         span = max(ts) - min(ts) if ts else 0.0
         default = self.warmup is None
@@ -134,7 +141,8 @@ class JudgingScan:
         return JudgedWindow(window, health, config, note)
 
     def _choose(self, warmup: float | str, cooldown: float | str) -> Window:
-        """``choose_window``: fixed warm-up/cool-down seconds, or ``"auto"`` (steady-state detection)."""
+        """The window from fixed warm-up/cool-down seconds, or ``"auto"`` (steady-state detection);
+        ValueError when they leave nothing of the schedule."""
         t0, t_last = min(self._t), max(self._t)
         automatic = warmup == "auto" or cooldown == "auto"
         first, last = steady_state(self._completion_rates(t0)) if automatic else (0, 0)
@@ -157,8 +165,13 @@ class JudgingScan:
         return [per_sec.get(i, 0.0) for i in range(n_secs)]
 
     def _health(self, startup_s: float) -> dict[str, Any]:
-        """``steady_health``: the schedule-lag p99 of requests scheduled ``startup_s`` or more after the
-        first one, else of every request."""
+        """The generator's schedule lag over its steady state: requests scheduled ``startup_s`` or more
+        after the first one (the first requests of every connection pay its set-up; a run's start is not
+        what the generator sustains). Falls back to every request when none is left after the start-up.
+
+        Returns ``startup_s`` (the seconds left out), ``requests`` (lag samples judged),
+        ``schedule_lag_p99_ms`` (HDR p99, like run.json's percentiles; None without samples) and
+        ``whole_run_schedule_lag_p99_ms``."""
 
         def p99(values: list[int]) -> float | None:
             if not values:
@@ -182,8 +195,10 @@ class JudgingScan:
 
     # ---- goodput ------------------------------------------------------------------------------
     def goodput(self, judged: JudgedWindow) -> dict[str, Any] | None:
-        """``goodput_summary`` of the judged requests: SLO attainment and goodput, overall, per second
-        and per scenario; None without a TTFT or TPOT SLO, or without a judged request that finished."""
+        """SLO attainment and goodput (good requests/s, good output tokens/s) of the judged requests,
+        overall, per second and per scenario. A request is good when it is ok and meets the per-request
+        TTFT and TPOT limits taken from the SLOs (the highest percentile's limit for each); cancelled
+        requests are not judged. None without a TTFT or TPOT SLO, or without a judged request."""
         rule = self.rule
         if rule is None:
             return None

@@ -5,12 +5,11 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import msgspec
 
 from loadtest.client.record import RequestRecord
-from loadtest.contracts.record_line import LINE_DECODER, LINE_ENCODER, RecordLine, to_dict
+from loadtest.contracts.record_line import LINE_DECODER, LINE_ENCODER, RecordLine
 
 
 class RecordLog:
@@ -45,11 +44,6 @@ def read_lines(paths: list[Path]) -> Iterator[RecordLine]:
                     yield LINE_DECODER.decode(line)
                 except msgspec.DecodeError:  # also msgspec.ValidationError
                     continue
-
-
-def read_records(paths: list[Path]) -> Iterator[dict[str, Any]]:
-    """``read_lines`` in the dict form, for callers that still take dicts (cli/run_cmd.py, cli/run_extras.py)."""
-    return map(to_dict, read_lines(paths))
 
 
 def record_files(run_dir: Path) -> list[Path]:
