@@ -9,15 +9,15 @@ from functools import cache
 import numpy as np
 import pytest
 
+from loadtest.contracts.record_line import as_line
 from loadtest.metrics import early_stopping as es
 from loadtest.metrics import hdr
+from loadtest.metrics.judged_scan import JudgingScan
 from loadtest.metrics.recorder import Aggregate
 from loadtest.metrics.slo import (
     ErrorRateSlo,
     RequestSlo,
     Slo,
-    attainment,
-    goodput,
     parse_duration_ms,
     parse_percent,
     parse_slos,
@@ -267,27 +267,27 @@ def test_request_slo() -> None:
     )
 
 
-def test_attainment_and_goodput() -> None:
-    slo = RequestSlo(ttft_ms=200.0, tpot_ms=None)
+def test_attainment_and_goodput_through_the_scan() -> None:
+    """Goodput as the run computes it (metrics/judged_scan): cancelled requests are not judged, a failed
+    one is judged and not good, good tokens are the server's count else the client's, per second of the
+    span from the first scheduled to the last completed request."""
     recs = [
         _rec(t=1000.0, out=10),  # done 1002: good
         _rec(t=1001.0, ttft_us=300_000, out=20),  # done 1003: bad
         _rec(t=1002.0, outcome="timeout", out=0),  # done 1004: judged, bad
         _rec(t=1003.0, outcome="cancelled"),  # not judged
         _rec(t=1004.0, out=30),  # done 1006: good
-        _rec(t=1020.0, out=40),  # done 1022: outside the window
+        _rec(t=1020.0, out=40),  # done 1022: good
     ]
-    assert attainment(recs, slo) == pytest.approx(3 / 5)
-    window = (1000.0, 1010.0)
-    assert attainment(recs, slo, window) == pytest.approx(2 / 4)
-    g = goodput(recs, slo, window)
-    assert (g.judged, g.good, g.good_output_tokens) == (4, 2, 40)
-    assert g.requests_per_s == pytest.approx(0.2)
-    assert g.output_tokens_per_s == pytest.approx(4.0)
-    assert g.attainment == pytest.approx(0.5)
-    assert attainment([], slo) is None
-    with pytest.raises(ValueError):
-        goodput(recs, slo, (5.0, 5.0))
+    scan = JudgingScan(0.0, 0.0, parse_slos("ttft_p99=200ms"), per_scenario=False)
+    scan.add([as_line(r) for r in recs])
+    gp = scan.goodput(scan.window())
+    assert gp is not None and gp["rule"] == {"ttft_ms": 200.0, "tpot_ms": None}
+    assert (gp["judged"], gp["good"], gp["attainment"]) == (5, 3, 0.6)
+    assert gp["good_requests_per_s"] == pytest.approx(3 / 22, abs=1e-4)
+    assert gp["good_output_tokens_per_s"] == pytest.approx(80 / 22, abs=1e-3)
+    empty = JudgingScan(0.0, 0.0, parse_slos("ttft_p99=200ms"), per_scenario=False)
+    assert empty.goodput(empty.window()) is None
 
 
 # ---------------------------------------------------------------- verdicts

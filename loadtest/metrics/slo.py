@@ -8,8 +8,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from loadtest.client.record import line_output_tokens
-from loadtest.contracts.record_line import LineLike, RecordLine, as_line
+from loadtest.contracts.record_line import LineLike, as_line
 
 # Metrics an SLO may name (the latency histograms of loadtest.metrics.recorder.LATENCY_METRICS).
 SLO_METRICS: tuple[str, ...] = ("ttft", "ttft_send", "ttfa", "itl", "tpot", "e2e", "schedule_lag")
@@ -210,72 +209,6 @@ class RequestSlo:
             if tpot is not None and tpot > self.tpot_ms * 1000.0:
                 return False
         return True
-
-
-def completion_epoch(record: LineLike) -> float:
-    """When a record-log request finished (epoch s): scheduled ``t`` plus ``e2e_us`` (``t`` if unknown)."""
-    line = as_line(record)
-    return line.t + (line.e2e_us / 1e6 if line.e2e_us is not None else 0.0)
-
-
-def _output_tokens(record: RecordLine) -> int:
-    return line_output_tokens(record)  # server usage when sent, else the client count
-
-
-def _in_window(record: RecordLine, window: tuple[float, float] | None) -> bool:
-    if window is None:
-        return True
-    done = completion_epoch(record)
-    return window[0] <= done < window[1]
-
-
-@dataclass(frozen=True, slots=True)
-class Goodput:
-    """Good requests and their output tokens over a window, per second."""
-
-    judged: int
-    good: int
-    good_output_tokens: int
-    duration_s: float
-    requests_per_s: float
-    output_tokens_per_s: float
-
-    @property
-    def attainment(self) -> float | None:
-        return self.good / self.judged if self.judged else None
-
-
-def attainment(
-    records: Iterable[LineLike], slo: RequestSlo, window: tuple[float, float] | None = None
-) -> float | None:
-    """good / judged; judged = requests not cancelled (completing inside ``window`` when given)."""
-    judged = good = 0
-    for r in map(as_line, records):
-        if r.outcome == "cancelled" or not _in_window(r, window):
-            continue
-        judged += 1
-        good += slo.is_good(r)
-    return good / judged if judged else None
-
-
-def goodput(records: Iterable[LineLike], slo: RequestSlo, window: tuple[float, float]) -> Goodput:
-    """Good requests/s and good output tokens/s for requests completing in [start, end) epoch seconds.
-
-    Output tokens are the server's usage (``usage_completion_tokens``), the client count as fallback.
-    """
-    start, end = window
-    if not end > start:
-        raise ValueError(f"the window must have end > start (got {window})")
-    judged = good = tokens = 0
-    for r in map(as_line, records):
-        if r.outcome == "cancelled" or not _in_window(r, window):
-            continue
-        judged += 1
-        if slo.is_good(r):
-            good += 1
-            tokens += _output_tokens(r)
-    d = end - start
-    return Goodput(judged, good, tokens, d, good / d, tokens / d)
 
 
 def merge_slos(profile_slos: Mapping[str, Any] | None, cli: str | None) -> list[AnySlo]:
