@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cache
 
+from loadtest.tokens.tokenizer import Tokenizer
+
 # The reference text: ordinary English prose, a little code, numbers and punctuation, the mix an
 # assistant's answers tend to have. Each tokenizer's characters-per-token on it sets its factor.
 REFERENCE_TEXT = """\
@@ -55,7 +57,6 @@ class TokenUnit:
 @cache
 def chars_per_token(name: str) -> float | None:
     """Characters per token of a tokenizer on the reference text (None if it cannot be loaded here)."""
-    from loadtest.tokens.tokenizer import Tokenizer
 
     try:
         n = Tokenizer(name).count(REFERENCE_TEXT)

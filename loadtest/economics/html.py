@@ -7,6 +7,7 @@ from typing import Any
 from markupsafe import Markup, escape
 
 from loadtest.economics.cost import run_economics
+from loadtest.economics.sweep import rank_by_cost
 
 
 def _num(v: float | None, digits: int = 2) -> str:
@@ -110,7 +111,6 @@ def extra_sections(run: dict[str, Any]) -> list[dict[str, Any]]:
 def cost_ranking_html(sides: list[Any]) -> Markup | None:
     """The compare report's "Cost at equal SLO" table: each input's cost per million output tokens at its
     cheapest point meeting the SLOs (a sweep) or its own run (a passing run), cheapest first."""
-    from loadtest.economics.sweep import rank_by_cost
 
     ranking = rank_by_cost([(s.name, s.path, s.run) for s in sides])
     if ranking is None:

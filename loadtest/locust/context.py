@@ -14,6 +14,8 @@ import gevent
 import psutil
 from locust.env import Environment
 
+from loadtest.client.apis import configure_client
+from loadtest.client.balancer import balanced_client
 from loadtest.client.openai import OpenAIClient, Timeouts
 from loadtest.client.record import RequestRecord
 from loadtest.client.secrets import install_redaction, load_api_key
@@ -121,8 +123,6 @@ class RunContext:
     def new_client(self, host: str | None = None) -> OpenAIClient:
         s = self.settings
         if host is None and s.hosts and len(s.hosts) > 1:
-            from loadtest.client.balancer import balanced_client
-
             return balanced_client(self)  # type: ignore[return-value]  # same interface, several endpoints
         client = OpenAIClient(
             host or s.host,
@@ -133,7 +133,6 @@ class RunContext:
             worker=self.worker_index,
             verify_tls=s.verify_tls,
         )
-        from loadtest.client.apis import configure_client
 
         configure_client(client, self.profile)  # the profile's auth scheme, headers and extra body fields
         return client

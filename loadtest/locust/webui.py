@@ -19,7 +19,7 @@ from gevent.event import Event
 from loadtest.locust.settings import RunSettings, load_mode
 from loadtest.metrics.hdr import fast_percentiles
 from loadtest.metrics.recorder import Aggregate
-from loadtest.metrics.slo import AnySlo, ErrorRateSlo
+from loadtest.metrics.slo import AnySlo, ErrorRateSlo, merge_slos
 from loadtest.profile.loader import resolve_profile_path
 from loadtest.profile.schema import Profile
 from loadtest.workload.salt import new_run_nonce
@@ -194,8 +194,6 @@ class LlmWebUi:
             base = dataclasses.replace(base, profile_ref=str(resolve_profile_path(chosen)))
         profile, _ = base.profile()
         if profile.name != self.profile.name:
-            from loadtest.metrics.slo import merge_slos
-
             self.profile, self.load_description = profile, profile.load.describe()
             self.slos = merge_slos(profile.slos, base.slo)
         out = new_run_dir(self.reports_root, profile.name)

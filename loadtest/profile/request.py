@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
-from loadtest.profile.base import Strict
+from loadtest.profile.base import Strict, rule_error
 
 Api = Literal["chat", "completions", "responses", "embeddings", "raw"]
 # Body fields the workload itself sets: extra_body may not replace them.
@@ -68,7 +68,6 @@ class RawSpec(Strict):
 
 def check_api(sc: Any, api: str, i: int) -> None:
     """Rules that tie a scenario to its API (raises the profile's rule error naming the key)."""
-    from loadtest.profile.base import rule_error
 
     if api == "raw" and sc.raw is None:
         raise rule_error(

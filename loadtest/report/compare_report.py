@@ -11,6 +11,7 @@ from hdrh.histogram import HdrHistogram
 from markupsafe import Markup
 
 from loadtest.compare.inputs import Side
+from loadtest.economics.html import cost_ranking_html
 from loadtest.fmt import NA, fmt_ms, fmt_num, short_hash
 from loadtest.metrics import hdr
 from loadtest.report import charts
@@ -264,7 +265,6 @@ def render_compare_html(doc: dict[str, Any], sides: list[Side], out_dir: Path) -
 
 def _cost_ranking(sides: list[Side]) -> Markup | None:
     """Inputs ranked by cost at equal SLO (loadtest.economics); None when no input carries a price."""
-    from loadtest.economics.html import cost_ranking_html
 
     return cost_ranking_html(sides)
 

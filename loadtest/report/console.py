@@ -7,6 +7,7 @@ from typing import Any
 
 from loadtest.fmt import fmt_int, fmt_ms, fmt_num, fmt_pct
 from loadtest.report import facts
+from loadtest.telemetry.warm import warm_note
 
 WIDTH = 96
 NA = "-"
@@ -102,7 +103,6 @@ def _warm_lines(run: dict[str, Any]) -> list[str]:
     pc = run.get("prefix_cache")
     if not isinstance(pc, dict) or not pc.get("warm") or pc.get("hit_rate") is None:
         return []
-    from loadtest.telemetry.warm import warm_note
 
     return ["", *_kv("WARNING", str(pc.get("warning") or warm_note(float(pc["hit_rate"]))))]
 

@@ -9,6 +9,7 @@ from typing import Any
 import jinja2
 from markupsafe import Markup
 
+from loadtest.economics.html import extra_sections
 from loadtest.fmt import NA, fmt_int, fmt_ms, fmt_num, fmt_pct, short_hash
 from loadtest.report import charts, facts
 from loadtest.report import run_sections as sections
@@ -190,7 +191,6 @@ def _context(run: dict[str, Any], log: LogSummary | None, log_info: str) -> dict
 
 def _extra_sections(run: dict[str, Any]) -> list[dict[str, Any]]:
     """Cost and per-endpoint sections (loadtest.economics.html); none when the run lacks their inputs."""
-    from loadtest.economics.html import extra_sections
 
     return extra_sections(run)
 

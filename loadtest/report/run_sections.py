@@ -17,6 +17,7 @@ from loadtest.profile.dists import Length
 from loadtest.report import charts, facts
 from loadtest.results.log_stats import LogSummary
 from loadtest.results.percentiles import HEADLINE_METRICS, decode, percentile_table
+from loadtest.telemetry.warm import warm_note
 from loadtest.workload.lengths import sample_length
 
 MAX_SERIES_POINTS = 1200
@@ -548,6 +549,5 @@ def warm_cache_warning(run: dict[str, Any]) -> str | None:
     pc = run.get("prefix_cache")
     if not isinstance(pc, dict) or not pc.get("warm") or pc.get("hit_rate") is None:
         return None
-    from loadtest.telemetry.warm import warm_note
 
     return str(pc.get("warning") or warm_note(float(pc["hit_rate"])))

@@ -13,6 +13,7 @@ from typing import Any
 
 from loadtest.contracts.record_line import RecordLine
 from loadtest.economics.cost import endpoint_record, run_economics
+from loadtest.economics.spec import EndpointSpec
 from loadtest.locust.settings import RunSettings
 from loadtest.metrics.judged import record_from_line
 from loadtest.metrics.recorder import Recorder
@@ -220,7 +221,6 @@ class TelemetryProvider(Provider):
 
 def endpoint_extras(settings: RunSettings, engine_info: Mapping[str, Any] | None) -> dict[str, Any]:
     """run.json ``endpoint`` keys: ``replicas`` and ``balance``, ``hardware`` and ``price`` (when known)."""
-    from loadtest.economics.spec import EndpointSpec
 
     out: dict[str, Any] = {}
     if settings.hosts:

@@ -21,6 +21,7 @@ from loadtest.metrics.verdict import ValidityRules, Verdict, health_warnings, ju
 from loadtest.profile.schema import Profile
 from loadtest.report.run_report import VERDICT_LABELS
 from loadtest.results.record_log import read_lines
+from loadtest.results.run_json import build_run_document, write_run_json
 from loadtest.run.endpoint import EndpointFacts
 from loadtest.run.providers import (
     Contribution,
@@ -34,6 +35,7 @@ from loadtest.run.providers import (
 )
 from loadtest.telemetry import TelemetryPoller
 from loadtest.workload.builder import Workload
+from loadtest.workload.salt import describe_run_salt
 
 if TYPE_CHECKING:  # importing locust monkey-patches the process: only where a run happens
     from loadtest.locust.runtime import RunOutcome
@@ -85,7 +87,6 @@ def finalize(run: FinishedRun) -> Finalized:
     console lines (summary, paths, warnings, the verdict line last) and the exit code (the verdict's,
     or 130/143 for a run a signal ended)."""
     from loadtest.report import format_summary, render_run_report
-    from loadtest.results.run_json import build_run_document, write_run_json
 
     settings, profile, workload, outcome, out = run.settings, run.profile, run.workload, run.outcome, run.out
     doc = build_run_document(
@@ -243,7 +244,6 @@ def endpoint_section(settings: RunSettings, facts: EndpointFacts) -> dict[str, A
 
 def run_config(settings: RunSettings, profile: Profile, workload: Workload) -> dict[str, Any]:
     """run.json ``config``: the profile as run, the load, the tokenizer, the run salt, the client policy."""
-    from loadtest.workload.salt import describe_run_salt
 
     load = profile.load
     return {

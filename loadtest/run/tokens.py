@@ -8,6 +8,7 @@ from typing import Any
 
 from loadtest.locust.settings import RunSettings
 from loadtest.profile.schema import Profile
+from loadtest.sim.presets import get_model
 from loadtest.tokens.tokenizer import TokenizerChoice, choose_tokenizer
 from loadtest.workload.builder import Workload
 
@@ -26,7 +27,6 @@ def _engine_tokenizer(engine_info: dict[str, Any] | None) -> str | None:
     """The embedded engine's own tokenizer (its model preset's), when the run started one."""
     if engine_info is None:
         return None
-    from loadtest.sim.presets import get_model
 
     try:
         return get_model(str(engine_info.get("model") or "")).tokenizer
