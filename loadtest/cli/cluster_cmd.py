@@ -140,7 +140,7 @@ def master_command(args: argparse.Namespace) -> int:
 
 
 def worker_command(args: argparse.Namespace) -> int:
-    from loadtest.locust.runtime import worker_main
+    from loadtest.locust.worker_session import worker_main
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     return worker_main(args.master_host, args.master_port, out=args.out, master_wait_s=args.master_timeout)

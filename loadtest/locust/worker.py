@@ -10,7 +10,7 @@ import os  # noqa: E402
 import signal  # noqa: E402
 import sys  # noqa: E402
 
-from loadtest.locust.runtime import worker_main  # noqa: E402
+from loadtest.locust.worker_session import worker_main  # noqa: E402
 
 
 def main() -> int:

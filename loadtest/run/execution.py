@@ -35,7 +35,8 @@ def execute(
     Locust master over ``settings.processes`` local workers, or with ``master`` over that many workers
     that connect from anywhere. The endpoints' /metrics are polled meanwhile unless told not to.
     LoadtestError when the run cannot start or its workers fail to come."""
-    from loadtest.locust import runtime  # here, not above: it monkey-patches the process
+    from loadtest.locust import master as distributed  # here, not above: Locust monkey-patches the process
+    from loadtest.locust import runtime
 
     settings = prepared.settings
     poller = None
@@ -49,7 +50,7 @@ def execute(
         )
     try:
         if master is not None:
-            outcome = runtime.run_master(
+            outcome = distributed.run_master(
                 settings,
                 master.port,
                 spawn_local=False,
@@ -58,7 +59,7 @@ def execute(
                 wait_s=master.wait_s,
             )
         elif settings.processes > 1:
-            outcome = runtime.run_master(settings, _free_port())
+            outcome = distributed.run_master(settings, _free_port())
         else:
             outcome = runtime.run_local(settings)
     except RuntimeError as e:

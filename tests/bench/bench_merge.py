@@ -13,7 +13,7 @@ import msgpack
 from harness import line
 
 from loadtest.client.record import RequestRecord
-from loadtest.locust.runtime import RecordSink, ShippedLog
+from loadtest.locust.shipping import RecordSink, ShippedLog
 from loadtest.metrics.recorder import Recorder, RunAggregates
 
 SCENARIOS = ("chat", "agent", "summarize")

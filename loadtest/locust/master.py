@@ -1,0 +1,434 @@
+"""The master's part of a distributed run: hand each worker its settings, merge the histogram deltas and
+record lines they report, notice lost workers (recovering what they finished where it can), and collect
+every worker's final results at the end."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import gevent
+import msgspec
+import yaml
+from locust.env import Environment
+from locust.rpc import Message
+from locust.runners import MasterRunner
+
+from loadtest.contracts.messages import (
+    Failing,
+    Final,
+    Finish,
+    Hello,
+    MessageError,
+    Ready,
+    Settings,
+    from_data,
+    report_from,
+)
+from loadtest.contracts.record_line import LINE_ENCODER
+from loadtest.locust.compat import check_locust_version, users_dispatcher
+from loadtest.locust.runtime import RunOutcome, Stopper, drive_load, send, user_class
+from loadtest.locust.settings import RunSettings
+from loadtest.locust.shipping import RecordSink
+from loadtest.metrics.judged import record_from_line
+from loadtest.metrics.recorder import Recorder, RunAggregates
+from loadtest.profile.loader import load_profile
+from loadtest.results.record_log import read_lines
+from loadtest.workload.builder import Workload
+
+log = logging.getLogger("loadtest")
+
+LOST_AFTER_S = 5.0  # no heartbeat (sent every second) for this long: the worker is gone
+
+
+@dataclass
+class _Worker:
+    """What the master knows about one connected worker."""
+
+    index: int
+    client_id: str
+    host: str = "?"
+    pid: int = 0
+    ready: bool = False
+    error: str | None = None
+    last_seen: float = field(default_factory=time.monotonic)
+    lost: str | None = None
+    final: Final | None = None
+    records: str | None = None  # the worker's own copy of its records (path on its host), if it keeps one
+    in_flight: int = 0  # requests in flight at its last report: what a lost worker takes with it
+
+    def name(self) -> str:
+        return f"worker {self.index} ({self.host} pid {self.pid})"
+
+
+def settings_payload(settings: RunSettings, index: int = 0) -> Settings:
+    """What worker ``index`` needs to run: settings, the profile's content (trace path absolute), the fingerprint."""
+    profile, path = settings.profile()
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    trace = load_profile(settings.profile_ref)[0].load.trace
+    if (
+        trace is not None
+        and isinstance(data.get("load"), dict)
+        and isinstance(data["load"].get("trace"), dict)
+    ):
+        data["load"]["trace"]["path"] = trace.path  # resolved against the master's profile folder
+    return Settings(
+        index=index,
+        settings=settings.to_json(),
+        profile=json.dumps(data),
+        profile_name=path.stem,
+        fingerprint=Workload(profile, settings.seed).fingerprint(),
+    )
+
+
+class MasterSession:
+    """One master's run: the Locust master runner, what it knows of each worker, the merged results, and
+    the message handlers that keep them."""
+
+    def __init__(self, settings: RunSettings, runner: MasterRunner, env: Environment, n: int) -> None:
+        self.settings = settings
+        self.runner = runner
+        self.env = env
+        self.n = n
+        self.profile, _ = settings.profile()
+        self.payload = settings_payload(settings)
+        self.total = RunAggregates()
+        self.out = Path(settings.out_dir)
+        self.sink = RecordSink(self.out)
+        self.workers: dict[int, _Worker] = {}
+        self.by_client: dict[str, _Worker] = {}
+        self.failing: list[dict[str, Any]] = []  # the first worker's word that the endpoint fails wholesale
+        self.stopper = Stopper()
+        self.procs: dict[int, subprocess.Popen] = {}  # pid → local worker process
+
+    # ---- what the workers say ----
+    def on_connect(self, client_id: str, **_kw: Any) -> None:
+        if client_id in self.by_client:
+            return  # a repeated client_ready: it already has the settings
+        index = self.runner.get_worker_index(client_id)
+        if index >= self.n:
+            log.warning("worker %s connected but %d are expected: sending it away", client_id, self.n)
+            self.runner.send_message("quit", None, client_id)
+            return
+        self.by_client[client_id] = self.workers[index] = _Worker(index, client_id)
+
+    def on_hello(self, environment: Environment, msg: Message, **_kw: Any) -> None:
+        from_data(Hello, msg.data)
+        w = self.by_client.get(msg.node_id)
+        if w is not None:
+            w.last_seen = time.monotonic()
+            send(self.runner, msgspec.structs.replace(self.payload, index=w.index), msg.node_id)
+
+    def seen(self, client_id: str, **_kw: Any) -> None:
+        w = self.by_client.get(client_id)
+        if w is not None:
+            w.last_seen = time.monotonic()
+
+    def on_worker_report(self, client_id: str, data: dict) -> None:
+        self.seen(client_id)
+        report = report_from(data)
+        if report is None:  # the worker has no run yet
+            return
+        if (w := self.by_client.get(client_id)) is not None:
+            w.in_flight = report.in_flight
+        if report.delta:
+            self.total.merge_wire(report.delta)
+        self.sink.add(report.index, report.lines)
+
+    def on_ready(self, environment: Environment, msg: Message, **_kw: Any) -> None:
+        w = self.by_client.get(msg.node_id)
+        if w is None:
+            return
+        try:
+            ready = from_data(Ready, msg.data)
+        except MessageError as e:  # another loadtest version: the run stops with this line
+            w.error = str(e)
+            return
+        w.host, w.pid, w.error, w.records = ready.host, ready.pid, ready.error, ready.records
+        w.ready = w.error is None
+
+    def on_final(self, environment: Environment, msg: Message, **_kw: Any) -> None:
+        final = from_data(Final, msg.data)
+        self.total.merge_wire(final.delta)
+        self.sink.add(final.index, final.lines)
+        w = self.workers.get(final.index)
+        if w is not None:
+            w.final = final
+            if final.left:
+                _forget(self.runner, w.client_id)
+
+    def on_failing(self, environment: Environment, msg: Message, **_kw: Any) -> None:
+        if not self.failing:
+            self.failing.append(dict(from_data(Failing, msg.data).info))
+            self.stopper.event.set()  # every worker drains and sends its final results as at the end of a run
+
+    def listen(self) -> None:
+        self.env.events.worker_connect.add_listener(self.on_connect)
+        self.env.events.heartbeat_sent.add_listener(self.seen)
+        self.env.events.worker_report.add_listener(self.on_worker_report)
+        self.runner.register_message(Hello.TYPE, self.on_hello)
+        self.runner.register_message(Ready.TYPE, self.on_ready)
+        self.runner.register_message(Final.TYPE, self.on_final)
+        self.runner.register_message(Failing.TYPE, self.on_failing)
+        self.stopper.install()
+
+    # ---- the run ----
+    def run(self, spawn_local: bool, bind_host: str, master_port: int, wait_s: float) -> RunOutcome:
+        """Start (or wait for) the workers, drive the load, collect the finals, account for lost workers."""
+        settings, profile, runner, workers, sink, total = (
+            self.settings,
+            self.profile,
+            self.runner,
+            self.workers,
+            self.sink,
+            self.total,
+        )
+        stopper, procs, out, n = self.stopper, self.procs, self.out, self.n
+        self.listen()
+        if spawn_local:
+            for i in range(n):
+                p = _spawn_worker(bind_host, master_port, out / f"worker-{i}.log")
+                procs[p.pid] = p
+        watcher: gevent.Greenlet | None = None
+        started = time.time()
+        try:
+            _wait_for_workers(runner, workers, n, procs, stopper, wait_s, out, bind_host, master_port)
+            if stopper.reason:
+                runner.quit()
+                return RunOutcome(
+                    aggregates=total,
+                    interrupted_reason=f"{stopper.reason} while the workers were starting: no request was sent",
+                    signal=stopper.reason,
+                    record_files=sink.files,
+                    started_epoch=started,
+                    ended_epoch=time.time(),
+                )
+            watcher = gevent.spawn(_watch_workers, runner, workers, procs, stopper)
+            started = time.time()
+            drive_load(runner, profile, settings, stopper)
+            drain = stopper.reason is None
+            drain_s = profile.client.drain_timeout_s
+            send(runner, Finish(drain=drain, timeout=drain_s))
+            deadline = time.monotonic() + (drain_s if drain else 0) + 30
+            while time.monotonic() < deadline and any(
+                w.final is None and not w.lost for w in workers.values()
+            ):
+                gevent.sleep(0.05)
+            runner.quit()
+        finally:
+            if watcher is not None:
+                watcher.kill()
+            _stop_processes(list(procs.values()))
+            sink.close()
+        lost = [w for w in sorted(workers.values(), key=lambda w: w.index) if w.final is None or w.final.left]
+        recovered = {w.index: _recover_unshipped(w, sink, total, len(profile.scenarios) > 1) for w in lost}
+        sink.close()
+        if spawn_local:  # the local copies were only insurance: the run folder's logs now hold everything
+            for w in workers.values():
+                if w.records and Path(w.records).parent == out.resolve():
+                    Path(w.records).unlink(missing_ok=True)
+        reason: str | None = stopper.reason  # the signal handler may have set it since the start-up check
+        if lost and reason is None:
+            reason = "; ".join(f"{w.name()} {_lost_why(w)}" for w in lost) + (
+                ": every request it finished is included"
+                if all(recovered[w.index] is not None for w in lost)
+                else ": its requests up to its last report are included"
+                if len(lost) == 1
+                else ": their requests up to their last reports are included"
+            )
+        return RunOutcome(
+            aggregates=total,
+            interrupted_reason=reason,
+            signal=stopper.reason,
+            record_files=sink.files,
+            records_written=sum(sink.counts.values()),
+            workers_lost=[w.index for w in lost],
+            started_epoch=started,
+            ended_epoch=time.time(),
+            stopped_early=self.failing[0] if self.failing else None,
+        )
+
+
+def run_master(
+    settings: RunSettings,
+    master_port: int,
+    spawn_local: bool = True,
+    expect: int | None = None,
+    bind_host: str = "127.0.0.1",
+    wait_s: float = 60.0,
+) -> RunOutcome:
+    """A Locust master in this process and ``expect`` workers (default ``settings.processes``).
+
+    ``spawn_local``: start the workers as processes on this host; otherwise wait up to ``wait_s`` for
+    ``loadtest worker`` processes to connect from anywhere that can reach ``bind_host:master_port``.
+    """
+    check_locust_version()  # the distributed mode uses Locust's dispatcher (locust/compat.py)
+    n = settings.processes = expect or settings.processes
+    profile, _ = settings.profile()
+    env = Environment(user_classes=[user_class(profile)], host=settings.host)
+    try:
+        runner: MasterRunner = env.create_master_runner(bind_host, master_port)
+    except SystemExit as e:  # Locust exits when the port is taken
+        raise RuntimeError(f"cannot listen for workers on {bind_host}:{master_port} (port in use?)") from e
+    return MasterSession(settings, runner, env, n).run(spawn_local, bind_host, master_port, wait_s)
+
+
+def _recover_unshipped(w: _Worker, sink: RecordSink, total: RunAggregates, per_scenario: bool) -> int | None:
+    """A lost worker's records that it finished but never reported, taken from its own copy.
+
+    Possible when that copy is on this host (always for ``--processes`` workers: a file in the run
+    folder). Lines already shipped are skipped by id; a last line cut by the crash is ignored. The
+    recovered lines are appended to ``records-w<i>.jsonl`` and their metrics merged into ``total``,
+    so the merged histograms still count exactly the records in the folder. Returns how many lines
+    were recovered, or None when the worker's copy is not reachable from here.
+    """
+    if not w.records or w.host != socket.gethostname():
+        return None
+    local = Path(w.records)
+    if not local.is_file():
+        return None
+    shipped_path = sink.out / f"records-w{w.index}.jsonl"
+    shipped = {line.id for line in read_lines([shipped_path])} if shipped_path.is_file() else set()
+    missing = [line for line in read_lines([local]) if line.id not in shipped]
+    if not missing:
+        return 0
+    recorder = Recorder(per_scenario=per_scenario)
+    for line in missing:
+        recorder.add(record_from_line(line))
+    total.merge_wire(recorder.take_delta())
+    sink.add_raw(w.index, b"".join(LINE_ENCODER.encode(line) + b"\n" for line in missing))
+    log.warning(
+        "%s: %d finished request(s) it had not reported were taken from %s", w.name(), len(missing), local
+    )
+    return len(missing)
+
+
+def _lost_why(w: _Worker) -> str:
+    if w.final is not None and w.final.left:
+        return f"left the run early ({w.final.left})"
+    why = w.lost or "did not report its final results"
+    if w.in_flight:  # sent, never finished where the master can see: no record, and said so
+        why += f" with {w.in_flight} request{'s' if w.in_flight != 1 else ''} in flight at its last report (their outcome is unknown)"
+    return why
+
+
+def _wait_for_workers(
+    runner: MasterRunner,
+    workers: dict[int, _Worker],
+    n: int,
+    procs: dict[int, subprocess.Popen],
+    stopper: Stopper,
+    wait_s: float,
+    out: Path,
+    bind_host: str,
+    port: int,
+) -> None:
+    """Until ``n`` workers have their settings and are ready; a clear error otherwise."""
+    deadline = time.monotonic() + wait_s
+    if not procs:
+        log.warning(
+            "waiting up to %gs for %d worker(s): loadtest worker --master-host %s --master-port %d",
+            wait_s,
+            n,
+            "<this host>" if bind_host in ("0.0.0.0", "*", "::") else bind_host,
+            port,
+        )
+    while True:
+        failed = [w for w in workers.values() if w.error]
+        if failed:
+            w = failed[0]
+            raise RuntimeError(f"{w.name()} could not set up the run: {w.error}")
+        ready = [w for w in workers.values() if w.ready]
+        if len(ready) >= n and len(runner.clients.ready) >= n:
+            return
+        if stopper.reason:  # Ctrl-C / SIGTERM while the workers start: an interrupted run, not a failure
+            return
+        dead = [p for p in procs.values() if p.poll() is not None]
+        if dead or time.monotonic() > deadline:
+            where = f" (see {out}/worker-*.log)" if procs else f" within {wait_s:g}s on {bind_host}:{port}"
+            raise RuntimeError(f"only {len(ready)} of {n} workers connected and ready{where}")
+        gevent.sleep(0.1)
+
+
+def _watch_workers(
+    runner: MasterRunner, workers: dict[int, _Worker], procs: dict[int, subprocess.Popen], stopper: Stopper
+) -> None:
+    """Notice workers that die: a local process that exits, or any worker silent for ``LOST_AFTER_S``."""
+    t0 = time.monotonic()
+    while True:
+        gevent.sleep(0.25)
+        now = time.monotonic()
+        for w in workers.values():
+            if w.lost or w.final is not None:
+                continue
+            proc = procs.get(w.pid)
+            code = proc.poll() if proc is not None else None
+            if code is not None:
+                how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit status {code}"
+                w.lost = f"was lost {now - t0:.1f}s into the run (process ended: {how})"
+            elif now - w.last_seen > LOST_AFTER_S:
+                w.lost = f"was lost {now - t0:.1f}s into the run (no heartbeat for {now - w.last_seen:.0f}s)"
+            else:
+                continue
+            log.error("%s %s", w.name(), w.lost)
+            _forget(runner, w.client_id)
+        if workers and all(w.lost for w in workers.values()):
+            log.error("every worker is lost: ending the run")
+            stopper.event.set()
+            return
+
+
+def _forget(runner: MasterRunner, client_id: str) -> None:
+    """Drop a gone worker from Locust's books without handing its users to the others.
+
+    Locust would redistribute them when it finally drops a silent worker (after 60 s); in open loop
+    that would make a surviving worker dispatch its share of the schedule twice.
+    """
+    node = runner.clients.get(client_id)
+    if node is None:
+        return
+    del runner.clients[client_id]
+    dispatcher = users_dispatcher(runner)
+    if dispatcher is not None:
+        dispatcher.remove_worker(node)
+
+
+def _spawn_worker(master_host: str, master_port: int, log_path: Path) -> subprocess.Popen:
+    logf = open(log_path, "ab")  # noqa: SIM115 - handed to the child
+    host = "127.0.0.1" if master_host in ("0.0.0.0", "*") else master_host
+    cmd = [
+        sys.executable,
+        "-m",
+        "loadtest.locust.worker",
+        "--master-host",
+        host,
+        "--master-port",
+        str(master_port),
+        "--local",
+    ]
+    # A new session: a terminal Ctrl-C reaches the master only, which then stops the workers in order.
+    return subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def _stop_processes(procs: list[subprocess.Popen]) -> None:
+    deadline = time.monotonic() + 10
+    while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
+        gevent.sleep(0.05)
+    for p in procs:
+        if p.poll() is None:
+            p.terminate()
+    for p in procs:
+        try:
+            p.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            os.kill(p.pid, signal.SIGKILL)
+            p.wait()
