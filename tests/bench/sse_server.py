@@ -1,4 +1,5 @@
-"""Raw asyncio OpenAI-style SSE servers for the client benchmarks: 'batched' and truth-logging 'paced'."""
+"""Raw asyncio OpenAI-style SSE servers for the client benchmarks: 'batched' (framed like vLLM by default) and
+truth-logging 'paced'."""
 
 from __future__ import annotations
 
@@ -58,14 +59,27 @@ def chunked(data: bytes) -> bytes:
     return b"%x\r\n" % len(data) + data + b"\r\n"
 
 
-def batched_response(tokens: int) -> bytes:
-    body = role_event() + b"".join(content_event(i) for i in range(tokens))
-    body += finish_event() + usage_event(tokens) + DONE
-    head = (
-        "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
-        f"Connection: keep-alive\r\nContent-Length: {len(body)}\r\n\r\n"
-    )
-    return head.encode("latin-1") + body
+FRAMINGS = ("chunked", "coalesced", "content-length")
+COALESCE_EVENTS = 16  # coalesced framing: events per chunk, as a buffering proxy forwards them
+
+
+def batched_response(tokens: int, framing: str = "chunked") -> bytes:
+    """The whole response in one write. ``chunked``: one HTTP chunk per SSE event, as vLLM and SGLang
+    send; ``coalesced``: COALESCE_EVENTS events per chunk (a proxy that buffers); ``content-length``:
+    one body, no chunking (the framing that favours a client most)."""
+    events = [
+        role_event(),
+        *(content_event(i) for i in range(tokens)),
+        finish_event() + usage_event(tokens) + DONE,
+    ]
+    head = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\nConnection: keep-alive\r\n"
+    if framing == "content-length":
+        body = b"".join(events)
+        return (head + f"Content-Length: {len(body)}\r\n\r\n").encode("latin-1") + body
+    per = 1 if framing == "chunked" else COALESCE_EVENTS
+    chunks = [b"".join(events[i : i + per]) for i in range(0, len(events), per)]
+    body = b"".join(chunked(c) for c in chunks) + b"0\r\n\r\n"
+    return (head + "Transfer-Encoding: chunked\r\n\r\n").encode("latin-1") + body
 
 
 PACED_HEAD = (
@@ -77,13 +91,13 @@ PACED_HEAD = (
 class Server:
     """Request dispatch and the paced server's ground truth (perf_counter_ns after each write)."""
 
-    def __init__(self, mode: str, tokens: int, ttft_s: float, itl_s: float) -> None:
+    def __init__(self, mode: str, tokens: int, ttft_s: float, itl_s: float, framing: str = "chunked") -> None:
         self.mode = mode
         self.tokens = tokens
         self.ttft_ns = int(ttft_s * 1e9)
         self.itl_ns = int(itl_s * 1e9)
         self.loop = asyncio.get_running_loop()
-        self.batched = batched_response(tokens)
+        self.batched = batched_response(tokens, framing)
         self.paced_first = PACED_HEAD + chunked(role_event())
         self.paced_frames = [chunked(content_event(i)) for i in range(tokens)]
         self.paced_tail = chunked(finish_event() + usage_event(tokens) + DONE) + b"0\r\n\r\n"
@@ -206,7 +220,7 @@ class Conn(asyncio.Protocol):
 
 
 async def serve(args: argparse.Namespace) -> None:
-    srv = Server(args.mode, args.tokens, args.ttft_ms / 1e3, args.itl_ms / 1e3)
+    srv = Server(args.mode, args.tokens, args.ttft_ms / 1e3, args.itl_ms / 1e3, args.framing)
     server = await srv.loop.create_server(lambda: Conn(srv), args.host, args.port, backlog=8192)
     port = server.sockets[0].getsockname()[1]
     print(f"READY {port}", flush=True)
@@ -225,6 +239,12 @@ def main() -> None:
     )
     p.add_argument("--ttft-ms", type=float, default=100.0, help="paced: delay before the first token")
     p.add_argument("--itl-ms", type=float, default=20.0, help="paced: gap between tokens")
+    p.add_argument(
+        "--framing",
+        choices=FRAMINGS,
+        default="chunked",
+        help="batched: one chunk per event (vLLM, default), several per chunk (a proxy), or one body",
+    )
     args = p.parse_args()
     if args.tokens is None:
         args.tokens = 250 if args.mode == "batched" else 49

@@ -1,0 +1,188 @@
+"""Generator capacity in a whole `loadtest run`, side by side with a plain gevent client, on real framing.
+
+The server (tests/bench/sse_server.py, pinned to CPU 1) frames like vLLM: chunked transfer encoding, one
+chunk per SSE event (``--framing coalesced``: 16 events a chunk, as a buffering proxy sends them). The
+client side is pinned to CPU 0 and is, in turn:
+
+- ``run``: the whole `loadtest run` process (Locust, the record log, the histograms, the telemetry poller),
+  closed loop; its CPU time (psutil) and the content events of the ok requests that completed inside the
+  window (from its record log) give events per CPU-second;
+- ``gevent``: tests/bench/gevent_baseline.py, a plain gevent client (one readline and one json.loads per
+  event), the same streams against the same server in the same invocation.
+
+Both parts run against the ``batched`` server (each response, 250 one-token events, in one write) and the
+``paced`` one (TTFT 100 ms, then one event every 20 ms, each its own write). Every figure is printed as
+``name: value unit``; the ratios are what to compare across machines.
+
+    .venv/bin/python tests/bench/bench_run_capacity.py [--duration 10] [--warmup 3] [--concurrency 16] \
+        [--paced-concurrency 400] [--framing chunked|coalesced|content-length] [--only batched|paced]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+from harness import ServerProcess, line
+
+ROOT = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
+CLIENT_CPU = "0"
+PACED_TTFT_MS, PACED_ITL_MS, PACED_TOKENS = 100.0, 20.0, 49
+
+
+def _cpu_s(proc: psutil.Process) -> float:
+    t = proc.cpu_times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
+def _window_lines(log: Path, t0: float, t1: float) -> list[dict[str, Any]]:
+    """Record-log lines of requests that completed inside [t0, t1) (epoch seconds)."""
+    out = []
+    for raw in log.read_text().splitlines():
+        if not raw:
+            continue
+        rec = json.loads(raw)
+        if rec.get("e2e_us") is None:
+            continue
+        done = rec["t"] + rec["e2e_us"] / 1e6
+        if t0 <= done < t1:
+            out.append(rec)
+    return out
+
+
+def measure_run(
+    url: str, concurrency: int, duration: float, warmup: float, tokens: int, tmp: Path
+) -> dict[str, Any]:
+    """A whole `loadtest run`: events and CPU inside the window that opens ``warmup`` s after the first
+    request finished; the run's own TTFT and ITL percentiles (run.json)."""
+    prof = tmp / f"bench-{concurrency}.yaml"
+    prof.write_text(
+        json.dumps(
+            {
+                "name": "bench",
+                "input_tokens": {"dist": "fixed", "value": 12},
+                "output_tokens": {"dist": "fixed", "value": tokens},
+                "system_prompt_tokens": 0,
+                "load": {"concurrency": concurrency},
+                "duration_s": warmup + duration + 30,
+            }
+        )
+    )
+    out = tmp / f"run-{concurrency}-{time.time_ns()}"
+    cmd = [
+        "taskset",
+        "-c",
+        CLIENT_CPU,
+        sys.executable,
+        "-m",
+        "loadtest.cli.main",
+        "run",
+        "--profile",
+        str(prof),
+    ]
+    cmd += ["--host", url, "--endpoint-check", "none", "--model", "m-bench", "--out", str(out)]
+    cmd += ["--generator-health", "warn", "--warmup", "0"]
+    gen = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        proc = psutil.Process(gen.pid)
+        log = out / "records.jsonl"
+        deadline = time.monotonic() + 60
+        while not (log.exists() and log.stat().st_size):
+            if gen.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit(
+                    f"the run did not start: {gen.stderr.read().decode()[-2000:] if gen.stderr else ''}"
+                )
+            time.sleep(0.05)
+        time.sleep(warmup)
+        t0, cpu0 = time.time(), _cpu_s(proc)
+        time.sleep(duration)
+        t1, cpu1 = time.time(), _cpu_s(proc)
+        gen.send_signal(2)  # SIGINT: the run stops and writes its results
+        gen.wait(timeout=120)
+    finally:
+        if gen.poll() is None:
+            gen.kill()
+            gen.wait()
+    lines = _window_lines(out / "records.jsonl", t0, t1)
+    bad = {r["outcome"] for r in lines} - {"ok"}
+    if bad or not lines:
+        raise SystemExit(f"run: outcomes {bad or 'none'} in the window (expected only ok)")
+    events = sum(len(r["chunks_us"]) for r in lines)
+    lat = json.loads((out / "run.json").read_text())["metrics"]["latency_ms"]
+    return {
+        "events": events,
+        "responses": len(lines),
+        "cpu_s": cpu1 - cpu0,
+        "wall_s": t1 - t0,
+        "ttft_p99_ms": lat["ttft"].get("p99"),
+        "itl_p99_ms": lat.get("itl", {}).get("p99"),
+    }
+
+
+def measure_gevent(url: str, concurrency: int, duration: float, warmup: float, ramp: float) -> dict[str, Any]:
+    cmd = ["taskset", "-c", CLIENT_CPU, sys.executable, str(HERE / "gevent_baseline.py")]
+    cmd += [f"{url}/v1/chat/completions", str(concurrency), str(duration), "--warmup", str(warmup)]
+    cmd += ["--ramp", str(ramp)]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=duration + warmup + ramp + 120)
+    if res.returncode:
+        raise SystemExit(f"gevent baseline failed: {res.stderr[-2000:]}")
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    if out["errors"] or not out["responses"]:
+        raise SystemExit(f"gevent baseline: {out}")
+    return out
+
+
+def part(name: str, mode: str, framing: str, concurrency: int, args: argparse.Namespace, tokens: int) -> None:
+    extra = ["--framing", framing] if mode == "batched" else ["--tokens", str(PACED_TOKENS)]
+    ramp = PACED_TTFT_MS / 1e3 + PACED_TOKENS * PACED_ITL_MS / 1e3 if mode == "paced" else 0.0
+    with tempfile.TemporaryDirectory(prefix="bench-run-capacity-") as d:
+        with ServerProcess(mode, *extra) as srv:
+            run = measure_run(
+                srv.base_url.removesuffix("/v1"), concurrency, args.duration, args.warmup, tokens, Path(d)
+            )
+        with ServerProcess(mode, *extra) as srv:
+            base = measure_gevent(
+                srv.base_url.removesuffix("/v1"), concurrency, args.duration, args.warmup, ramp
+            )
+    run_rate = run["events"] / run["cpu_s"]
+    base_rate = base["events"] / base["cpu_s"]
+    line(f"{name}_streams", concurrency, "streams")
+    line(f"{name}_run_events_per_cpu_s", run_rate, "events/s")
+    line(f"{name}_run_cpu_util", run["cpu_s"] / run["wall_s"] * 100, "%", "{:.1f}")
+    line(f"{name}_gevent_events_per_cpu_s", base_rate, "events/s")
+    line(f"{name}_gevent_cpu_util", base["cpu_s"] / base["window_s"] * 100, "%", "{:.1f}")
+    line(f"{name}_run_vs_gevent", run_rate / base_rate, "x", "{:.2f}")
+    if mode == "paced":
+        line(f"{name}_run_ttft_p99_added", (run["ttft_p99_ms"] or 0) - PACED_TTFT_MS, "ms", "{:.2f}")
+        line(f"{name}_gevent_ttft_p99_added", (base["ttft_p99_ms"] or 0) - PACED_TTFT_MS, "ms", "{:.2f}")
+        line(f"{name}_run_itl_p99", run["itl_p99_ms"] or 0.0, "ms", "{:.2f}")
+        line(f"{name}_gevent_gap_p99", base["gap_p99_ms"] or 0.0, "ms", "{:.2f}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--duration", type=float, default=10.0, help="measurement window per part, s")
+    ap.add_argument("--warmup", type=float, default=3.0, help="seconds before the window opens")
+    ap.add_argument("--concurrency", type=int, default=16, help="streams against the batched server")
+    ap.add_argument("--paced-concurrency", type=int, default=400, help="streams against the paced server")
+    ap.add_argument("--framing", choices=("chunked", "coalesced", "content-length"), default="chunked")
+    ap.add_argument("--only", choices=("batched", "paced"))
+    args = ap.parse_args()
+    if args.only in (None, "batched"):
+        part(
+            f"batched_{args.framing.replace('-', '_')}", "batched", args.framing, args.concurrency, args, 250
+        )
+    if args.only in (None, "paced"):
+        part("paced", "paced", "chunked", args.paced_concurrency, args, PACED_TOKENS)
+
+
+if __name__ == "__main__":
+    main()
