@@ -14,8 +14,9 @@ from tokenizers import models, pre_tokenizers, trainers
 
 from loadtest.client.record import RequestRecord, line_input_tokens, line_output_tokens
 from loadtest.contracts.record_line import to_dict
+from loadtest.metrics.judged_scan import JudgingScan
 from loadtest.metrics.recorder import Recorder
-from loadtest.metrics.slo import RequestSlo, goodput
+from loadtest.metrics.slo import parse_slos
 from loadtest.metrics.summary import build_metrics
 from loadtest.sim import SimProcess
 from loadtest.workload.text import WORDS
@@ -90,8 +91,12 @@ def test_throughput_and_tpot_count_usage_and_keep_the_client_count(
 
 def test_goodput_counts_the_servers_tokens() -> None:
     lines = [record(i, client=41, server=51).to_log() for i in range(4)]
-    gp = goodput(lines, RequestSlo(ttft_ms=1000.0), (0.0, 2e9))
-    assert gp.good == 4 and gp.good_output_tokens == 4 * 51
+    scan = JudgingScan(0.0, 0.0, parse_slos("ttft_p99=1s"), per_scenario=False)
+    scan.add(lines)
+    gp = scan.goodput(scan.window())
+    assert gp is not None and gp["good"] == gp["judged"] == 4
+    # good tokens per good request: the server's 51, not the client's 41
+    assert gp["good_output_tokens_per_s"] / gp["good_requests_per_s"] == pytest.approx(51, rel=1e-3)
 
 
 @pytest.fixture
