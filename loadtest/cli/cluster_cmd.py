@@ -6,7 +6,13 @@ import argparse
 import logging
 
 from loadtest.cli.endpoint_flags import add_endpoint_check_option
-from loadtest.cli.run_options import endpoint_options, fail, run_options, telemetry_options
+from loadtest.cli.run_options import (
+    add_generator_health_option,
+    endpoint_options,
+    fail,
+    run_options,
+    telemetry_options,
+)
 from loadtest.errors import LoadtestError
 
 DEFAULT_MASTER_PORT = 5557
@@ -62,12 +68,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     m.add_argument("--slo", metavar="SPEC", help="SLOs to judge, e.g. ttft_p99=2s,error_rate=0.5%%")
     m.add_argument("--warmup", metavar="S|auto", help="judge only requests scheduled after this")
     m.add_argument("--cooldown", metavar="S|auto", help="and before this long before the last one")
-    m.add_argument(
-        "--generator-health",
-        choices=("fail", "warn"),
-        help="warn: an overloaded load generator is reported but never makes the run invalid "
-        "(default: the profile's judging.generator_health, fail)",
-    )
+    add_generator_health_option(m, "the run")
     m.add_argument("--junit", metavar="PATH", help="write the verdict as JUnit XML")
     m.add_argument("--out", help="output folder (default: reports/<timestamp>-<profile>/)")
     m.add_argument(

@@ -5,13 +5,25 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import Any, get_args
 
 from loadtest.client.preflight import CHECK_MODELS
 from loadtest.economics.spec import OPTION_FIELDS
 from loadtest.errors import LoadtestError
+from loadtest.metrics.verdict import GeneratorHealth
 from loadtest.run.options import EndpointOptions, RunOptions, TelemetryOptions
 from loadtest.sim.start import EngineOverrides
+
+
+def add_generator_health_option(parser: argparse.ArgumentParser, what: str) -> None:
+    """``--generator-health fail|warn`` of run, master, ui and sweep (``what``: what it judges)."""
+    parser.add_argument(
+        "--generator-health",
+        choices=get_args(GeneratorHealth),
+        help=f"fail: an overloaded load generator (schedule lag, CPU) makes {what} invalid, exit 11; "
+        f"warn: report it but never fail {what}, e.g. on a shared CI runner "
+        "(default: the profile's judging.generator_health, fail)",
+    )
 
 
 def fail(error: LoadtestError) -> int:

@@ -15,7 +15,7 @@ from typing import Any
 
 from loadtest.cli.run_options import endpoint_options, fail, run_options
 from loadtest.errors import LoadtestError, UsageError
-from loadtest.locust.settings import RunSettings, load_mode
+from loadtest.locust.settings import RunSettings
 from loadtest.metrics.slo import merge_slos
 from loadtest.profile.loader import ProfileError, load_profile
 from loadtest.run import (
@@ -116,7 +116,7 @@ def _serve(
     sys.argv = sys.argv[:1]
     _offer_profiles_in_start_form(profile, settings.profile_ref)
     options = get_parser().parse_args([])
-    closed = load_mode(profile) == "closed"
+    closed = not profile.load.open_loop
     options.num_users = int(profile.load.concurrency or 1) if closed else settings.processes
     options.spawn_rate = max(1.0, float(options.num_users))
     env = Environment(user_classes=[user_class(profile)], host=settings.host, parsed_options=options)
@@ -194,11 +194,12 @@ def _offer_profiles_in_start_form(profile: Any, profile_ref: str) -> None:
 
     from loadtest.profile.loader import shipped_profiles
 
-    mode = load_mode(profile)
+    open_loop = profile.load.open_loop
+    loop = "open" if open_loop else "closed"
     choices = []
     for name in shipped_profiles():
         try:
-            if load_mode(load_profile(name)[0]) == mode:
+            if load_profile(name)[0].load.open_loop == open_loop:
                 choices.append(name)
         except ProfileError:
             continue
@@ -212,5 +213,5 @@ def _offer_profiles_in_start_form(profile: Any, profile_ref: str) -> None:
             "--llm-profile",
             choices=choices,
             default=default,
-            help=f"Traffic profile of the next run ({mode} loop, like the one the UI started with)",
+            help=f"Traffic profile of the next run ({loop} loop, like the one the UI started with)",
         )

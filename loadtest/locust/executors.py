@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 from gevent.event import Event
 from locust.runners import Runner
@@ -40,11 +40,8 @@ class ScheduledArrivals:
     the workload's arrival schedule, which already holds the rate, the trace's times or the stages."""
 
     name: str
-    open_loop: bool = True
-
-    @property
-    def user_class(self) -> type:
-        return OpenLoopUser
+    open_loop: ClassVar[bool] = True
+    user_class: ClassVar[type] = OpenLoopUser
 
     def drive(self, runner: Runner, duration_s: float, processes: int, stop: Event) -> None:
         runner.start(processes, spawn_rate=_spawn_rate(processes))
@@ -56,12 +53,9 @@ class ConstantStreams:
     """Closed loop: ``streams`` users, each sending its next unit as soon as the last ended."""
 
     streams: int
-    name: str = "constant-streams"
-    open_loop: bool = False
-
-    @property
-    def user_class(self) -> type:
-        return ClosedLoopUser
+    name: ClassVar[str] = "constant-streams"
+    open_loop: ClassVar[bool] = False
+    user_class: ClassVar[type] = ClosedLoopUser
 
     def drive(self, runner: Runner, duration_s: float, processes: int, stop: Event) -> None:
         runner.start(self.streams, spawn_rate=_spawn_rate(self.streams))
@@ -73,12 +67,9 @@ class StreamStages:
     """Closed loop in stages: the user count changes per stage (a ramp spreads the change over the stage)."""
 
     stages: tuple[tuple[int, float, bool], ...]  # (streams, seconds, ramp)
-    name: str = "stages"
-    open_loop: bool = False
-
-    @property
-    def user_class(self) -> type:
-        return ClosedLoopUser
+    name: ClassVar[str] = "stages"
+    open_loop: ClassVar[bool] = False
+    user_class: ClassVar[type] = ClosedLoopUser
 
     def drive(self, runner: Runner, duration_s: float, processes: int, stop: Event) -> None:
         deadline = time.monotonic() + duration_s

@@ -16,7 +16,7 @@ import gevent
 from flask import Response, jsonify, request, send_file
 from gevent.event import Event
 
-from loadtest.locust.settings import RunSettings, load_mode
+from loadtest.locust.settings import RunSettings
 from loadtest.metrics.hdr import fast_percentiles
 from loadtest.metrics.recorder import Aggregate
 from loadtest.metrics.slo import AnySlo, ErrorRateSlo, merge_slos
@@ -176,7 +176,7 @@ class LlmWebUi:
         self.reports_root = reports_root
         self.finalize = finalize
         self.drain_timeout_s = drain_timeout_s
-        self.open_loop = load_mode(profile) == "open"
+        self.open_loop = profile.load.open_loop
         self.run: UiRun | None = None
         self.interrupt_reason: str | None = None  # set on SIGINT/SIGTERM: stop without draining
         self._cache: tuple[float, dict[str, Any]] | None = None
