@@ -1,19 +1,16 @@
-"""run.json: the self-describing result of a run (schema in docs/run-json.md)."""
+"""run.json's first draft: the sections known when the load ends, before the record log is read
+(the typed document and its reader and writer: loadtest/contracts/run_document.py)."""
 
 from __future__ import annotations
 
-import json
-import os
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 from loadtest import __version__
+from loadtest.contracts.run_document import SCHEMA_VERSION
 from loadtest.metrics import hdr
 from loadtest.metrics.recorder import RunAggregates
 from loadtest.metrics.summary import build_metrics
-
-SCHEMA_VERSION = 1
 
 
 def build_run_document(
@@ -44,16 +41,3 @@ def build_run_document(
         "files": {"records": record_files, "report": "report.html"},
         "notes": notes or [],
     }
-
-
-def write_run_json(run_dir: Path, doc: dict[str, Any]) -> Path:
-    """Write atomically: a reader never sees half a file."""
-    path = run_dir / "run.json"
-    tmp = run_dir / ".run.json.tmp"
-    tmp.write_text(json.dumps(doc, indent=2, default=str))
-    os.replace(tmp, path)
-    return path
-
-
-def read_run_json(run_dir: Path) -> dict[str, Any]:
-    return json.loads((run_dir / "run.json").read_text())

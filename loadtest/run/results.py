@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from loadtest.client.failures import FailureTally, stopped_early_text
 from loadtest.contracts.record_line import RecordLine
+from loadtest.contracts.run_document import RUN_FILE, RunDocument, from_data, write_run_document
 from loadtest.errors import EXIT_COULD_NOT_RUN
 from loadtest.locust.settings import RunSettings, load_mode
 from loadtest.metrics.judged_scan import JudgingScan, LineAggregator
@@ -21,7 +22,7 @@ from loadtest.metrics.verdict import ValidityRules, Verdict, health_warnings, ju
 from loadtest.profile.schema import Profile
 from loadtest.report.run_report import VERDICT_LABELS
 from loadtest.results.record_log import read_lines
-from loadtest.results.run_json import build_run_document, write_run_json
+from loadtest.results.run_json import build_run_document
 from loadtest.run.endpoint import EndpointFacts
 from loadtest.run.providers import (
     Contribution,
@@ -67,7 +68,7 @@ class FinishedRun:
 class Finalized:
     """run.json as written, its verdict, the files written, the console lines and the exit code."""
 
-    doc: dict[str, Any]
+    doc: RunDocument
     verdict: Verdict
     run_json: Path
     report: Path
@@ -185,9 +186,10 @@ def finalize(run: FinishedRun) -> Finalized:
     doc["verdict"] = verdict.to_dict()
     doc["config"]["slos"] = {s.key: getattr(s, "limit_ms", getattr(s, "limit", None)) for s in run.slos}
     _apply(doc, remarks)
-    run_json = write_run_json(out, doc)
+    document = from_data(doc, out / RUN_FILE)  # the schema refuses a section it does not describe
+    run_json = write_run_document(out, document)
     report = render_run_report(out)
-    lines = [format_summary(doc), f"run.json: {out / 'run.json'}", f"report:   {report}"]
+    lines = [format_summary(doc), f"run.json: {run_json}", f"report:   {report}"]
     if run.junit:
         Path(run.junit).write_text(
             junit_xml(verdict, f"loadtest.{profile.name}", time_s=metrics["window"]["duration_s"])
@@ -200,7 +202,7 @@ def finalize(run: FinishedRun) -> Finalized:
     )
     lines += health_warnings(verdict)  # judging.generator_health: warn; the verdict line stays last
     lines.append(verdict_line(verdict, code))
-    return Finalized(doc, verdict, run_json, report, lines, code)
+    return Finalized(document, verdict, run_json, report, lines, code)
 
 
 def _apply(doc: dict[str, Any], part: Contribution) -> None:

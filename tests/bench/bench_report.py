@@ -17,10 +17,11 @@ import numpy as np
 from harness import line
 
 from loadtest.client.record import RequestRecord
+from loadtest.contracts.run_document import from_data, write_run_document
 from loadtest.metrics.recorder import Recorder, RunAggregates
 from loadtest.metrics.slo import parse_slos
 from loadtest.metrics.verdict import judge
-from loadtest.results.run_json import build_run_document, write_run_json
+from loadtest.results.run_json import build_run_document
 
 TEMPLATES = 4000
 RATE = 500.0  # requests/s: one million requests span 2,000 s
@@ -163,7 +164,7 @@ def write_run(run_dir: Path, n: int, seed: int) -> tuple[int, int]:
             "generation_tokens_per_s": [RATE * 120.0 for _ in range(steps)],
         },
     }
-    write_run_json(run_dir, doc)
+    write_run_document(run_dir, from_data(doc))
     # Template lines with the id and scheduled time cut out; each line gets its own.
     enc = msgspec.json.Encoder()
     parts = []

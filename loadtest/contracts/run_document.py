@@ -1,0 +1,441 @@
+"""run.json as typed structures: every section a msgspec struct, the version migration, read and write.
+
+The document is described field by field in docs/run-json.md. Unknown fields are refused, so a writer
+that adds a key must add it here first and a reader never meets a key it does not know. Sections whose
+content is an echo of something with its own schema (the resolved profile, the engine's settings, a
+trace's description, the server's telemetry series) are kept as JSON objects.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+SCHEMA_VERSION = 2
+RUN_FILE = "run.json"
+JsonObject = dict[str, Any]
+
+
+class RunDocumentError(ValueError):
+    """A run.json that cannot be read; the message names the file, the field and the fix."""
+
+
+class _Section(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """A run.json section: fields in the order they are written, unknown fields refused."""
+
+
+class _OptionalSection(_Section, omit_defaults=True):
+    """A section whose optional fields (default None) are left out when absent."""
+
+
+# ---- config --------------------------------------------------------------------------------------
+class LoadConfig(_Section):
+    mode: str
+    concurrency: int | None
+    rate: float | None
+    arrival: str | None
+    cv: float | None
+    stages: list[JsonObject] | None
+    trace: JsonObject | None
+    description: str
+
+
+class ScenarioConfig(_Section):
+    name: str
+    kind: str
+    weight: float
+
+
+class RunSalt(_Section):
+    mode: str
+    nonce: str | None
+
+
+class Timeouts(_Section):
+    connect_s: float | None
+    read_s: float | None
+    total_s: float | None
+
+
+class JudgingConfig(_Section):
+    warmup_s: float | str | None
+    warmup_source: str
+    cooldown_s: float | None
+    generator_health_startup_s: float | None
+    generator_health: str
+
+
+class RunConfig(_OptionalSection):
+    profile: str
+    profile_path: str | None
+    profile_resolved: JsonObject
+    load: LoadConfig
+    scenarios: list[ScenarioConfig]
+    tokenizer: str
+    run_salt: RunSalt
+    duration_s: float | None
+    seed: int
+    processes: int
+    model: str | None
+    api: str
+    api_key_env: str | None
+    api_key_file: str | None
+    timeouts: Timeouts
+    retries: JsonObject | None
+    tls_verify: bool
+    judging: JudgingConfig | None = None
+    slos: dict[str, float | None] | None = None
+
+
+# ---- endpoint ------------------------------------------------------------------------------------
+class Hardware(_Section):
+    gpu_kind: str
+    gpu_count: int | None
+
+
+class Endpoint(_OptionalSection):
+    url: str
+    embedded: bool
+    models: list[str]
+    engine: JsonObject | None
+    max_model_len: int | None = None
+    server: JsonObject | None = None
+    replicas: list[str] | None = None
+    balance: str | None = None
+    hardware: Hardware | None = None
+    price: JsonObject | None = None
+    name: str | None = None
+
+
+# ---- metrics -------------------------------------------------------------------------------------
+class Summary(_Section):
+    """One distribution: count, min, max, mean, standard deviation and percentiles (ms, or tokens/s)."""
+
+    count: int
+    min: float | None
+    max: float | None
+    mean: float | None
+    stddev: float | None
+    p50: float | None
+    p90: float | None
+    p95: float | None
+    p99: float | None
+    p99_9: float | None
+
+
+class Requests(_Section):
+    completed: int
+    ok: int
+    failed: int
+    cancelled: int
+    error_rate: float
+    skipped_arrivals: int
+    by_outcome: dict[str, int]
+
+
+class Window(_Section):
+    first_scheduled: float | None
+    last_done: float | None
+    duration_s: float
+
+
+class Throughput(_Section):
+    output_tokens_per_s: float
+    input_tokens_per_s: float
+    requests_per_s: float
+    tps_per_user: float | None
+
+
+class TokenTotals(_Section):
+    counted_by: str | None
+    counted_output_total: int
+    counted_input_total: int
+    output_total: int
+    input_total: int
+    reasoning_total: int
+    usage_reports: int
+    usage_output_total: int | None
+    usage_input_total: int | None
+    usage_cached_total: int | None
+    mismatched_requests: int
+
+
+class GeneratorFigures(_Section):
+    cpu_samples: int
+    cpu_p50_percent: float | None
+    cpu_p90_percent: float | None
+    cpu_max_percent: float | None
+    schedule_lag_p99_ms: float | None
+
+
+class SloLive(_Section):
+    judged: int
+    good: int
+    good_output_tokens: int
+
+
+class EndpointRow(_Section):
+    index: int
+    url: str
+    requests: int
+    share: float
+    ok: int
+    failed: int
+    error_rate: float
+    by_outcome: dict[str, int]
+    output_tokens_per_s: float
+    ttft_p50_ms: float | None
+    ttft_p99_ms: float | None
+    tpot_p50_ms: float | None
+    tpot_p99_ms: float | None
+    e2e_p99_ms: float | None
+
+
+class PerEndpoint(_Section):
+    balance: str
+    endpoints: list[EndpointRow]
+    imbalance: float | None
+
+
+class Embeddings(_Section):
+    requests_ok: int
+    inputs_total: int
+    inputs_per_s: float
+    input_tokens_total: int
+    latency_ms: dict[str, float | None]
+
+
+class Metrics(_OptionalSection):
+    requests: Requests
+    window: Window
+    throughput: Throughput
+    tokens: TokenTotals
+    latency_ms: dict[str, Summary]
+    output_tps_per_request: Summary
+    series: dict[str, list[float]]
+    error_samples: dict[str, list[str]]
+    generator: GeneratorFigures
+    slo_live: SloLive | None
+    per_endpoint: PerEndpoint | None = None
+    embeddings: Embeddings | None = None
+
+
+# ---- the sections a finished run adds ------------------------------------------------------------
+class Tool(_Section):
+    name: str
+    version: str
+
+
+class Workload(_Section):
+    fingerprint: str
+
+
+class Files(_Section):
+    records: list[str]
+    report: str
+
+
+class TokenizerInfo(_Section):
+    name: str
+    source: str
+    detail: str
+    guessed: bool
+    template: str | None
+
+
+class Tokens(_Section):
+    counted_by: str | None
+    description: str
+    tokenizer: TokenizerInfo
+    requests_without_usage: int
+
+
+class JudgedWindow(_Section):
+    start: float
+    end: float
+    duration_s: float
+    warmup_s: float
+    cooldown_s: float
+    automatic: bool
+
+
+class Judged(_Section):
+    window: JudgedWindow
+    metrics: Metrics
+
+
+class GeneratorHealth(_Section):
+    startup_s: float
+    requests: int
+    schedule_lag_p99_ms: float | None
+    whole_run_schedule_lag_p99_ms: float | None
+
+
+class GoodputRule(_Section):
+    ttft_ms: float | None
+    tpot_ms: float | None
+
+
+class GoodputFigures(_Section):
+    judged: int
+    good: int
+    attainment: float | None
+    good_requests_per_s: float
+    good_output_tokens_per_s: float
+
+
+class Goodput(GoodputFigures, omit_defaults=True):
+    rule: GoodputRule
+    series: dict[str, list[int]]
+    scenarios: dict[str, GoodputFigures] | None = None
+
+
+class Check(_Section):
+    name: str
+    kind: str
+    passed: bool
+    blocking: bool
+    value: float | None
+    limit: float | None
+    detail: str
+
+
+class Verdict(_Section):
+    status: str
+    exit_code: int
+    reasons: list[str]
+    checks: list[Check]
+
+
+class Economics(_Section):
+    basis: str
+    gpu_kind: str
+    gpu_count: int | None
+    output_tokens_per_s: float
+    input_tokens_per_s: float
+    input_share: float | None
+    output_tokens_per_s_per_gpu: float | None
+    input_tokens_per_s_per_gpu: float | None
+    price: JsonObject | None
+    currency: str
+    cost_per_hour: float | None
+    cost_per_m_output: float | None
+    cost_per_m_input: float | None
+    cost_per_m_blended: float | None
+
+
+class Telemetry(_OptionalSection):
+    url: str
+    engine: str
+    interval_s: float
+    t: list[float]
+    series: dict[str, list[float | None]]
+    server_latency: JsonObject | None = None
+
+
+class PrefixCache(_OptionalSection):
+    hit_rate: float | None
+    hit: float
+    queried: float
+    source: str
+    threshold: float
+    expected_reuse: float | None
+    warm: bool
+    system_prompt_tokens: int | None = None
+
+
+class RunDocument(_OptionalSection):
+    """run.json. The sections a finished run adds are None in a document still being built."""
+
+    schema_version: int
+    tool: Tool
+    run_id: str
+    created: str
+    status: str
+    interrupted_reason: str | None
+    config: RunConfig
+    endpoint: Endpoint
+    workload: Workload
+    metrics: Metrics
+    scenarios: dict[str, Metrics]
+    histograms: dict[str, str]
+    files: Files
+    notes: list[str]
+    stopped_early: JsonObject | None = None
+    tokens: Tokens | None = None
+    judged: Judged | None = None
+    generator_health: GeneratorHealth | None = None
+    goodput: Goodput | None = None
+    economics: Economics | None = None
+    verdict: Verdict | None = None
+    telemetry: Telemetry | None = None
+    prefix_cache: PrefixCache | None = None
+
+    def judged_metrics(self) -> Metrics:
+        """The metrics the verdict judged: the judged window's when there is one, else the whole run's."""
+        return self.judged.metrics if self.judged is not None else self.metrics
+
+
+# ---- versions ------------------------------------------------------------------------------------
+def migrate(data: JsonObject, where: Path | str = RUN_FILE) -> JsonObject:
+    """A decoded run.json of any known version, brought to SCHEMA_VERSION (docs/run-json.md, Versions).
+
+    Version 1 lacks ``config.judging.generator_health``: its runs judged generator health as a
+    failing check, which is ``fail``."""
+    version = data.get("schema_version")
+    if version == SCHEMA_VERSION:
+        return data
+    if version == 1:
+        judging = (data.get("config") or {}).get("judging")
+        if isinstance(judging, dict):
+            judging.setdefault("generator_health", "fail")
+        return {**data, "schema_version": SCHEMA_VERSION}
+    newer = isinstance(version, int) and version > SCHEMA_VERSION
+    fix = "read it with a newer loadtest" if newer else "give a run.json written by loadtest"
+    raise RunDocumentError(f"{where}: schema_version {version!r} is not one this loadtest reads; {fix}")
+
+
+_ENCODER = msgspec.json.Encoder()
+
+
+def from_data(data: Any, where: Path | str = RUN_FILE) -> RunDocument:
+    """A run.json document (decoded JSON, any known version) as a RunDocument; RunDocumentError names
+    the field that does not fit."""
+    if not isinstance(data, dict):
+        raise RunDocumentError(f"{where}: not a JSON object; give a run.json written by loadtest")
+    try:
+        return msgspec.convert(migrate(data, where), RunDocument)
+    except msgspec.ValidationError as e:
+        raise RunDocumentError(f"{where}: {e}; give a run.json written by this loadtest") from e
+
+
+def to_data(doc: RunDocument) -> JsonObject:
+    """The document as JSON-ready builtins (what run.json holds)."""
+    data: JsonObject = msgspec.to_builtins(doc)
+    return data
+
+
+def read_run_document(run_dir: Path) -> RunDocument:
+    """``run_dir/run.json`` as a RunDocument (migrated from an older version)."""
+    path = run_dir / RUN_FILE
+    try:
+        raw = path.read_bytes()
+    except OSError as e:
+        raise RunDocumentError(f"{path}: cannot be read ({e.strerror or e})") from e
+    try:
+        data = msgspec.json.decode(raw)
+    except msgspec.DecodeError as e:
+        raise RunDocumentError(f"{path}: not valid JSON ({e})") from e
+    return from_data(data, path)
+
+
+def write_run_document(run_dir: Path, doc: RunDocument) -> Path:
+    """Write ``run_dir/run.json`` atomically: a reader never sees half a file."""
+    path = run_dir / RUN_FILE
+    tmp = run_dir / ".run.json.tmp"
+    tmp.write_bytes(msgspec.json.format(_ENCODER.encode(doc), indent=2))
+    os.replace(tmp, path)
+    return path
