@@ -345,6 +345,18 @@ class PrefixCache(_OptionalSection):
     expected_reuse: float | None
     warm: bool
     system_prompt_tokens: int | None = None
+    warning: str | None = None
+
+
+class StoppedEarly(_Section):
+    """The endpoint failed wholesale and the run was stopped (docs/ci.md)."""
+
+    failed_in_a_row: int
+    seconds: float
+    any_ok: bool
+    commonest: list[str] | None
+    worker: int
+    reason: str
 
 
 class RunDocument(_OptionalSection):
@@ -364,7 +376,7 @@ class RunDocument(_OptionalSection):
     histograms: dict[str, str]
     files: Files
     notes: list[str]
-    stopped_early: JsonObject | None = None
+    stopped_early: StoppedEarly | None = None
     tokens: Tokens | None = None
     judged: Judged | None = None
     generator_health: GeneratorHealth | None = None
