@@ -342,7 +342,7 @@ class PrefixCache(_OptionalSection):
     queried: float
     source: str
     threshold: float
-    expected_reuse: float | None
+    expected_reuse: str | None
     warm: bool
     system_prompt_tokens: int | None = None
     warning: str | None = None
