@@ -15,6 +15,14 @@ from tokenizers import decoders, models, pre_tokenizers, trainers
 
 from loadtest.cli.main import main
 from loadtest.compare import stats
+from loadtest.contracts.run_document import read_run_document
+from loadtest.contracts.sweep_document import (
+    SCHEMA_VERSION,
+    SweepDocument,
+    SweepEndpoint,
+    SweepPoint,
+    write_sweep_document,
+)
 from loadtest.sweep.model import point_entry
 from tests.browser import ARTIFACTS, CHROMIUM, open_in_chromium
 from tests.conftest import CLI, run_cli, write_profile
@@ -58,33 +66,44 @@ def _verbose_tokenizer(path: Path) -> Path:
     return path
 
 
-def _point(i: int, conc: int, run_dir: Path, root: Path) -> dict[str, Any]:
+def _point(i: int, conc: int, run_dir: Path, root: Path) -> SweepPoint:
     """The sweep.json entry `loadtest sweep` writes for a point run in ``run_dir``."""
-    run = json.loads((run_dir / "run.json").read_text())
+    run = read_run_document(run_dir)
     rel = str(run_dir.relative_to(root))
-    exit_code = run["verdict"]["exit_code"]
+    exit_code = run.verdict.exit_code if run.verdict else None
     return point_entry(
-        i, f"c={conc}", conc, None, rel_dir=rel, status=run["status"], exit_code=exit_code, run=run
+        i, f"c={conc}", conc, None, rel_dir=rel, status=run.status, exit_code=exit_code, run=run
     )
 
 
 def _write_sweep(root: Path, points: list[tuple[int, Path]], knee: int | None, best: int | None) -> Path:
     """A sweep folder by the sweep.json contract, over run folders made by real `loadtest run`s."""
-    first = json.loads((points[0][1] / "run.json").read_text())
-    doc = {
-        "schema_version": 1,
-        "kind": "sweep",
-        "mode": "concurrency",
-        "status": "completed",
-        "profile": first["config"]["profile"],
-        "fingerprint": first["workload"]["fingerprint"],
-        "endpoint": first["endpoint"],
-        "slo": {},
-        "points": [_point(i, c, d, root) for i, (c, d) in enumerate(points)],
-        "knee": knee,
-        "best_under_slo": best,
-    }
-    (root / "sweep.json").write_text(json.dumps(doc))
+    first = read_run_document(points[0][1])
+    doc = SweepDocument(
+        schema_version=SCHEMA_VERSION,
+        kind="sweep",
+        mode="concurrency",
+        status="completed",
+        interrupted_reason=None,
+        created=first.created,
+        tool={"name": first.tool.name, "version": first.tool.version},
+        profile=first.config.profile,
+        profile_path=first.config.profile_path or "",
+        seed=first.config.seed,
+        fingerprint=first.workload.fingerprint,
+        endpoint=SweepEndpoint(
+            url=first.endpoint.url, embedded=first.endpoint.embedded, engine=first.endpoint.engine
+        ),
+        slo={},
+        point_duration_s=first.config.duration_s,
+        offline_concurrency=None,
+        stop_at_saturation=False,
+        points=[_point(i, c, d, root) for i, (c, d) in enumerate(points)],
+        knee=knee,
+        best_under_slo=best,
+        stopped_because=None,
+    )
+    write_sweep_document(root, doc)
     return root
 
 
@@ -143,12 +162,12 @@ def test_h200_beats_h100_with_significant_deltas(runs: dict[str, Path], tmp_path
         for v in row["values"]:
             if v is not None:
                 assert v["ci_lo"] <= v["value"] <= v["ci_hi"], row["key"]
-    h100 = json.loads((runs["h100"] / "run.json").read_text())
-    h100 = h100.get("judged") or h100  # compared over the judged window (by default the warm-up is left out)
-    tpot = h100["metrics"]["latency_ms"]["tpot"]["p50"]
+    # compared over the judged window (by default the warm-up is left out)
+    h100 = read_run_document(runs["h100"]).judged_metrics()
+    tpot = h100.latency_ms["tpot"].p50
     assert rows["tpot_p50"]["values"][0]["value"] == pytest.approx(tpot, rel=0.02, abs=0.01)
     assert rows["output_tps"]["values"][0]["value"] == pytest.approx(
-        h100["metrics"]["throughput"]["output_tokens_per_s"], rel=0.02
+        h100.throughput.output_tokens_per_s, rel=0.02
     )
     html = (tmp_path / "compare.html").read_text()
     assert "Verdicts" in html and "Deltas against H100" in html and "PASS" in html

@@ -8,11 +8,15 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from loadtest.client.failures import commonest_failure, stopped_early_text
 from loadtest.client.record import RequestRecord
+from loadtest.contracts.sweep_document import SweepPoint
 from loadtest.locust.context import FailingStreak
 from loadtest.locust.users import FAILURE_BACKOFF_FIRST_S, failure_backoff_s
 from loadtest.sim import SimProcess
+from loadtest.sweep import load_sweep
 from loadtest.sweep.analysis import best_search_point, best_under_slo, endpoint_failed, knee
 from tests.conftest import read_lines, run_cli, write_profile
 from tests.fault_servers import FaultServer
@@ -77,9 +81,15 @@ def test_stopped_early_text() -> None:
     assert "(connect_error: refused)" in text and "3.85 % of 1040 requests failed in all" in text
 
 
-def _pt(i: int, c: int, tps: float, **kw: Any) -> dict[str, Any]:
-    base = {"index": i, "label": f"c{c}", "concurrency": c, "rate": None, "status": "completed"}
-    return base | {"output_tps": tps, "requests_per_s": tps / 10, "error_rate": 0.0} | kw
+def _pt(i: int, c: int, tps: float, **kw: Any) -> SweepPoint:
+    base: dict[str, Any] = {
+        "index": i,
+        "label": f"c{c}",
+        "concurrency": c,
+        "rate": None,
+        "status": "completed",
+    }
+    return SweepPoint(**(base | {"output_tps": tps, "requests_per_s": tps / 10, "error_rate": 0.0} | kw))
 
 
 def test_sweep_never_picks_a_failed_point_as_best_or_knee() -> None:
@@ -102,8 +112,10 @@ def test_sweep_never_picks_a_failed_point_as_best_or_knee() -> None:
     ]
     assert best_under_slo(dead) == 0
     rates = [
-        {**_pt(0, 1, 100.0, verdict="pass", exit_code=0), "rate": 5.0, "concurrency": None},
-        {**_pt(1, 1, 0.0, verdict="pass", exit_code=0, requests_per_s=0.0), "rate": 9.0, "concurrency": None},
+        msgspec.structs.replace(_pt(0, 1, 100.0, verdict="pass", exit_code=0), rate=5.0, concurrency=None),
+        msgspec.structs.replace(
+            _pt(1, 1, 0.0, verdict="pass", exit_code=0, requests_per_s=0.0), rate=9.0, concurrency=None
+        ),
     ]
     assert best_search_point(rates) == 0
 
@@ -171,11 +183,11 @@ def test_sweep_against_a_dead_endpoint_halts_and_has_no_best_point(tmp_path: Pat
         + ["--engine-faults", "http_503=100%", "--engine-speedup", "20", "--out", str(out)],
         timeout=180,
     )
-    doc = json.loads((out / "sweep.json").read_text())
+    doc = load_sweep(out)
     assert res.returncode != 0, res.stdout + res.stderr
-    assert doc["best_under_slo"] is None and doc["knee"] is None
-    first, *rest = doc["points"]
-    assert first["verdict"] == "error_rate" and first["exit_code"] == 12 and first["error_rate"] == 1.0
-    assert rest and all(p["status"] == "skipped" for p in rest)  # the offline point too
-    assert "the endpoint failed every request" in doc["stopped_because"]
+    assert doc.best_under_slo is None and doc.knee is None
+    first, *rest = doc.points
+    assert first.verdict == "error_rate" and first.exit_code == 12 and first.error_rate == 1.0
+    assert rest and all(p.status == "skipped" for p in rest)  # the offline point too
+    assert "the endpoint failed every request" in (doc.stopped_because or "")
     assert "best point under the SLOs: none" in res.stdout

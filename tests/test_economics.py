@@ -2,25 +2,26 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 from conftest import run_cli, write_profile
 
+from loadtest.contracts.run_document import RunDocument, read_run_document
 from loadtest.economics.cost import run_economics
 from loadtest.economics.spec import EndpointSpecError, load_endpoint_file
 from loadtest.sim import SimProcess
+from loadtest.sweep import load_sweep
 
 GPUS, PER_GPU_HOUR = 2, 2.5
 PRICE_IN, PRICE_OUT = 0.2, 0.6
 
 
-def _hand(run: dict) -> tuple[float, float]:
+def _hand(run: RunDocument) -> tuple[float, float]:
     """(output tok/s, input tok/s) the verdict judged, read straight from run.json (the judged window's
     metrics: by default the warm-up is left out)."""
-    thr = (run.get("judged") or run)["metrics"]["throughput"]
-    return thr["output_tokens_per_s"], thr["input_tokens_per_s"]
+    thr = run.judged_metrics().throughput
+    return thr.output_tokens_per_s, thr.input_tokens_per_s
 
 
 def test_endpoint_file_and_errors(tmp_path: Path) -> None:
@@ -73,24 +74,24 @@ def test_sweep_with_gpu_price_matches_hand_computation(engine: SimProcess, tmp_p
         timeout=240,
     )
     assert (sweep_dir / "sweep.json").is_file(), res.stderr + res.stdout
-    sweep = json.loads((sweep_dir / "sweep.json").read_text())
+    sweep = load_sweep(sweep_dir)
     costs = {}
-    for p in sweep["points"]:
-        run = json.loads((sweep_dir / p["dir"] / "run.json").read_text())
-        assert run["endpoint"]["hardware"] == {"gpu_kind": "H200", "gpu_count": GPUS}
-        assert run["endpoint"]["price"]["per_gpu_hour"] == PER_GPU_HOUR
+    for p in sweep.points:
+        run = read_run_document(sweep_dir / p.dir)
+        hw, price, e = run.endpoint.hardware, run.endpoint.price, run.economics
+        assert hw is not None and (hw.gpu_kind, hw.gpu_count) == ("H200", GPUS)
+        assert price is not None and price["per_gpu_hour"] == PER_GPU_HOUR  # price: a JSON object
         out_tps, in_tps = _hand(run)
-        assert out_tps > 0
-        e = run["economics"]
-        assert e["output_tokens_per_s_per_gpu"] == pytest.approx(out_tps / GPUS, abs=1e-3)
+        assert out_tps > 0 and e is not None
+        assert e.output_tokens_per_s_per_gpu == pytest.approx(out_tps / GPUS, abs=1e-3)
         per_hour = PER_GPU_HOUR * GPUS
-        assert e["cost_per_hour"] == pytest.approx(per_hour)
-        assert e["cost_per_m_output"] == pytest.approx(per_hour / (out_tps * 3600) * 1e6, rel=1e-5)
-        assert e["cost_per_m_input"] == pytest.approx(per_hour / (in_tps * 3600) * 1e6, rel=1e-5)
+        assert e.cost_per_hour == pytest.approx(per_hour)
+        assert e.cost_per_m_output == pytest.approx(per_hour / (out_tps * 3600) * 1e6, rel=1e-5)
+        assert e.cost_per_m_input == pytest.approx(per_hour / (in_tps * 3600) * 1e6, rel=1e-5)
         blended = per_hour / ((in_tps + out_tps) * 3600) * 1e6
-        assert e["cost_per_m_blended"] == pytest.approx(blended, rel=1e-5)
-        costs[p["index"]] = (p["verdict"], e["cost_per_m_output"])
-        html = (sweep_dir / p["dir"] / "report.html").read_text()
+        assert e.cost_per_m_blended == pytest.approx(blended, rel=1e-5)
+        costs[p.index] = (p.verdict, e.cost_per_m_output)
+        html = (sweep_dir / p.dir / "report.html").read_text()
         assert 'id="cost"' in html and "USD / 1M output tokens" in html and "tok/s/GPU" in html
     passing = {i: c for i, (v, c) in costs.items() if v == "pass"}
     assert passing, costs
@@ -109,11 +110,12 @@ def test_sweep_with_gpu_price_matches_hand_computation(engine: SimProcess, tmp_p
         + ["--out", str(run_dir), "--no-telemetry"],
         timeout=120,
     )
-    run = json.loads((run_dir / "run.json").read_text())
+    run = read_run_document(run_dir)
     out_tps, in_tps = _hand(run)
     cost_s = (in_tps * PRICE_IN + out_tps * PRICE_OUT) / 1e6
-    assert run["economics"]["cost_per_m_output"] == pytest.approx(cost_s / out_tps * 1e6, rel=1e-5)
-    assert run["economics"]["output_tokens_per_s_per_gpu"] is None  # no GPU count given: none shown
+    assert run.economics is not None
+    assert run.economics.cost_per_m_output == pytest.approx(cost_s / out_tps * 1e6, rel=1e-5)
+    assert run.economics.output_tokens_per_s_per_gpu is None  # no GPU count given: none shown
     cmp = tmp_path / "cmp"
     res = run_cli(
         ["compare", str(sweep_dir), str(run_dir), "--names", "gpu-hour,per-token", "--out", str(cmp)]
@@ -122,7 +124,7 @@ def test_sweep_with_gpu_price_matches_hand_computation(engine: SimProcess, tmp_p
     page = (cmp / "compare.html").read_text()
     assert 'id="cost"' in page and "Cost at equal SLO" in page
     ranked = sorted(
-        [("gpu-hour", passing[cheapest]), ("per-token", run["economics"]["cost_per_m_output"])],
+        [("gpu-hour", passing[cheapest]), ("per-token", run.economics.cost_per_m_output)],
         key=lambda x: x[1],
     )
     assert page.index(f"<td>{ranked[0][0]}</td>") < page.index(f"<td>{ranked[1][0]}</td>")

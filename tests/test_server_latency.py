@@ -15,10 +15,17 @@ from typing import Any
 
 import pytest
 
+from loadtest.contracts.run_document import read_run_document
+from loadtest.contracts.sweep_document import (
+    SCHEMA_VERSION,
+    SweepDocument,
+    SweepEndpoint,
+    write_sweep_document,
+)
 from loadtest.profile.schema import Profile
 from loadtest.report.sweep_report import render_sweep_report
 from loadtest.sim import SimProcess
-from loadtest.sweep.model import SCHEMA_VERSION, point_entry, point_figures, write_sweep_json
+from loadtest.sweep.model import point_entry, point_figures
 from loadtest.telemetry import TelemetryPoller, attach, parse
 from loadtest.telemetry.histograms import delta, nearest_snapshots, quantile, server_latency, summarize
 from loadtest.telemetry.warm import WARM_THRESHOLD, expected_reuse
@@ -331,15 +338,36 @@ def test_the_sweep_marks_warm_points(warm_runs: tuple[Path, Path, str], tmp_path
     for i, src in enumerate(warm_runs[:2]):
         rel = f"points/{i:02d}-c4"
         shutil.copytree(src, tmp_path / rel)
-        run = json.loads((tmp_path / rel / "run.json").read_text())
+        run = read_run_document(tmp_path / rel)
         points.append(
             point_entry(i, f"c4-{i}", 4, None, rel_dir=rel, status="completed", exit_code=0, run=run)
         )
-    assert points[0]["warm_cache"] is False and points[1]["warm_cache"] is True
-    assert points[1]["prefix_cache_hit_rate"] == point_figures(run)["prefix_cache_hit_rate"] > WARM_THRESHOLD
-    doc = {"kind": "sweep", "schema_version": SCHEMA_VERSION, "mode": "concurrency", "status": "completed",
-           "profile": "test-chat", "points": points, "knee": None, "best_under_slo": None}  # fmt: skip
-    write_sweep_json(tmp_path, doc)
+    assert points[0].warm_cache is False and points[1].warm_cache is True
+    hit_rate = points[1].prefix_cache_hit_rate
+    assert hit_rate is not None and hit_rate == point_figures(run).prefix_cache_hit_rate > WARM_THRESHOLD
+    doc = SweepDocument(
+        schema_version=SCHEMA_VERSION,
+        kind="sweep",
+        mode="concurrency",
+        status="completed",
+        interrupted_reason=None,
+        created=run.created,
+        tool={"name": "loadtest", "version": run.tool.version},
+        profile="test-chat",
+        profile_path=run.config.profile_path or "",
+        seed=run.config.seed,
+        fingerprint=run.workload.fingerprint,
+        endpoint=SweepEndpoint(url=run.endpoint.url, embedded=False, engine=None),
+        slo={},
+        point_duration_s=run.config.duration_s,
+        offline_concurrency=None,
+        stop_at_saturation=False,
+        points=points,
+        knee=None,
+        best_under_slo=None,
+        stopped_because=None,
+    )
+    write_sweep_document(tmp_path, doc)
     html = render_sweep_report(tmp_path).read_text()
     banner = html[html.index('id="warm-cache"') : html.index("</div>", html.index('id="warm-cache"'))]
     assert "1 point(s)" in banner and "c4-1" in banner and "c4-0" not in banner

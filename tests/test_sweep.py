@@ -11,17 +11,19 @@ from math import comb
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import psutil
 import pytest
 
 from loadtest.cli.main import main
+from loadtest.contracts.run_document import read_run_document
+from loadtest.contracts.sweep_document import FIGURE_KEYS, PointFigures, SweepPoint
 from loadtest.sim import SimProcess
 from loadtest.sim.clock import step_time_s
 from loadtest.sim.presets import EngineConfig, get_gpu, get_model
 from loadtest.sweep import SweepFormatError, load_sweep
 from loadtest.sweep.analysis import best_under_slo, knee, pareto_front, saturation
 from loadtest.sweep.ladder import concurrency_ladder, parse_list, rate_ladder, rate_point
-from loadtest.sweep.model import judged_metrics
 from loadtest.sweep.search import Bisection
 from tests.browser import ARTIFACTS, CHROMIUM, open_in_chromium
 from tests.conftest import CLI, interrupt_when, run_cli, write_profile
@@ -36,6 +38,41 @@ FAST_SPEEDUP = 6.0
 PROMPT, OUTPUT = 64, 16
 LADDER = [1, 2, 4, 8, 16, 32, 64]
 OFFLINE_C = 16
+# sweep.json's keys, and a point's before its figures, as docs/sweep.md lists them (a ladder: no search).
+SWEEP_KEYS = (
+    "schema_version",
+    "kind",
+    "mode",
+    "status",
+    "interrupted_reason",
+    "created",
+    "tool",
+    "profile",
+    "profile_path",
+    "seed",
+    "fingerprint",
+    "endpoint",
+    "slo",
+    "point_duration_s",
+    "offline_concurrency",
+    "stop_at_saturation",
+    "points",
+    "knee",
+    "best_under_slo",
+    "stopped_because",
+)
+POINT_KEYS = (
+    "index",
+    "label",
+    "concurrency",
+    "rate",
+    "offline",
+    "dir",
+    "status",
+    "exit_code",
+    "verdict",
+    "reason",
+)
 
 
 def _profile(path: Path) -> Path:
@@ -64,30 +101,31 @@ def _mean_step_s(cfg: EngineConfig, running: int, decoding_self: bool) -> float:
     return total
 
 
-def _predicted(concurrency: list[int]) -> list[dict[str, Any]]:
+def _predicted(concurrency: list[int]) -> list[SweepPoint]:
     """Per ladder point, in wall-clock units (engine time / SPEEDUP): output tok/s (batch / mean step)
-    and TPOT (a request's mean decode step); the batch is min(concurrency, max_num_seqs)."""
+    and TPOT (a request's mean decode step, as ``tpot_p50_ms``: the SLO is on the median); the batch
+    is min(concurrency, max_num_seqs)."""
     cfg = EngineConfig(gpu=get_gpu(GPU), model=get_model(MODEL), max_num_seqs=MAX_SEQS)
     out = []
     for i, c in enumerate(concurrency):
         b = min(c, MAX_SEQS)
         out.append(
-            {
-                "index": i,
-                "label": f"c{c}",
-                "concurrency": c,
-                "rate": None,
-                "status": "completed",
-                "exit_code": 0,
-                "output_tps": b / _mean_step_s(cfg, b, False) * SPEEDUP,
-                "tpot_ms": _mean_step_s(cfg, b, True) * 1000 / SPEEDUP,
-            }
+            SweepPoint(
+                index=i,
+                label=f"c{c}",
+                concurrency=c,
+                rate=None,
+                status="completed",
+                exit_code=0,
+                output_tps=b / _mean_step_s(cfg, b, False) * SPEEDUP,
+                tpot_p50_ms=_mean_step_s(cfg, b, True) * 1000 / SPEEDUP,
+            )
         )
     return out
 
 
 PREDICTED = _predicted(LADDER)
-_TPOT = {p["concurrency"]: p["tpot_ms"] for p in PREDICTED}
+_TPOT = {p.concurrency: p.tpot_p50_ms or 0.0 for p in PREDICTED}
 # The SLO: median TPOT (tokens/s per user for the typical stream) at the geometric mean of the predicted
 # TPOT at 2 and at 4 streams, so that a ±20 % error in measured TPOT leaves the verdicts unchanged.
 TPOT_P50_LIMIT_MS = round(math.sqrt(_TPOT[2] * _TPOT[4]), 3)
@@ -98,14 +136,18 @@ TOLERANCE_STEPS = 1
 
 
 def _predicted_best() -> int:
-    ok = [p for p in PREDICTED if p["tpot_ms"] <= TPOT_P50_LIMIT_MS]
-    return max(ok, key=lambda p: p["output_tps"])["concurrency"]
+    ok = [p for p in PREDICTED if (p.tpot_p50_ms or 0.0) <= TPOT_P50_LIMIT_MS]
+    best = max(ok, key=lambda p: p.output_tps or 0.0).concurrency
+    assert best is not None
+    return best
 
 
 def _predicted_knee() -> int:
     idx = knee(PREDICTED, "concurrency")
     assert idx is not None
-    return PREDICTED[idx]["concurrency"]
+    c = PREDICTED[idx].concurrency
+    assert c is not None
+    return c
 
 
 def test_model_prediction_is_what_the_test_relies_on() -> None:
@@ -135,52 +177,51 @@ def ladder(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.C
 def test_ladder_writes_the_sweep_contract(ladder: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
     out, r = ladder
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    doc = json.loads((out / "sweep.json").read_text())
-    assert load_sweep(out) == doc == load_sweep(out / "sweep.json")
-    assert (doc["schema_version"], doc["kind"], doc["mode"], doc["status"]) == (
-        1,
-        "sweep",
-        "concurrency",
-        "completed",
-    )
-    assert doc["profile"] == "sweep-chat" and doc["slo"] == {"tpot_p50": TPOT_P50_LIMIT_MS}
-    assert len(doc["fingerprint"]) == 64  # the profile's own workload fingerprint (docs/sweep.md)
-    eng = doc["endpoint"]["engine"]
-    assert doc["endpoint"]["embedded"] is True and doc["endpoint"]["url"].startswith("http://127.0.0.1:")
+    raw = json.loads((out / "sweep.json").read_text())
+    doc = load_sweep(out)
+    assert msgspec.to_builtins(doc) == raw and load_sweep(out / "sweep.json") == doc
+    # The keys docs/sweep.md lists, in its order: a point's place and outcome, then its figures.
+    assert list(raw) == [*SWEEP_KEYS]
+    assert list(raw["endpoint"]) == ["url", "embedded", "engine"]
+    assert all(list(p) == [*POINT_KEYS, *FIGURE_KEYS, "warm_cache"] for p in raw["points"])
+    assert (doc.schema_version, doc.kind, doc.mode, doc.status) == (1, "sweep", "concurrency", "completed")
+    assert doc.profile == "sweep-chat" and doc.slo == {"tpot_p50": TPOT_P50_LIMIT_MS}
+    assert len(doc.fingerprint) == 64  # the profile's own workload fingerprint (docs/sweep.md)
+    eng = doc.endpoint.engine
+    assert eng is not None and doc.endpoint.embedded is True
+    assert doc.endpoint.url.startswith("http://127.0.0.1:")
     assert (eng["gpu"], eng["model"], eng["max_num_seqs"], eng["speedup"]) == (
         "H200-SXM",
         "Mixtral-8x7B",
         4,
         SPEEDUP,
     )
-    pts = doc["points"]
-    assert [p["index"] for p in pts] == list(range(len(pts)))
-    assert [p["label"] for p in pts] == [f"c{c}" for c in LADDER] + ["offline"]
+    pts = doc.points
+    assert [p.index for p in pts] == list(range(len(pts)))
+    assert [p.label for p in pts] == [f"c{c}" for c in LADDER] + ["offline"]
     offline = pts[-1]
-    assert (
-        offline["concurrency"] == OFFLINE_C and offline["rate"] is None and offline["status"] == "completed"
-    )
+    assert offline.concurrency == OFFLINE_C and offline.rate is None and offline.status == "completed"
     for p in pts:
-        assert p["dir"] == f"points/{p['index']:02d}-{p['label']}"
-        if p["status"] == "skipped":
-            assert not (out / p["dir"]).exists() and p["exit_code"] is None and p["output_tps"] is None
+        assert p.dir == f"points/{p.index:02d}-{p.label}"
+        if p.status == "skipped":
+            assert not (out / p.dir).exists() and p.exit_code is None and p.output_tps is None
             continue
-        assert p["status"] == "completed", p
-        run_dir = out / p["dir"]
-        run = json.loads((run_dir / "run.json").read_text())
+        assert p.status == "completed", p
+        run_dir = out / p.dir
+        run = read_run_document(run_dir)
         assert (run_dir / "report.html").is_file() and (run_dir / "records.jsonl").stat().st_size > 0
-        assert run["config"]["seed"] == doc["seed"] and run["config"]["profile"] == doc["profile"]
-        assert run["config"]["load"]["concurrency"] == p["concurrency"]
-        assert p["exit_code"] == run["verdict"]["exit_code"] and p["verdict"] == run["verdict"]["status"]
+        assert run.config.seed == doc.seed and run.config.profile == doc.profile
+        assert run.config.load.concurrency == p.concurrency
+        assert run.verdict is not None
+        assert p.exit_code == run.verdict.exit_code and p.verdict == run.verdict.status
         # The figures are the judged window's (the default warm-up leaves out the start-up).
-        assert run["config"]["judging"]["warmup_source"] == "default" and "judged" in run
-        m = judged_metrics(run)
-        assert m is run["judged"]["metrics"]
-        thr, lat = m["throughput"], m["latency_ms"]
-        assert p["output_tps"] == thr["output_tokens_per_s"] > 0
-        assert p["tps_per_user"] == thr["tps_per_user"] and p["ttft_p90_ms"] == lat["ttft"]["p90"]
-        assert p["tpot_p50_ms"] == lat["tpot"]["p50"] and p["e2e_p90_ms"] == lat["e2e"]["p90"]
-        assert p["slo_attainment"] == run["goodput"]["attainment"] and p["error_rate"] == 0
+        assert run.config.judging is not None and run.config.judging.warmup_source == "default"
+        assert run.judged is not None and run.judged_metrics() is run.judged.metrics
+        thr, lat = run.judged.metrics.throughput, run.judged.metrics.latency_ms
+        assert p.output_tps == thr.output_tokens_per_s > 0
+        assert p.tps_per_user == thr.tps_per_user and p.ttft_p90_ms == lat["ttft"].p90
+        assert p.tpot_p50_ms == lat["tpot"].p50 and p.e2e_p90_ms == lat["e2e"].p90
+        assert run.goodput is not None and p.slo_attainment == run.goodput.attainment and p.error_rate == 0
     assert (out / "engine.log").exists() and (out / "sweep.html").is_file()
     assert "knee: c" in r.stdout and "best point under the SLOs: c" in r.stdout
 
@@ -188,16 +229,16 @@ def test_ladder_writes_the_sweep_contract(ladder: tuple[Path, subprocess.Complet
 def test_ladder_stops_at_saturation(ladder: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
     out, r = ladder
     doc = load_sweep(out)
-    pts = doc["points"]
-    ran = [p for p in pts[:-1] if p["status"] == "completed"]
-    skipped = [p for p in pts if p["status"] == "skipped"]
-    assert doc["stopped_because"].startswith("saturated"), doc["stopped_because"]
+    pts = doc.points
+    ran = [p for p in pts[:-1] if p.status == "completed"]
+    skipped = [p for p in pts if p.status == "skipped"]
+    assert doc.stopped_because and doc.stopped_because.startswith("saturated"), doc.stopped_because
     # Throughput stops growing at the batch limit (4): the two steps after it gain < 5 %, so the
     # ladder stops after 16 streams (32 at the latest when noise lifts one step) and skips the rest.
-    assert skipped and "c64" in [p["label"] for p in skipped]
-    assert all(p["reason"] == doc["stopped_because"] for p in skipped)
-    assert max(p["concurrency"] for p in ran) < min(p["concurrency"] for p in skipped)
-    assert saturation(ran) == doc["stopped_because"]
+    assert skipped and "c64" in [p.label for p in skipped]
+    assert all(p.reason == doc.stopped_because for p in skipped)
+    assert max(p.concurrency or 0 for p in ran) < min(p.concurrency or 0 for p in skipped)
+    assert saturation(ran) == doc.stopped_because
     assert saturation(ran[:-1]) is None  # it did not stop a point too late
 
 
@@ -206,33 +247,30 @@ def test_knee_and_best_under_slo_land_where_the_engine_model_says(
 ) -> None:
     out, _ = ladder
     doc = load_sweep(out)
-    pts = doc["points"]
-    assert doc["knee"] is not None and doc["best_under_slo"] is not None
-    measured_knee = pts[doc["knee"]]["concurrency"]
-    measured_best = pts[doc["best_under_slo"]]["concurrency"]
+    pts = doc.points
+    knee_point, best = doc.point(doc.knee), doc.point(doc.best_under_slo)
+    assert knee_point is not None and best is not None
+    measured_knee, measured_best = knee_point.concurrency or 0, best.concurrency or 0
     for p in pts:  # shown with -s: measured against predicted, wall-clock units
-        pred = next((q for q in PREDICTED if q["label"] == p["label"]), None)
-        if pred and p["status"] == "completed":
+        pred = next((q for q in PREDICTED if q.label == p.label), None)
+        if pred and p.status == "completed":
             print(
-                f"{p['label']}: output tok/s {p['output_tps']:.0f} (model {pred['output_tps']:.0f}), "
-                f"TPOT p50 {p['tpot_p50_ms']:.2f} ms (model {pred['tpot_ms']:.2f})"
+                f"{p.label}: output tok/s {p.output_tps:.0f} (model {pred.output_tps:.0f}), "
+                f"TPOT p50 {p.tpot_p50_ms:.2f} ms (model {pred.tpot_p50_ms:.2f})"
             )
     print(
         f"knee c{measured_knee} (model c{_predicted_knee()}), best c{measured_best} (model c{_predicted_best()})"
     )
     assert abs(math.log2(measured_knee) - math.log2(_predicted_knee())) <= TOLERANCE_STEPS, measured_knee
     assert abs(math.log2(measured_best) - math.log2(_predicted_best())) <= TOLERANCE_STEPS, measured_best
-    best = pts[doc["best_under_slo"]]
-    assert best["verdict"] == "pass" and best["tpot_p50_ms"] <= TPOT_P50_LIMIT_MS
+    assert best.verdict == "pass" and (best.tpot_p50_ms or 0.0) <= TPOT_P50_LIMIT_MS
     # By definition: no passing point has more throughput, and every point past the batch limit misses.
-    assert all(p["output_tps"] <= best["output_tps"] for p in pts if p["verdict"] == "pass")
-    assert all(
-        p["verdict"] == "slo_missed" for p in pts if (p["concurrency"] or 0) > MAX_SEQS and p["verdict"]
-    )
+    assert all((p.output_tps or 0.0) <= (best.output_tps or 0.0) for p in pts if p.verdict == "pass")
+    assert all(p.verdict == "slo_missed" for p in pts if (p.concurrency or 0) > MAX_SEQS and p.verdict)
     # The saturated throughput (offline point) against the model: between half and 110 % of it (the
     # client's own time between requests and a busy machine only lower it).
-    cap = PREDICTED[-1]["output_tps"]
-    assert 0.5 * cap <= pts[-1]["output_tps"] <= 1.1 * cap, (pts[-1]["output_tps"], cap)
+    cap = PREDICTED[-1].output_tps or 0.0
+    assert 0.5 * cap <= (pts[-1].output_tps or 0.0) <= 1.1 * cap, (pts[-1].output_tps, cap)
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="needs a headless chromium")
@@ -245,9 +283,9 @@ def test_sweep_report_in_headless_chromium(
     for bad in ('src="http', "src='http", 'href="http', "href='http", 'src="//', 'href="//'):
         assert bad not in low, bad
     doc = load_sweep(out)
-    for p in doc["points"]:
-        if p["status"] == "completed":
-            assert f'href="{p["dir"]}/report.html"' in html
+    for p in doc.points:
+        if p.status == "completed":
+            assert f'href="{p.dir}/report.html"' in html
     assert "@media print" in html
     shot = ARTIFACTS / "sweep.png"
     page = open_in_chromium(out / "sweep.html", shot, tmp_path / "chromium", expect_plots=4)
@@ -264,7 +302,7 @@ def test_sweep_report_in_headless_chromium(
     assert r.returncode == 0, r.stderr
     rebuilt = (out / "sweep.html").read_text()
     assert rebuilt.count('class="plotly-graph-div"') == html.count('class="plotly-graph-div"') == 4
-    assert all(f">{p['label']}<" in rebuilt for p in doc["points"])
+    assert all(f">{p.label}<" in rebuilt for p in doc.points)
 
 
 # ---- the search and Ctrl-C, against an engine the test starts (the sweep's --host path) ----
@@ -293,24 +331,30 @@ def test_search_converges_on_the_highest_passing_rate(engine: SimProcess, tmp_pa
         timeout=240,
     )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    raw = json.loads((out / "sweep.json").read_text())
     doc = load_sweep(out)
-    s, pts = doc["search"], doc["points"]
-    assert doc["mode"] == "search" and doc["knee"] is None and doc["endpoint"]["embedded"] is False
-    assert doc["stopped_because"].startswith("converged"), doc["stopped_because"]
-    lo, hi = s["highest_passing_rate"], s["lowest_failing_rate"]
-    assert lo < hi and hi - lo <= 0.35 * hi and len(pts) == s["runs"] <= 6
-    assert [p["rate"] for p in pts[:2]] == [20, 80] and all(p["concurrency"] is None for p in pts)
+    assert msgspec.to_builtins(doc) == raw and list(raw) == [*SWEEP_KEYS, "search"]
+    # --host: no engine of the sweep's own, and the models the endpoint serves
+    assert raw["endpoint"]["engine"] is None and doc.endpoint.models
+    s, pts = doc.search, doc.points
+    assert s is not None and doc.mode == "search" and doc.knee is None and doc.endpoint.embedded is False
+    assert doc.stopped_because and doc.stopped_because.startswith("converged"), doc.stopped_because
+    lo, hi = s.highest_passing_rate, s.lowest_failing_rate
+    assert lo is not None and hi is not None
+    assert lo < hi and hi - lo <= 0.35 * hi and len(pts) == s.runs <= 6
+    assert [p.rate for p in pts[:2]] == [20, 80] and all(p.concurrency is None for p in pts)
+    rates = [p.rate or 0.0 for p in pts]
     # Every run passed exactly when its rate is at or below the highest passing one.
-    assert all((p["verdict"] == "pass") == (p["rate"] <= lo) for p in pts), [
-        (p["rate"], p["verdict"]) for p in pts
+    assert all((p.verdict == "pass") == (r <= lo) for p, r in zip(pts, rates, strict=True)), [
+        (p.rate, p.verdict) for p in pts
     ]
-    best = pts[doc["best_under_slo"]]
-    assert best["rate"] == lo and best["exit_code"] == 0
+    best = doc.point(doc.best_under_slo)
+    assert best is not None and best.rate == lo and best.exit_code == 0
     # Each middle halves the bracket it was run in.
     for i, p in enumerate(pts[2:], start=2):
-        below = max(q["rate"] for q in pts[:i] if q["verdict"] == "pass")
-        above = min(q["rate"] for q in pts[:i] if q["verdict"] != "pass")
-        assert p["rate"] == pytest.approx((below + above) / 2, abs=1e-3)
+        below = max(r for q, r in zip(pts[:i], rates, strict=False) if q.verdict == "pass")
+        above = min(r for q, r in zip(pts[:i], rates, strict=False) if q.verdict != "pass")
+        assert p.rate == pytest.approx((below + above) / 2, abs=1e-3)
 
 
 def test_ctrl_c_keeps_finished_points_and_marks_the_sweep_interrupted(
@@ -328,15 +372,15 @@ def test_ctrl_c_keeps_finished_points_and_marks_the_sweep_interrupted(
     )
     assert code == 130, text
     doc = load_sweep(out)
-    assert doc["status"] == "interrupted" and doc["interrupted_reason"] == "SIGINT"
-    first, cut, rest = doc["points"]
-    assert (first["label"], first["status"], first["rate"]) == ("r10", "completed", 10.0)
-    assert first["output_tps"] > 0 and (out / first["dir"] / "report.html").is_file()
-    assert cut["status"] == "interrupted" and cut["exit_code"] == 130
-    assert json.loads((out / cut["dir"] / "run.json").read_text())["status"] == "interrupted"
-    assert rest["status"] == "skipped" and "interrupted (SIGINT)" in rest["reason"]
-    assert not (out / rest["dir"]).exists()
-    assert doc["stopped_because"] == "interrupted (SIGINT)"
+    assert doc.status == "interrupted" and doc.interrupted_reason == "SIGINT"
+    first, cut, rest = doc.points
+    assert (first.label, first.status, first.rate) == ("r10", "completed", 10.0)
+    assert (first.output_tps or 0.0) > 0 and (out / first.dir / "report.html").is_file()
+    assert cut.status == "interrupted" and cut.exit_code == 130
+    assert read_run_document(out / cut.dir).status == "interrupted"
+    assert rest.status == "skipped" and "interrupted (SIGINT)" in (rest.reason or "")
+    assert not (out / rest.dir).exists()
+    assert doc.stopped_because == "interrupted (SIGINT)"
     assert "INTERRUPTED" in (out / "sweep.html").read_text()
 
 
@@ -367,8 +411,8 @@ def test_killed_sweep_leaves_a_sweep_json_of_the_points_so_far(engine: SimProces
             with contextlib.suppress(psutil.NoSuchProcess):
                 child.kill()
     doc = load_sweep(out)
-    assert doc["status"] == "running"  # written while the sweep went on; never finished
-    assert [p["label"] for p in doc["points"]] == ["r10"] and doc["points"][0]["status"] == "completed"
+    assert doc.status == "running"  # written while the sweep went on; never finished
+    assert [p.label for p in doc.points] == ["r10"] and doc.points[0].status == "completed"
     res = run_cli(["report", str(out)])
     assert res.returncode == 0, res.stderr
     assert (out / "sweep.html").is_file() and "r10" in (out / "sweep.html").read_text()
@@ -377,15 +421,24 @@ def test_killed_sweep_leaves_a_sweep_json_of_the_points_so_far(engine: SimProces
 # ---- the parts on their own ----
 
 
-def _pt(i: int, c: int | None, tps: float, **kw: Any) -> dict[str, Any]:
-    return {
+def _pt(i: int, c: int | None, tps: float, **kw: Any) -> SweepPoint:
+    base: dict[str, Any] = {
         "index": i,
         "label": f"c{c}",
         "concurrency": c,
         "rate": None,
         "status": "completed",
-        "output_tps": tps,
-    } | kw
+    }
+    return SweepPoint(**(base | {"output_tps": tps} | kw))
+
+
+def test_a_point_is_its_place_then_the_figures() -> None:
+    """SweepPoint repeats PointFigures' fields after its own: the figures a run gives are a point's."""
+    fields = SweepPoint.__struct_fields__
+    assert fields[: len(POINT_KEYS)] == POINT_KEYS
+    assert fields[len(POINT_KEYS) :] == PointFigures.__struct_fields__ == (*FIGURE_KEYS, "warm_cache")
+    p = _pt(0, 1, 12.5, error_rate=0.25)
+    assert [p.figure(k) for k in ("output_tps", "error_rate", "ttft_p90_ms")] == [12.5, 0.25, None]
 
 
 def test_knee_saturation_and_pareto_front() -> None:

@@ -10,11 +10,21 @@ import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+
+import msgspec
 
 from loadtest import __version__
 from loadtest.cli.endpoint_options import endpoint_args
 from loadtest.cli.run_options import engine_overrides, fail, run_options
+from loadtest.contracts.sweep_document import (
+    SCHEMA_VERSION,
+    Mode,
+    SearchSummary,
+    SweepDocument,
+    SweepEndpoint,
+    SweepPoint,
+    write_sweep_document,
+)
 from loadtest.errors import EXIT_COULD_NOT_RUN, LoadtestError, UsageError
 from loadtest.metrics.verdict import EXIT_CODES
 from loadtest.profile.loader import load_profile
@@ -33,7 +43,7 @@ from loadtest.sweep.ladder import (
     rate_point,
     rate_text,
 )
-from loadtest.sweep.model import POINTS_DIR, SCHEMA_VERSION, SWEEP_FILE, write_sweep_json
+from loadtest.sweep.model import POINTS_DIR, SWEEP_FILE
 from loadtest.sweep.runner import PointRunner
 from loadtest.sweep.search import DEFAULT_MAX_ITERATIONS, DEFAULT_TOLERANCE, Bisection
 
@@ -44,7 +54,7 @@ EXIT_NO_POINT_PASSED = EXIT_CODES["slo_missed"]
 class SweepPlan:
     """A sweep's inputs, checked before anything starts."""
 
-    mode: str
+    mode: Mode
     profile: Profile
     profile_path: Path
     seed: int
@@ -178,7 +188,7 @@ def _describe(plan: SweepPlan) -> str:
     return f"search for the highest rate that meets {', '.join(plan.slo)}{off}"
 
 
-def _open_host(args: argparse.Namespace, profile: Profile) -> dict[str, Any]:
+def _open_host(args: argparse.Namespace, profile: Profile) -> SweepEndpoint:
     from loadtest.client.apis import auth_headers
     from loadtest.client.preflight import EndpointError, served_models
     from loadtest.client.secrets import KeySourceError, install_redaction, load_api_key
@@ -199,7 +209,15 @@ def _open_host(args: argparse.Namespace, profile: Profile) -> dict[str, Any]:
         )
     except EndpointError as e:
         raise LoadtestError(str(e)) from e
-    return {"url": args.host, "embedded": False, "engine": None, "models": [m.id for m in served]}
+    return SweepEndpoint(url=args.host, embedded=False, engine=None, models=[m.id for m in served])
+
+
+def _open_endpoint(stack: contextlib.ExitStack, args: argparse.Namespace, plan: SweepPlan) -> SweepEndpoint:
+    """``--host`` after its model check, else the embedded engine (stopped when ``stack`` closes)."""
+    if args.host:
+        return _open_host(args, plan.profile)
+    started = start_embedded(stack, engine_overrides(args), plan.profile, plan.seed, plan.out / "engine.log")
+    return msgspec.convert(started, SweepEndpoint)  # url, embedded, engine: the schema checks them
 
 
 def _execute(plan: SweepPlan, args: argparse.Namespace, sweep: Sweep) -> Bisection | None:
@@ -214,7 +232,7 @@ def _execute(plan: SweepPlan, args: argparse.Namespace, sweep: Sweep) -> Bisecti
     if plan.offline:
         entry = sweep.single(offline_point(plan.offline_concurrency))
         if hi is None and not sweep.halted:
-            rps = entry.get("requests_per_s") if entry else None
+            rps = entry.requests_per_s if entry else None
             if not rps:
                 sweep.halted = sweep.stopped_because = "the offline point measured no throughput"
                 return None
@@ -245,66 +263,66 @@ def _execute(plan: SweepPlan, args: argparse.Namespace, sweep: Sweep) -> Bisecti
     return bisection
 
 
-def _best_search_point(points: list[dict[str, Any]]) -> int | None:
+def _best_search_point(points: list[SweepPoint]) -> int | None:
     return best_search_point(points)  # never a point whose endpoint failed (sweep/analysis.py)
+
+
+def _search(bisection: Bisection | None) -> SearchSummary | None:
+    """sweep.json ``search``: the bisection's bounds and where it ended (a search only)."""
+    if bisection is None:
+        return None
+    return SearchSummary(
+        min=bisection.lo,
+        max=bisection.hi,
+        tolerance=bisection.tolerance,
+        max_iterations=bisection.max_iterations,
+        highest_passing_rate=bisection.passed,
+        lowest_failing_rate=bisection.failed,
+        runs=len(bisection.tried),
+    )
 
 
 def _document(
     plan: SweepPlan,
     sweep: Sweep,
-    endpoint: dict[str, Any],
+    endpoint: SweepEndpoint,
     interrupted: str | None,
     bisection: Bisection | None,
-) -> dict[str, Any]:
-    points = sweep.points
+) -> SweepDocument:
+    points = list(sweep.points)
     best = _best_search_point(points) if plan.mode == "search" else best_under_slo(points)
-    doc: dict[str, Any] = {
-        "schema_version": SCHEMA_VERSION,
-        "kind": "sweep",
-        "mode": plan.mode,
-        "status": "interrupted" if interrupted else "completed",
-        "interrupted_reason": interrupted,
-        "created": datetime.now(UTC).isoformat(timespec="seconds"),
-        "tool": {"name": "loadtest", "version": __version__},
-        "profile": plan.profile.name,
-        "profile_path": str(plan.profile_path),
-        "seed": plan.seed,
-        "fingerprint": plan.fingerprint,
-        "endpoint": endpoint,
-        "slo": plan.slo,
-        "point_duration_s": plan.point_duration_s,
-        "offline_concurrency": plan.offline_concurrency if plan.offline else None,
-        "stop_at_saturation": plan.mode != "search" and plan.stop_at_saturation,
-        "points": points,
-        "knee": knee(points, plan.mode),
-        "best_under_slo": best,
-        "stopped_because": sweep.stopped_because,
-    }
-    if bisection is not None:
-        doc["search"] = {
-            "min": bisection.lo,
-            "max": bisection.hi,
-            "tolerance": bisection.tolerance,
-            "max_iterations": bisection.max_iterations,
-            "highest_passing_rate": bisection.passed,
-            "lowest_failing_rate": bisection.failed,
-            "runs": len(bisection.tried),
-        }
-    return doc
+    return SweepDocument(
+        schema_version=SCHEMA_VERSION,
+        kind="sweep",
+        mode=plan.mode,
+        status="interrupted" if interrupted else "completed",
+        interrupted_reason=interrupted,
+        created=datetime.now(UTC).isoformat(timespec="seconds"),
+        tool={"name": "loadtest", "version": __version__},
+        profile=plan.profile.name,
+        profile_path=str(plan.profile_path),
+        seed=plan.seed,
+        fingerprint=plan.fingerprint,
+        endpoint=endpoint,
+        slo=plan.slo,
+        point_duration_s=plan.point_duration_s,
+        offline_concurrency=plan.offline_concurrency if plan.offline else None,
+        stop_at_saturation=plan.mode != "search" and plan.stop_at_saturation,
+        points=points,
+        knee=knee(points, plan.mode),
+        best_under_slo=best,
+        stopped_because=sweep.stopped_because,
+        search=_search(bisection),
+    )
 
 
-def _summary(doc: dict[str, Any]) -> list[str]:
-    pts = doc["points"]
+def _summary(doc: SweepDocument) -> list[str]:
     lines = []
-    for key, what in (("knee", "knee"), ("best_under_slo", "best point under the SLOs")):
-        i = doc[key]
-        lines.append(
-            f"{what}: {pts[i]['label']} ({pts[i]['output_tps']:,.1f} output tok/s)"
-            if i is not None
-            else f"{what}: none"
-        )
-    if doc["stopped_because"]:
-        lines.append(f"stopped: {doc['stopped_because']}")
+    for index, what in ((doc.knee, "knee"), (doc.best_under_slo, "best point under the SLOs")):
+        p = doc.point(index)
+        lines.append(f"{what}: {p.label} ({p.output_tps:,.1f} output tok/s)" if p else f"{what}: none")
+    if doc.stopped_because:
+        lines.append(f"stopped: {doc.stopped_because}")
     return lines
 
 
@@ -325,27 +343,21 @@ def run_sweep(args: argparse.Namespace) -> int:
     try:
         with contextlib.ExitStack() as stack:
             try:
-                if args.host:
-                    endpoint = _open_host(args, plan.profile)
-                else:
-                    endpoint = start_embedded(
-                        stack, engine_overrides(args), plan.profile, plan.seed, plan.out / "engine.log"
-                    )
+                endpoint = _open_endpoint(stack, args, plan)
             except LoadtestError as e:
                 return fail(e)
-            runner.run_args = [*plan.run_args, "--host", endpoint["url"]]
+            runner.run_args = [*plan.run_args, "--host", endpoint.url]
 
             def checkpoint() -> None:  # the points so far, marked running, in case the sweep is killed
-                write_sweep_json(
-                    plan.out, {**_document(plan, sweep, endpoint, None, None), "status": "running"}
-                )
+                so_far = _document(plan, sweep, endpoint, None, None)
+                write_sweep_document(plan.out, msgspec.structs.replace(so_far, status="running"))
 
             sweep = Sweep(runner, echo=lambda line: print(line, flush=True), checkpoint=checkpoint)
             bisection = _execute(plan, args, sweep)
     finally:
         restore()
     doc = _document(plan, sweep, endpoint, runner.interrupted, bisection)
-    write_sweep_json(plan.out, doc)
+    write_sweep_document(plan.out, doc)
     report = render_sweep_report(plan.out)
     for line in _summary(doc):
         print(line)
@@ -353,6 +365,6 @@ def run_sweep(args: argparse.Namespace) -> int:
     print(f"report:     {report}")
     if runner.interrupted:
         return EXIT_INTERRUPTED.get(runner.interrupted, EXIT_COULD_NOT_RUN)
-    if any(p["status"] == "failed" for p in doc["points"]):
+    if any(p.status == "failed" for p in doc.points):
         return EXIT_COULD_NOT_RUN
-    return EXIT_OK if doc["best_under_slo"] is not None else EXIT_NO_POINT_PASSED
+    return EXIT_OK if doc.best_under_slo is not None else EXIT_NO_POINT_PASSED

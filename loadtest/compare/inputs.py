@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from loadtest.compare.sweep_json import SweepDoc, SweepPoint, is_sweep_dir, read_sweep
+from loadtest.compare.sweep_json import SweepInput, is_sweep_dir, read_sweep
+from loadtest.contracts.run_document import RUN_FILE, RunDocument, RunDocumentError, read_run_document
+from loadtest.contracts.sweep_document import SweepPoint
 from loadtest.results.record_log import record_files
 from loadtest.sweep.model import SweepFormatError
 
@@ -23,8 +23,8 @@ class Side:
     name: str
     path: Path
     run_dir: Path
-    run: dict[str, Any]
-    sweep: SweepDoc | None = None
+    run: RunDocument
+    sweep: SweepInput | None = None
     point: SweepPoint | None = None
     point_reason: str = ""
 
@@ -37,29 +37,27 @@ class Side:
         return record_files(self.run_dir)
 
 
-def read_run_json(run_dir: Path) -> dict[str, Any]:
-    path = run_dir / "run.json"
-    if not path.is_file():
+def _read_run(run_dir: Path) -> RunDocument:
+    """``run_dir/run.json`` as a RunDocument; CompareError (one line) when it is missing or does not fit."""
+    if not (run_dir / RUN_FILE).is_file():
         raise CompareError(f"{run_dir}: no run.json there (give a run folder or a sweep folder)")
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise CompareError(f"{path}: cannot read it as JSON ({e})") from None
-    if not isinstance(doc, dict) or not isinstance(doc.get("metrics"), dict):
-        raise CompareError(f"{path}: not a loadtest run.json (no 'metrics' section)")
-    return doc
+        return read_run_document(run_dir)
+    except RunDocumentError as e:
+        raise CompareError(str(e)) from None
 
 
-def _representative(sweep: SweepDoc) -> tuple[SweepPoint, str]:
+def _representative(sweep: SweepInput) -> tuple[SweepPoint, str]:
     """The point whose records the deltas use: best under the SLOs, else the knee, else the fastest."""
-    usable = [p for p in sweep.points if (p.dir / "run.json").is_file()]
+    doc = sweep.doc
+    usable = [p for p in doc.points if (sweep.run_dir(p) / RUN_FILE).is_file()]
     if not usable:
         raise CompareError(f"{sweep.path}: none of its points' folders holds a run.json")
-    for idx, why in ((sweep.best_under_slo, "best point under the SLOs"), (sweep.knee, "the knee")):
-        p = sweep.point(idx)
+    for idx, why in ((doc.best_under_slo, "best point under the SLOs"), (doc.knee, "the knee")):
+        p = doc.point(idx)
         if p is not None and p in usable:
             return p, why
-    fastest = max(usable, key=lambda p: p.value("output_tps") or 0.0)
+    fastest = max(usable, key=lambda p: p.output_tps or 0.0)
     return fastest, "highest output tokens/s (no knee or best point given)"
 
 
@@ -78,10 +76,11 @@ def load_side(path: Path, name: str | None = None) -> Side:
         except SweepFormatError as e:
             raise CompareError(str(e)) from None
         point, why = _representative(sweep)
-        side = Side(name or path.resolve().name, path, point.dir, read_run_json(point.dir), sweep, point, why)
+        run_dir = sweep.run_dir(point)
+        side = Side(name or path.resolve().name, path, run_dir, _read_run(run_dir), sweep, point, why)
     else:
-        run = read_run_json(path)
-        side = Side(name or str(run.get("run_id") or path.resolve().name), path, path, run)
+        run = _read_run(path)
+        side = Side(name or run.run_id or path.resolve().name, path, path, run)
     if not side.records:
         raise CompareError(
             f"{side.run_dir}: no record log (records*.jsonl); the confidence intervals need per-request records"

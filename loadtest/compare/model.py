@@ -15,6 +15,8 @@ from loadtest.compare.inputs import Side
 from loadtest.compare.stats import Estimate
 from loadtest.compare.tokens import token_units
 from loadtest.compare.workload import WorkloadCheck, check_workloads, fingerprint, tokenizer
+from loadtest.contracts.run_document import RunDocument
+from loadtest.contracts.sweep_document import SweepDocument
 from loadtest.metrics.slo import RequestSlo
 
 # Token agreement: a run whose server usage disagrees with the client on more than this share of
@@ -78,17 +80,16 @@ ROW_ORDER.insert(ROW_ORDER.index("tps_per_user") + 1, "tps_per_user_norm")
 def _slo_rule(sides: list[Side], baseline: int) -> tuple[RequestSlo | None, str | None]:
     """The baseline's per-request SLO, else the first side's that has one: one yardstick for all."""
     for side in [sides[baseline], *sides]:
-        rule = (side.run.get("goodput") or {}).get("rule")
-        if isinstance(rule, dict) and (rule.get("ttft_ms") is not None or rule.get("tpot_ms") is not None):
-            return RequestSlo(ttft_ms=rule.get("ttft_ms"), tpot_ms=rule.get("tpot_ms")), side.name
+        gp = side.run.goodput
+        rule = gp.rule if gp is not None else None
+        if rule is not None and (rule.ttft_ms is not None or rule.tpot_ms is not None):
+            return RequestSlo(ttft_ms=rule.ttft_ms, tpot_ms=rule.tpot_ms), side.name
     return None, None
 
 
 def _window(side: Side) -> tuple[float, float] | None:
-    win = (side.run.get("judged") or {}).get("window")
-    if isinstance(win, dict) and win.get("start") is not None and win.get("end") is not None:
-        return float(win["start"]), float(win["end"])
-    return None
+    judged = side.run.judged
+    return (judged.window.start, judged.window.end) if judged is not None else None
 
 
 def _estimates(side: Side, s: smp.RunSamples) -> dict[str, Estimate | None]:
@@ -159,9 +160,9 @@ def _row(metric: Metric, ests: list[Estimate | None], baseline: int) -> dict[str
 
 
 def _mismatch_share(side: Side) -> float:
-    tok = (side.run.get("metrics") or {}).get("tokens") or {}
-    reports = tok.get("usage_reports") or 0
-    return (tok.get("mismatched_requests") or 0) / reports if reports else 0.0
+    tok = side.run.metrics.tokens
+    reports = tok.usage_reports
+    return tok.mismatched_requests / reports if reports else 0.0
 
 
 def _token_section(sides: list[Side], baseline: int, found: list[smp.RunSamples]) -> dict[str, Any]:
@@ -201,78 +202,87 @@ def _token_section(sides: list[Side], baseline: int, found: list[smp.RunSamples]
     }
 
 
+def _sweep_pareto(sweep: SweepDocument, f: float) -> list[dict[str, Any]]:
+    pts = []
+    for p in sweep.points:
+        x, y = p.tps_per_user, p.output_tps
+        if x is None or y is None:
+            continue
+        pts.append(
+            {
+                "label": p.label,
+                "tps_per_user": x * f,
+                "output_tps": y * f,
+                "knee": p.index == sweep.knee,
+                "best": p.index == sweep.best_under_slo,
+                "verdict": p.verdict,
+            }
+        )
+    return pts
+
+
+def _run_pareto(run: RunDocument, f: float) -> list[dict[str, Any]]:
+    thr = run.metrics.throughput
+    x, y = thr.tps_per_user, thr.output_tokens_per_s
+    if x is None:
+        return []
+    label = run.config.load.description or "run"
+    return [{"label": label, "tps_per_user": x * f, "output_tps": y * f, "knee": False, "best": False}]
+
+
 def _pareto(side: Side, factor: float | None) -> dict[str, Any]:
     f = factor if factor is not None else 1.0
-    pts = []
-    if side.sweep is not None:
-        for p in side.sweep.points:
-            x, y = p.value("tps_per_user"), p.value("output_tps")
-            if x is None or y is None:
-                continue
-            pts.append(
-                {
-                    "label": p.label,
-                    "tps_per_user": x * f,
-                    "output_tps": y * f,
-                    "knee": p.index == side.sweep.knee,
-                    "best": p.index == side.sweep.best_under_slo,
-                    "verdict": p.verdict,
-                }
-            )
-    else:
-        thr = (side.run.get("metrics") or {}).get("throughput") or {}
-        x, y = thr.get("tps_per_user"), thr.get("output_tokens_per_s")
-        if x is not None and y is not None:
-            label = (side.run.get("config") or {}).get("load", {}).get("description") or "run"
-            pts.append(
-                {"label": label, "tps_per_user": x * f, "output_tps": y * f, "knee": False, "best": False}
-            )
+    pts = _sweep_pareto(side.sweep.doc, f) if side.sweep is not None else _run_pareto(side.run, f)
     return {"name": side.name, "kind": side.kind, "points": pts}
+
+
+def _verdict_info(run: RunDocument) -> dict[str, Any]:
+    v = run.verdict
+    if v is None:
+        return {"status": None, "exit_code": None, "reasons": []}
+    return {"status": v.status, "exit_code": v.exit_code, "reasons": list(v.reasons)}
+
+
+def _sweep_info(side: Side) -> dict[str, Any] | None:
+    if side.sweep is None or side.point is None:
+        return None
+    sw = side.sweep.doc
+    knee, best = sw.point(sw.knee), sw.point(sw.best_under_slo)
+    return {
+        "path": str(side.sweep.path),
+        "mode": sw.mode,
+        "status": sw.status,
+        "points": len(sw.points),
+        "knee": knee.label if knee else None,
+        "best_under_slo": best.label if best else None,
+        "compared_point": side.point.label,
+        "compared_because": side.point_reason,
+    }
 
 
 def _side_info(side: Side, s: smp.RunSamples) -> dict[str, Any]:
     run = side.run
-    verdict = run.get("verdict") or {}
-    ep = run.get("endpoint") or {}
-    engine = ep.get("engine") or {}
-    info: dict[str, Any] = {
+    engine = run.endpoint.engine or {}  # the embedded engine's configuration: a JSON object
+    return {
         "name": side.name,
         "path": str(side.path),
         "kind": side.kind,
         "run_dir": str(side.run_dir),
-        "run_id": run.get("run_id"),
-        "report": str(side.run_dir / ((run.get("files") or {}).get("report") or "report.html")),
-        "status": run.get("status"),
-        "interrupted_reason": run.get("interrupted_reason"),
-        "verdict": {
-            "status": verdict.get("status"),
-            "exit_code": verdict.get("exit_code"),
-            "reasons": list(verdict.get("reasons") or []),
-        },
-        "endpoint": ep.get("url"),
-        "embedded": bool(ep.get("embedded")),
+        "run_id": run.run_id,
+        "report": str(side.run_dir / (run.files.report or "report.html")),
+        "status": run.status,
+        "interrupted_reason": run.interrupted_reason,
+        "verdict": _verdict_info(run),
+        "endpoint": run.endpoint.url,
+        "embedded": run.endpoint.embedded,
         "engine": {k: engine.get(k) for k in ("gpu", "model", "tp", "speedup")} if engine else None,
-        "model": (run.get("config") or {}).get("model"),
-        "load": ((run.get("config") or {}).get("load") or {}).get("description"),
+        "model": run.config.model,
+        "load": run.config.load.description,
         "tokenizer": tokenizer(side),
         "fingerprint": fingerprint(side),
         "samples": {"ok": s.n_ok, "sampled": s.n_sampled, "duration_s": round(s.end - s.start, 3)},
-        "sweep": None,
+        "sweep": _sweep_info(side),
     }
-    if side.sweep is not None and side.point is not None:
-        sw = side.sweep
-        knee, best = sw.point(sw.knee), sw.point(sw.best_under_slo)
-        info["sweep"] = {
-            "path": str(sw.path),
-            "mode": sw.mode,
-            "status": sw.status,
-            "points": len(sw.points),
-            "knee": knee.label if knee else None,
-            "best_under_slo": best.label if best else None,
-            "compared_point": side.point.label,
-            "compared_because": side.point_reason,
-        }
-    return info
 
 
 def build_comparison(

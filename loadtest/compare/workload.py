@@ -7,7 +7,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from loadtest.compare.inputs import Side
-from loadtest.fmt import short_hash
 
 # Resolved-profile keys that do not change which requests are sent: labels, how long the run lasted,
 # and the embedded engine's preset (the server under test, which the fingerprint also hashes).
@@ -35,22 +34,20 @@ class WorkloadCheck:
 
 def fingerprint(side: Side) -> str | None:
     """The sweep's fingerprint for a sweep (when it has one), else the run's."""
-    if side.sweep is not None and side.sweep.fingerprint:
-        return side.sweep.fingerprint
-    return (side.run.get("workload") or {}).get("fingerprint")
+    if side.sweep is not None and side.sweep.doc.fingerprint:
+        return side.sweep.doc.fingerprint
+    return side.run.workload.fingerprint
 
 
 def tokenizer(side: Side) -> str:
-    return str((side.run.get("config") or {}).get("tokenizer") or "unknown")
+    return side.run.config.tokenizer or "unknown"
 
 
-def _comparable(side: Side, drop: tuple[str, ...]) -> dict[str, Any] | None:
-    cfg = side.run.get("config") or {}
-    prof = cfg.get("profile_resolved")
-    if not isinstance(prof, dict):
-        return None
-    out = {k: v for k, v in prof.items() if k not in drop}
-    out["seed"] = cfg.get("seed", prof.get("seed"))
+def _comparable(side: Side, drop: tuple[str, ...]) -> dict[str, Any]:
+    """The resolved profile (a JSON object in run.json) without ``drop``, with the run's seed."""
+    cfg = side.run.config
+    out = {k: v for k, v in cfg.profile_resolved.items() if k not in drop}
+    out["seed"] = cfg.seed
     return out
 
 
@@ -81,14 +78,6 @@ def check_workloads(sides: list[Side], baseline: int = 0) -> WorkloadCheck:
         if fa and fa == fb:
             continue
         pa, pb = _comparable(base, drop), _comparable(side, drop)
-        if pa is None or pb is None:
-            res.same = False
-            res.mismatched.append(sides.index(side))
-            res.differences.append(
-                f"{base.name} vs {side.name}: fingerprints {short_hash(fa)} vs {short_hash(fb)} and no "
-                "resolved profile to compare"
-            )
-            continue
         keys = _diff_keys(pa, pb)
         if keys:
             res.same = False
@@ -96,8 +85,7 @@ def check_workloads(sides: list[Side], baseline: int = 0) -> WorkloadCheck:
             parts = [f"{k}: {_show(pa.get(k))} vs {_show(pb.get(k))}" for k in keys]
             res.differences.append(f"{base.name} vs {side.name}: " + "; ".join(parts))
             continue
-        full_a = (base.run.get("config") or {}).get("profile_resolved") or {}
-        full_b = (side.run.get("config") or {}).get("profile_resolved") or {}
+        full_a, full_b = base.run.config.profile_resolved, side.run.config.profile_resolved
         why = [k for k in _diff_keys(full_a, full_b) if k in drop] or ["how the fingerprint was taken"]
         same = (
             "requests of the same sizes, each in its own tokenizer"

@@ -2,6 +2,7 @@
 
 Described field by field in docs/sweep.md. Unknown fields are refused, like run.json's
 (contracts/run_document.py); ``endpoint.engine`` (the embedded engine's settings) stays a JSON object.
+The sweep's writer (cli/sweep_run.py) builds a SweepDocument and every reader gets one.
 """
 
 from __future__ import annotations
@@ -9,13 +10,14 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import msgspec
 
 SCHEMA_VERSION = 1
 SWEEP_FILE = "sweep.json"
-MODES = ("concurrency", "rate", "search")
+Mode = Literal["concurrency", "rate", "search"]
+MODES: tuple[str, ...] = get_args(Mode)
 # Every point carries these figures (None where the run has no value, or the point did not run).
 FIGURE_KEYS = (
     "output_tps",
@@ -63,8 +65,8 @@ class PointFigures(_Section):
     warm_cache: bool = False
 
 
-class SweepPoint(PointFigures, kw_only=True):
-    """One point of the ladder or the search: where it ran, how it ended, its figures."""
+class _PointPlace(_Section, kw_only=True):
+    """Where a point ran and how it ended: the fields a point writes before its figures."""
 
     index: int
     label: str
@@ -76,6 +78,26 @@ class SweepPoint(PointFigures, kw_only=True):
     exit_code: int | None = None
     verdict: str | None = None
     reason: str | None = None
+
+
+class SweepPoint(_PointPlace, kw_only=True):
+    """One point of the ladder or the search: where it ran, how it ended, then PointFigures' fields
+    (repeated here, so that a point encodes as docs/sweep.md shows it: index, label, ... figures)."""
+
+    output_tps: float | None = None
+    requests_per_s: float | None = None
+    tps_per_user: float | None = None
+    ttft_p50_ms: float | None = None
+    ttft_p90_ms: float | None = None
+    ttft_p99_ms: float | None = None
+    tpot_p50_ms: float | None = None
+    tpot_p90_ms: float | None = None
+    e2e_p90_ms: float | None = None
+    goodput_rps: float | None = None
+    slo_attainment: float | None = None
+    error_rate: float | None = None
+    prefix_cache_hit_rate: float | None = None
+    warm_cache: bool = False
 
     def figure(self, key: str) -> float | None:
         """One of FIGURE_KEYS by name."""
@@ -94,15 +116,19 @@ class SearchSummary(_Section):
 
 
 class SweepEndpoint(_Section, omit_defaults=True):
+    """``engine``: the embedded engine's configuration (null for --host); ``models``: what --host
+    serves (``GET /v1/models``), absent for the embedded engine."""
+
     url: str
     embedded: bool
-    engine: dict[str, Any] | None = None
+    engine: dict[str, Any] | None
+    models: list[str] | None = None
 
 
 class SweepDocument(_Section, omit_defaults=True):
     schema_version: int
     kind: Literal["sweep"]
-    mode: Literal["concurrency", "rate", "search"]
+    mode: Mode
     status: str
     interrupted_reason: str | None
     created: str
@@ -122,30 +148,43 @@ class SweepDocument(_Section, omit_defaults=True):
     stopped_because: str | None
     search: SearchSummary | None = None
 
+    def point(self, index: int | None) -> SweepPoint | None:
+        """The point whose ``index`` is ``index`` (``knee``, ``best_under_slo``); None for None."""
+        return next((p for p in self.points if p.index == index), None) if index is not None else None
+
 
 _ENCODER = msgspec.json.Encoder()
+
+
+def _refuse(where: Path | str, what: str) -> SweepFormatError:
+    return SweepFormatError(f"{where}: {what}; give a folder written by 'loadtest sweep'")
+
+
+def _check_head(data: dict[str, Any], where: Path | str) -> None:
+    """What the document is, checked before its fields: kind, version and mode, each in its own words."""
+    version = data.get("schema_version")
+    for ok, what in (
+        (data.get("kind") == "sweep", "'kind' is not 'sweep'"),
+        (version == SCHEMA_VERSION, f"schema_version {version!r} is not {SCHEMA_VERSION}"),
+        (data.get("mode") in MODES, f"'mode' must be one of {', '.join(MODES)}"),
+    ):
+        if not ok:
+            raise _refuse(where, what)
 
 
 def sweep_from_data(data: Any, where: Path | str = SWEEP_FILE) -> SweepDocument:
     """Decoded sweep.json as a SweepDocument, checked; SweepFormatError names the field and the fix."""
     if not isinstance(data, dict):
-        raise SweepFormatError(f"{where}: not a JSON object; give a folder written by 'loadtest sweep'")
-    if data.get("schema_version") != SCHEMA_VERSION:
-        raise SweepFormatError(
-            f"{where}: schema_version {data.get('schema_version')!r} is not {SCHEMA_VERSION}; "
-            "give a folder written by 'loadtest sweep'"
-        )
+        raise _refuse(where, "not a JSON object")
+    _check_head(data, where)
     try:
         doc = msgspec.convert(data, SweepDocument)
     except msgspec.ValidationError as e:
-        raise SweepFormatError(f"{where}: {e}; give a folder written by 'loadtest sweep'") from e
+        raise _refuse(where, str(e)) from e
     n = len(doc.points)
-    for key in ("knee", "best_under_slo"):
-        v = getattr(doc, key)
+    for key, v in (("knee", doc.knee), ("best_under_slo", doc.best_under_slo)):
         if v is not None and not 0 <= v < n:
-            raise SweepFormatError(
-                f"{where}: '{key}' is not a point index; give a folder written by 'loadtest sweep'"
-            )
+            raise _refuse(where, f"'{key}' is not a point index")
     return doc
 
 

@@ -1,11 +1,19 @@
-"""Report sections for a run: the Cost table and the per-endpoint breakdown, as ready HTML (empty when no data)."""
+"""Report sections for a run: the Cost table and the per-endpoint breakdown, as ready HTML (empty when no data);
+and the compare report's ranking by cost at equal SLO.
+
+The run report's sections take the run.json it read as JSON (report/run_report.py); the ranking takes
+the compared inputs' RunDocuments.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Protocol
 
 from markupsafe import Markup, escape
 
+from loadtest.contracts.run_document import RunDocument
 from loadtest.economics.cost import run_economics
 from loadtest.economics.sweep import rank_by_cost
 
@@ -108,7 +116,15 @@ def extra_sections(run: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def cost_ranking_html(sides: list[Any]) -> Markup | None:
+class ComparedInput(Protocol):
+    """What the ranking needs of a compared input (compare.inputs.Side)."""
+
+    name: str
+    path: Path
+    run: RunDocument
+
+
+def cost_ranking_html(sides: Sequence[ComparedInput]) -> Markup | None:
     """The compare report's "Cost at equal SLO" table: each input's cost per million output tokens at its
     cheapest point meeting the SLOs (a sweep) or its own run (a passing run), cheapest first."""
 

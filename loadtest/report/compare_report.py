@@ -51,7 +51,7 @@ def cdf_figure(sides: list[Side], title: str, keys: tuple[str, ...]) -> go.Figur
     """Overlaid CDFs of one or two latency metrics, one colour per input (from run.json histograms)."""
     fig = go.Figure()
     for i, side in enumerate(sides):
-        hists = side.run.get("histograms") or {}
+        hists = side.run.histograms  # metric → encoded HDR histogram
         for k, key in enumerate(keys):
             pts = _cdf(hists.get(key))
             if not pts:

@@ -7,6 +7,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 
+from loadtest.contracts.sweep_document import SweepPoint
 from loadtest.report import charts
 from loadtest.sweep.analysis import ladder_points, measured, pareto_front
 
@@ -28,36 +29,36 @@ def _layout(fig: go.Figure, title: str, height: int = 440) -> None:
     charts.layout(fig, title, height, margin={"l": 70, "r": 70, "t": 70, "b": 55}, hovermode=None)
 
 
-def _by_index(points: Sequence[dict[str, Any]], idx: int | None) -> dict[str, Any] | None:
-    return next((p for p in points if p.get("index") == idx), None) if idx is not None else None
+def _by_index(points: Sequence[SweepPoint], idx: int | None) -> SweepPoint | None:
+    return next((p for p in points if p.index == idx), None) if idx is not None else None
 
 
-def _hover(p: dict[str, Any]) -> str:
-    def f(v: Any, unit: str, digits: int = 1) -> str:
-        return f"{v:,.{digits}f} {unit}" if isinstance(v, int | float) else "—"
+def _hover(p: SweepPoint) -> str:
+    def f(v: float | None, unit: str, digits: int = 1) -> str:
+        return f"{v:,.{digits}f} {unit}" if v is not None else "—"
 
     return (
-        f"<b>{p['label']}</b> ({p.get('verdict') or 'no verdict'})<br>"
-        f"output {f(p.get('output_tps'), 'tok/s')}<br>per user {f(p.get('tps_per_user'), 'tok/s')}<br>"
-        f"TTFT p90 {f(p.get('ttft_p90_ms'), 'ms', 2)}<br>TPOT p90 {f(p.get('tpot_p90_ms'), 'ms', 2)}"
+        f"<b>{p.label}</b> ({p.verdict or 'no verdict'})<br>"
+        f"output {f(p.output_tps, 'tok/s')}<br>per user {f(p.tps_per_user, 'tok/s')}<br>"
+        f"TTFT p90 {f(p.ttft_p90_ms, 'ms', 2)}<br>TPOT p90 {f(p.tpot_p90_ms, 'ms', 2)}"
     )
 
 
-def _scatter_points(fig: go.Figure, pts: list[dict[str, Any]], x_key: str, **kw: Any) -> None:
+def _scatter_points(fig: go.Figure, pts: list[SweepPoint], x_key: str, **kw: Any) -> None:
     """All measured points as markers coloured by verdict (pass / missed)."""
-    for name, color, keep in (
-        ("meets the SLOs", PASS_COLOR, lambda p: p.get("verdict") == "pass"),
-        ("misses the SLOs / not valid", FAIL_COLOR, lambda p: p.get("verdict") != "pass"),
+    for name, color, passing in (
+        ("meets the SLOs", PASS_COLOR, True),
+        ("misses the SLOs / not valid", FAIL_COLOR, False),
     ):
-        sel = [p for p in pts if keep(p) and isinstance(p.get(x_key), int | float)]
+        sel = [p for p in pts if (p.verdict == "pass") == passing and p.figure(x_key) is not None]
         if not sel:
             continue
         fig.add_trace(
             go.Scatter(
-                x=[p[x_key] for p in sel],
-                y=[p["output_tps"] for p in sel],
+                x=[p.figure(x_key) for p in sel],
+                y=[p.output_tps for p in sel],
                 mode="markers+text",
-                text=[p["label"] for p in sel],
+                text=[p.label for p in sel],
                 textposition="top center",
                 marker={"color": color, "size": 10},
                 name=name,
@@ -69,19 +70,19 @@ def _scatter_points(fig: go.Figure, pts: list[dict[str, Any]], x_key: str, **kw:
 
 
 def _marks(
-    fig: go.Figure, points: Sequence[dict[str, Any]], x_key: str, knee: int | None, best: int | None
+    fig: go.Figure, points: Sequence[SweepPoint], x_key: str, knee: int | None, best: int | None
 ) -> None:
     for idx, name, style in ((knee, "knee", KNEE_STYLE), (best, "best under the SLOs", BEST_STYLE)):
         p = _by_index(points, idx)
-        if p is None or not isinstance(p.get(x_key), int | float) or p.get("output_tps") is None:
+        if p is None or p.figure(x_key) is None or p.output_tps is None:
             continue
         fig.add_trace(
             go.Scatter(
-                x=[p[x_key]],
-                y=[p["output_tps"]],
+                x=[p.figure(x_key)],
+                y=[p.output_tps],
                 mode="markers",
                 marker=style,
-                name=f"{name}: {p['label']}",
+                name=f"{name}: {p.label}",
                 hovertext=[_hover(p)],
                 hoverinfo="text",
             )
@@ -89,23 +90,23 @@ def _marks(
 
 
 def pareto_figure(
-    points: Sequence[dict[str, Any]],
+    points: Sequence[SweepPoint],
     knee: int | None,
     best: int | None,
     x_key: str = "tps_per_user",
 ) -> go.Figure | None:
     """Output tokens/s against ``x_key`` (tokens/s per user, or TTFT p90), the Pareto front as a line."""
-    pts = [p for p in measured(points) if isinstance(p.get(x_key), int | float)]
+    pts = [p for p in measured(points) if p.figure(x_key) is not None]
     if not pts:
         return None
     per_user = x_key == "tps_per_user"
     fig = go.Figure()
     front_idx = pareto_front(points, x_key, higher_x_better=per_user)
-    front = [_by_index(points, i) for i in front_idx]
+    front = [p for i in front_idx if (p := _by_index(points, i)) is not None]
     fig.add_trace(
         go.Scatter(
-            x=[p[x_key] for p in front if p],
-            y=[p["output_tps"] for p in front if p],
+            x=[p.figure(x_key) for p in front],
+            y=[p.output_tps for p in front],
             mode="lines",
             line={"color": FRONT_COLOR, "width": 2, "shape": "hv" if not per_user else "linear"},
             name="Pareto front",
@@ -123,7 +124,7 @@ def pareto_figure(
     return fig
 
 
-def latency_figure(points: Sequence[dict[str, Any]], knee: int | None, best: int | None) -> go.Figure | None:
+def latency_figure(points: Sequence[SweepPoint], knee: int | None, best: int | None) -> go.Figure | None:
     """TTFT p90, TPOT p90 and E2E p90 (ms) against output tokens/s, ladder points in order of load."""
     pts = ladder_points(points)
     if not pts:
@@ -134,27 +135,27 @@ def latency_figure(points: Sequence[dict[str, Any]], knee: int | None, best: int
         ("tpot_p90_ms", "TPOT p90", "dot"),
         ("e2e_p90_ms", "E2E p90", "dash"),
     ):
-        sel = [p for p in pts if isinstance(p.get(key), int | float) and p[key] > 0]
+        sel = [(p, v) for p in pts if (v := p.figure(key)) is not None and v > 0]
         if not sel:
             continue
         fig.add_trace(
             go.Scatter(
-                x=[p["output_tps"] for p in sel],
-                y=[p[key] for p in sel],
+                x=[p.output_tps for p, _ in sel],
+                y=[v for _, v in sel],
                 mode="lines+markers",
                 line={"dash": dash},
-                text=[p["label"] for p in sel],
+                text=[p.label for p, _ in sel],
                 name=name,
                 hovertemplate=f"%{{text}}: {name} %{{y:.2f}} ms at %{{x:,.1f}} tok/s<extra></extra>",
             )
         )
     for idx, name, color in ((knee, "knee", "#c77700"), (best, "best under the SLOs", PASS_COLOR)):
         p = _by_index(points, idx)
-        if p is not None and p.get("output_tps") is not None:
+        if p is not None and p.output_tps is not None:
             fig.add_vline(
-                x=p["output_tps"],
+                x=p.output_tps,
                 line={"color": color, "dash": "dash", "width": 1.5},
-                annotation_text=f"{name}: {p['label']}",
+                annotation_text=f"{name}: {p.label}",
                 annotation_position="top left",
             )
     _layout(fig, LATENCY_TITLE)
@@ -163,35 +164,44 @@ def latency_figure(points: Sequence[dict[str, Any]], knee: int | None, best: int
     return fig
 
 
-def load_figure(points: Sequence[dict[str, Any]], mode: str, knee: int | None) -> go.Figure | None:
+def _load_points(points: Sequence[SweepPoint], mode: str) -> list[SweepPoint]:
+    """The points of the load chart: the ladder's in increasing load, a search's in increasing rate."""
+    if mode != "search":
+        return ladder_points(points)
+    return sorted((p for p in measured(points) if p.rate is not None), key=lambda p: p.rate or 0.0)
+
+
+def load_figure(points: Sequence[SweepPoint], mode: str, knee: int | None) -> go.Figure | None:
     """Output tokens/s (left axis) and tokens/s per user (right axis) against the offered load."""
-    pts = ladder_points(points)
-    if mode == "search":
-        pts = sorted((p for p in measured(points) if p.get("rate") is not None), key=lambda p: p["rate"])
+    pts = _load_points(points, mode)
     if not pts:
         return None
     closed = mode == "concurrency"
-    x = [p["concurrency"] if closed else p["rate"] for p in pts]
+
+    def load(p: SweepPoint) -> float | None:
+        return p.concurrency if closed else p.rate
+
+    x = [load(p) for p in pts]
     fig = go.Figure()
     fig.add_trace(
         go.Scatter(
             x=x,
-            y=[p["output_tps"] for p in pts],
+            y=[p.output_tps for p in pts],
             mode="lines+markers",
             name="output tokens/s",
-            text=[p["label"] for p in pts],
+            text=[p.label for p in pts],
             hovertemplate="%{text}: %{y:,.1f} output tok/s<extra></extra>",
         )
     )
     fig.add_trace(
         go.Scatter(
             x=x,
-            y=[p.get("tps_per_user") for p in pts],
+            y=[p.tps_per_user for p in pts],
             mode="lines+markers",
             name="tokens/s per user",
             yaxis="y2",
             line={"dash": "dot"},
-            text=[p["label"] for p in pts],
+            text=[p.label for p in pts],
             hovertemplate="%{text}: %{y:,.1f} tok/s per user<extra></extra>",
         )
     )
@@ -199,20 +209,20 @@ def load_figure(points: Sequence[dict[str, Any]], mode: str, knee: int | None) -
     if k is not None and k in pts:
         fig.add_trace(
             go.Scatter(
-                x=[k["concurrency"] if closed else k["rate"]],
-                y=[k["output_tps"]],
+                x=[load(k)],
+                y=[k.output_tps],
                 mode="markers",
                 marker=KNEE_STYLE,
-                name=f"knee: {k['label']}",
+                name=f"knee: {k.label}",
                 hoverinfo="skip",
             )
         )
     for p in measured(points):
-        if p.get("offline"):
+        if p.offline:
             fig.add_hline(
-                y=p["output_tps"],
+                y=p.output_tps,
                 line={"color": "#777", "dash": "dash", "width": 1},
-                annotation_text=f"offline (c{p['concurrency']}): {p['output_tps']:,.0f} tok/s",
+                annotation_text=f"offline (c{p.concurrency}): {p.output_tps:,.0f} tok/s",
                 annotation_position="bottom right",
             )
     _layout(fig, LOAD_TITLE)

@@ -7,6 +7,7 @@ from typing import Any
 
 from markupsafe import Markup
 
+from loadtest.contracts.sweep_document import SweepDocument, SweepEndpoint, SweepPoint
 from loadtest.economics.sweep import cost_columns, with_cost_cells
 from loadtest.fmt import NA, fmt_ms, fmt_num, fmt_pct, short_hash
 from loadtest.report import charts, sweep_charts
@@ -34,77 +35,85 @@ CAPTIONS = {
 }
 
 
-def _load_text(p: dict[str, Any]) -> str:
-    if p.get("offline"):
-        return f"offline, {p.get('concurrency')} streams"
-    if p.get("concurrency") is not None:
-        return f"{p['concurrency']} stream{'s' if p['concurrency'] != 1 else ''}"
-    return f"{fmt_num(p.get('rate'), 3)} req/s" if p.get("rate") is not None else NA
+def _load_text(p: SweepPoint) -> str:
+    if p.offline:
+        return f"offline, {p.concurrency} streams"
+    if p.concurrency is not None:
+        return f"{p.concurrency} stream{'s' if p.concurrency != 1 else ''}"
+    return f"{fmt_num(p.rate, 3)} req/s" if p.rate is not None else NA
 
 
-def _rows(doc: dict[str, Any], root: Path) -> list[dict[str, Any]]:
+def _notes(doc: SweepDocument, p: SweepPoint) -> str:
+    notes = []
+    if p.index == doc.knee:
+        notes.append("knee")
+    if p.index == doc.best_under_slo:
+        notes.append("best under the SLOs")
+    if p.offline:
+        notes.append(f"offline: {p.concurrency} streams")
+    if p.reason:
+        notes.append(p.reason)
+    if p.warm_cache:
+        notes.append(f"warm prefix cache ({fmt_pct(p.prefix_cache_hit_rate)} of prompt tokens)")
+    return "; ".join(notes)
+
+
+def _cells(p: SweepPoint) -> list[str]:
+    """The figures' cells, in the table's column order."""
+    return [
+        fmt_num(p.output_tps),
+        fmt_num(p.requests_per_s, 2),
+        fmt_num(p.tps_per_user),
+        fmt_ms(p.ttft_p50_ms),
+        fmt_ms(p.ttft_p90_ms),
+        fmt_ms(p.ttft_p99_ms),
+        fmt_ms(p.tpot_p50_ms),
+        fmt_ms(p.tpot_p90_ms),
+        fmt_ms(p.e2e_p90_ms),
+        fmt_num(p.goodput_rps, 2),
+        fmt_pct(p.slo_attainment),
+        fmt_pct(p.error_rate),
+        fmt_pct(p.prefix_cache_hit_rate),
+    ]
+
+
+def _rows(doc: SweepDocument, root: Path) -> list[dict[str, Any]]:
     rows = []
-    for p in doc["points"]:
-        notes = []
-        if p.get("index") == doc.get("knee"):
-            notes.append("knee")
-        if p.get("index") == doc.get("best_under_slo"):
-            notes.append("best under the SLOs")
-        if p.get("offline"):
-            notes.append(f"offline: {p.get('concurrency')} streams")
-        if p.get("reason"):
-            notes.append(str(p["reason"]))
-        if p.get("warm_cache"):
-            notes.append(f"warm prefix cache ({fmt_pct(p.get('prefix_cache_hit_rate'))} of prompt tokens)")
-        rel = p.get("dir")
+    for p in doc.points:
+        rel = p.dir
         report = f"{rel}/report.html" if rel and (root / rel / "report.html").is_file() else None
-        verdict = p.get("verdict")
+        verdict = p.verdict
         rows.append(
             {
-                "index": p.get("index"),
-                "label": p.get("label"),
+                "index": p.index,
+                "label": p.label,
                 "load": _load_text(p),
-                "status": p.get("status"),
+                "status": p.status,
                 "verdict": VERDICT_LABELS.get(verdict, verdict) if verdict else NA,
                 "verdict_class": "pass" if verdict == "pass" else ("fail" if verdict else "none"),
-                "exit_code": NA if p.get("exit_code") is None else str(p["exit_code"]),
+                "exit_code": NA if p.exit_code is None else str(p.exit_code),
                 "report": report,
-                "cells": [
-                    fmt_num(p.get("output_tps")),
-                    fmt_num(p.get("requests_per_s"), 2),
-                    fmt_num(p.get("tps_per_user")),
-                    fmt_ms(p.get("ttft_p50_ms")),
-                    fmt_ms(p.get("ttft_p90_ms")),
-                    fmt_ms(p.get("ttft_p99_ms")),
-                    fmt_ms(p.get("tpot_p50_ms")),
-                    fmt_ms(p.get("tpot_p90_ms")),
-                    fmt_ms(p.get("e2e_p90_ms")),
-                    fmt_num(p.get("goodput_rps"), 2),
-                    fmt_pct(p.get("slo_attainment")),
-                    fmt_pct(p.get("error_rate")),
-                    fmt_pct(p.get("prefix_cache_hit_rate")),
-                ],
-                "notes": "; ".join(notes),
+                "cells": _cells(p),
+                "notes": _notes(doc, p),
             }
         )
     return rows
 
 
-def _point_text(doc: dict[str, Any], key: str) -> str:
-    idx = doc.get(key)
-    if idx is None:
+def _point_text(doc: SweepDocument, index: int | None) -> str:
+    p = doc.point(index)
+    if p is None:
         return "none"
-    p = doc["points"][idx]
     return (
-        f"{p['label']} ({_load_text(p)}): {fmt_num(p.get('output_tps'))} output tok/s, "
-        f"{fmt_num(p.get('tps_per_user'))} tok/s per user, TTFT p90 {fmt_ms(p.get('ttft_p90_ms'))} ms"
+        f"{p.label} ({_load_text(p)}): {fmt_num(p.output_tps)} output tok/s, "
+        f"{fmt_num(p.tps_per_user)} tok/s per user, TTFT p90 {fmt_ms(p.ttft_p90_ms)} ms"
     )
 
 
-def _endpoint_text(ep: dict[str, Any]) -> str:
-    url = ep.get("url") or "unknown"
-    eng = ep.get("engine") or {}
-    if not ep.get("embedded"):
+def _endpoint_text(ep: SweepEndpoint) -> str:
+    url = ep.url or "unknown"
+    eng = ep.engine or {}  # the embedded engine's configuration: a JSON object
+    if not ep.embedded:
         return f"{url} (external)"
     tp = eng.get("tp") or 1
     gpus = f"{tp}×{eng.get('gpu')}" if tp > 1 else str(eng.get("gpu"))
@@ -112,7 +121,7 @@ def _endpoint_text(ep: dict[str, Any]) -> str:
     return f"{url} (embedded engine: {eng.get('model')} on {gpus}, speed-up {eng.get('speedup')}x{extra})"
 
 
-def _slo_text(slo: dict[str, Any]) -> str:
+def _slo_text(slo: dict[str, float | None]) -> str:
     if not slo:
         return "none (every valid run passes)"
     parts = []
@@ -124,14 +133,14 @@ def _slo_text(slo: dict[str, Any]) -> str:
     return ", ".join(parts)
 
 
-def render_html(doc: dict[str, Any], root: Path) -> str:
+def render_html(doc: SweepDocument, root: Path) -> str:
     """The sweep page for a loaded sweep.json whose point folders lie under ``root``."""
-    pts, knee, best = doc["points"], doc.get("knee"), doc.get("best_under_slo")
+    pts, knee, best = doc.points, doc.knee, doc.best_under_slo
     figs = {
         "pareto": sweep_charts.pareto_figure(pts, knee, best),
         "pareto_ttft": sweep_charts.pareto_figure(pts, knee, best, x_key="ttft_p90_ms"),
         "latency": sweep_charts.latency_figure(pts, knee, best),
-        "load": sweep_charts.load_figure(pts, doc["mode"], knee),
+        "load": sweep_charts.load_figure(pts, doc.mode, knee),
     }
     titles = {
         "pareto": sweep_charts.PARETO_TITLE,
@@ -148,31 +157,31 @@ def render_html(doc: dict[str, Any], root: Path) -> str:
         }
         for key, fig in figs.items()
     ]
-    search = doc.get("search")
+    mode_text = MODE_TEXT.get(doc.mode, doc.mode)
     return (
         template_env()
         .get_template(TEMPLATE)
         .render(
-            profile=doc.get("profile") or "sweep",
-            mode=doc["mode"],
-            mode_text=MODE_TEXT.get(doc["mode"], doc["mode"]),
-            interrupted=doc.get("status") == "interrupted",
-            interrupted_reason=doc.get("interrupted_reason"),
-            stopped_because=doc.get("stopped_because"),
-            warm_points=[p["label"] for p in pts if p.get("warm_cache")],
+            profile=doc.profile or "sweep",
+            mode=doc.mode,
+            mode_text=mode_text,
+            interrupted=doc.status == "interrupted",
+            interrupted_reason=doc.interrupted_reason,
+            stopped_because=doc.stopped_because,
+            warm_points=[p.label for p in pts if p.warm_cache],
             warm_threshold=f"{WARM_THRESHOLD:.0%}",
-            knee_text=_point_text(doc, "knee"),
-            best_text=_point_text(doc, "best_under_slo"),
+            knee_text=_point_text(doc, knee),
+            best_text=_point_text(doc, best),
             summary=[
-                ("Mode", MODE_TEXT.get(doc["mode"], doc["mode"])),
-                ("Points", f"{sum(p['status'] == 'completed' for p in pts)} completed of {len(pts)}"),
-                ("SLOs", _slo_text(doc.get("slo") or {})),
-                ("Point duration", f"{fmt_num(doc.get('point_duration_s'), 1)} s"),
-                ("Endpoint", _endpoint_text(doc.get("endpoint") or {})),
-                ("Workload fingerprint", short_hash(doc.get("fingerprint"))),
-                ("Created", str(doc.get("created") or NA)),
+                ("Mode", mode_text),
+                ("Points", f"{sum(p.status == 'completed' for p in pts)} completed of {len(pts)}"),
+                ("SLOs", _slo_text(doc.slo)),
+                ("Point duration", f"{fmt_num(doc.point_duration_s, 1)} s"),
+                ("Endpoint", _endpoint_text(doc.endpoint)),
+                ("Workload fingerprint", short_hash(doc.fingerprint)),
+                ("Created", doc.created or NA),
             ],
-            search=search,
+            search=doc.search,
             sections=sections,
             columns=[
                 "out tok/s",

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
+from loadtest.contracts.sweep_document import SweepPoint
 from loadtest.fmt import fmt_ms, fmt_num, fmt_pct
 from loadtest.sweep.analysis import endpoint_dead, saturation
 from loadtest.sweep.ladder import LoadPoint, rate_point
@@ -12,18 +12,18 @@ from loadtest.sweep.runner import PointRunner
 from loadtest.sweep.search import Bisection
 
 
-def point_line(p: dict[str, Any]) -> str:
+def point_line(p: SweepPoint) -> str:
     """One console line per point."""
-    head = f"  {p['index']:>2} {p['label']:<9}"
-    if p["status"] in ("skipped", "failed"):
-        return f"{head} {p['status']}: {p.get('reason') or ''}"
-    verdict = p.get("verdict") or "no verdict"
-    if p["status"] == "interrupted":
+    head = f"  {p.index:>2} {p.label:<9}"
+    if p.status in ("skipped", "failed"):
+        return f"{head} {p.status}: {p.reason or ''}"
+    verdict = p.verdict or "no verdict"
+    if p.status == "interrupted":
         verdict = f"interrupted, {verdict}"
     return (
-        f"{head} {verdict:<11} {fmt_num(p['output_tps']):>10} output tok/s  "
-        f"{fmt_num(p['tps_per_user']):>8} tok/s/user  TTFT p90 {fmt_ms(p['ttft_p90_ms'])} ms  "
-        f"TPOT p90 {fmt_ms(p['tpot_p90_ms'])} ms  errors {fmt_pct(p['error_rate'])}  {p['dir']}"
+        f"{head} {verdict:<11} {fmt_num(p.output_tps):>10} output tok/s  "
+        f"{fmt_num(p.tps_per_user):>8} tok/s/user  TTFT p90 {fmt_ms(p.ttft_p90_ms)} ms  "
+        f"TPOT p90 {fmt_ms(p.tpot_p90_ms)} ms  errors {fmt_pct(p.error_rate)}  {p.dir}"
     )
 
 
@@ -42,11 +42,11 @@ class Sweep:
         self.runner = runner
         self.echo = echo
         self.checkpoint = checkpoint  # called after every point: sweep.json so far survives a kill
-        self.points: list[dict[str, Any]] = []
+        self.points: list[SweepPoint] = []
         self.halted: str | None = None
         self.stopped_because: str | None = None
 
-    def _run(self, point: LoadPoint) -> dict[str, Any]:
+    def _run(self, point: LoadPoint) -> SweepPoint:
         index = len(self.points)
         c = point.concurrency
         load = f"{c} stream{'s' if c != 1 else ''}" if c is not None else f"{point.rate:g} req/s"
@@ -58,14 +58,14 @@ class Sweep:
             self.checkpoint()
         if self.runner.interrupted:
             self.halted = f"interrupted ({self.runner.interrupted})"
-        elif entry["status"] == "failed":
-            self.halted = f"{entry['label']} could not run: {entry['reason']}"
-        elif entry["status"] == "interrupted":
-            self.halted = f"{entry['label']} was interrupted ({entry.get('reason') or 'signal'})"
+        elif entry.status == "failed":
+            self.halted = f"{entry.label} could not run: {entry.reason}"
+        elif entry.status == "interrupted":
+            self.halted = f"{entry.label} was interrupted ({entry.reason or 'signal'})"
         elif endpoint_dead(entry):
             self.halted = (
-                f"{entry['label']}: the endpoint failed every request (no successful request; "
-                f"see {entry['dir']}/run.json)"
+                f"{entry.label}: the endpoint failed every request (no successful request; "
+                f"see {entry.dir}/run.json)"
             )
         if self.halted:
             self.stopped_because = self.halted
@@ -88,7 +88,7 @@ class Sweep:
             if not self.halted and stop_at_saturation:
                 self.stopped_because = saturation(self.points)
 
-    def single(self, point: LoadPoint) -> dict[str, Any] | None:
+    def single(self, point: LoadPoint) -> SweepPoint | None:
         """Run one point (the offline point) unless the sweep is halted; None when skipped."""
         if self.runner.interrupted and not self.halted:
             self.halted = self.stopped_because = f"interrupted ({self.runner.interrupted})"
@@ -99,7 +99,7 @@ class Sweep:
 
     def search(self, bisection: Bisection) -> None:
         """Run the bisection's rates until it is over or the sweep halts."""
-        used = {p["label"] for p in self.points}
+        used = {p.label for p in self.points}
         while not self.halted:
             if self.runner.interrupted:
                 self.halted = f"interrupted ({self.runner.interrupted})"
@@ -117,5 +117,5 @@ class Sweep:
             if self.halted:
                 bisection.stop(self.halted)
                 break
-            bisection.record(point.rate, entry["verdict"] == "pass" and entry["exit_code"] == 0)
+            bisection.record(point.rate, entry.verdict == "pass" and entry.exit_code == 0)
         self.stopped_because = self.halted or bisection.done_because

@@ -10,8 +10,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
-from typing import Any
 
+from loadtest.contracts.sweep_document import SweepPoint
 from loadtest.sweep.ladder import LoadPoint
 from loadtest.sweep.model import point_entry, read_run_json
 
@@ -79,7 +79,7 @@ class PointRunner:
             str(out),
         ]
 
-    def run(self, index: int, point: LoadPoint) -> dict[str, Any]:
+    def run(self, index: int, point: LoadPoint) -> SweepPoint:
         """Run ``point`` into ``points/NN-label`` and return its sweep.json entry."""
         rel = point.folder(index)
         out = self.sweep_dir / rel
@@ -118,8 +118,8 @@ class PointRunner:
                 exit_code=code,
                 offline=point.offline,
             )
-        status = "interrupted" if run.get("status") == "interrupted" else "completed"
-        reason = run.get("interrupted_reason") if status == "interrupted" else None
+        status = "interrupted" if run.status == "interrupted" else "completed"
+        reason = run.interrupted_reason if status == "interrupted" else None
         return point_entry(
             index,
             point.label,
@@ -133,7 +133,7 @@ class PointRunner:
             offline=point.offline,
         )
 
-    def skipped(self, index: int, point: LoadPoint, why: str) -> dict[str, Any]:
+    def skipped(self, index: int, point: LoadPoint, why: str) -> SweepPoint:
         """The entry of a point that was not run: ``dir`` names the folder it would have had (not created)."""
         return point_entry(
             index,
