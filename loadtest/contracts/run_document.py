@@ -342,9 +342,10 @@ class PrefixCache(_OptionalSection):
     queried: float
     source: str
     threshold: float
-    expected_reuse: float | None
+    expected_reuse: str | None
     warm: bool
     system_prompt_tokens: int | None = None
+    warning: str | None = None
 
 
 class RunDocument(_OptionalSection):
