@@ -16,6 +16,7 @@ from markupsafe import escape
 
 from loadtest.client.record import RequestRecord
 from loadtest.contracts.record_line import LINE_ENCODER
+from loadtest.contracts.run_document import from_data
 from loadtest.fmt import fmt_ms
 from loadtest.metrics import hdr
 from loadtest.metrics.recorder import Recorder
@@ -28,6 +29,8 @@ from tests.conftest import CLI, interrupt_when, read_lines, run_cli
 
 EPOCH = 1_795_000_000.0
 FINGERPRINT = "ab12cd34" * 8
+CLOSED_LOAD = {"mode": "closed", "concurrency": 8, "rate": None, "arrival": None, "cv": None, "stages": None,
+               "trace": None, "description": "8 concurrent streams (closed loop)"}  # fmt: skip
 
 
 def _records(n_ok: int, n_err: int, seed: int = 0) -> list[RequestRecord]:
@@ -85,12 +88,20 @@ def _write_run(run_dir: Path, recs: list[RequestRecord], **overrides: Any) -> di
             "profile": "interactive-chat",
             "profile_path": "traffic_profiles/interactive-chat.yaml",
             "profile_resolved": {"name": "interactive-chat", "note": "<script>alert(1)</script>"},
-            "load": {"mode": "closed", "concurrency": 8, "rate": None, "arrival": None},
+            "load": CLOSED_LOAD,
+            "scenarios": [{"name": "default", "kind": "chat", "weight": 1.0}],
+            "tokenizer": "cl100k_base",
+            "run_salt": {"mode": "off", "nonce": None},
             "duration_s": 30.0,
             "seed": 0,
             "processes": 1,
             "model": "llama-3.1-8b",
             "api": "chat",
+            "api_key_env": None,
+            "api_key_file": None,
+            "timeouts": {"connect_s": 10.0, "read_s": 60.0, "total_s": None},
+            "retries": None,
+            "tls_verify": True,
         },
         "endpoint": {
             "url": "http://127.0.0.1:41234",
@@ -100,8 +111,10 @@ def _write_run(run_dir: Path, recs: list[RequestRecord], **overrides: Any) -> di
         },
         "workload": {"fingerprint": FINGERPRINT},
         "metrics": build_metrics(agg),
+        "scenarios": {},
         "histograms": {n: hdr.encode(h) for n, h in agg.hists.items() if h.get_total_count()},
         "files": {"records": ["records.jsonl"], "report": "report.html"},
+        "notes": [],
     }
     run.update(overrides)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -156,14 +169,14 @@ def test_report_contents(normal_run: tuple[dict[str, Any], str, Path]) -> None:
 
 
 def test_interrupted_open_loop(tmp_path: Path) -> None:
-    load = {"mode": "open", "concurrency": None, "rate": 2.0, "arrival": "poisson"}
+    load = {**CLOSED_LOAD, "mode": "open", "concurrency": None, "rate": 2.0, "arrival": "poisson"}
     run = _write_run(tmp_path, _records(10, 0), status="interrupted", interrupted_reason="SIGINT")
     run["config"]["load"] = load
     (tmp_path / "run.json").write_text(json.dumps(run))
     html = render_run_report(tmp_path).read_text()
     assert "INTERRUPTED (SIGINT): results cover the requests finished before the stop" in html
     assert "open loop, 2 req/s, Poisson arrivals" in html
-    text = format_summary(run)
+    text = format_summary(from_data(run))
     assert "INTERRUPTED (SIGINT)" in text
 
 
@@ -174,7 +187,7 @@ def test_zero_ok_requests(tmp_path: Path) -> None:
     _assert_offline(html)
     assert "No data" in html
     assert "The server sent no usage" in html
-    text = format_summary(run)
+    text = format_summary(from_data(run))
     assert "ok 0" in text and "http_5xx 5" in text and "the server sent no usage" in text
     assert all(len(line) < 100 for line in text.splitlines())
 
@@ -183,12 +196,12 @@ def test_empty_run(tmp_path: Path) -> None:
     run = _write_run(tmp_path, [])
     html = render_run_report(tmp_path).read_text()
     assert html.count("No data") >= 2 and "plotly.js v" not in html
-    assert format_summary(run)
+    assert format_summary(from_data(run))
 
 
 def test_format_summary(normal_run: tuple[dict[str, Any], str, Path]) -> None:
     run, _, _ = normal_run
-    text = format_summary(run)
+    text = format_summary(from_data(run))
     m = run["metrics"]
     lat = m["latency_ms"]
     assert "completed" in text.splitlines()[1]
@@ -486,7 +499,7 @@ def test_server_vs_client_table_and_warm_banner(tmp_path: Path) -> None:
     warning = (
         "warm prefix cache: the prefix cache answered 83 % of prompt tokens: the server saw a warm workload"
     )
-    pc = {"hit_rate": 0.83, "source": "vllm:prefix_cache_hits_total / vllm:prefix_cache_queries_total",
+    pc = {"hit_rate": 0.83, "hit": 830.0, "queried": 1000.0, "source": "vllm:prefix_cache_hits_total / vllm:prefix_cache_queries_total",
           "threshold": 0.5, "expected_reuse": None, "warm": True, "warning": warning}  # fmt: skip
     run = _write_run(tmp_path, _records(60, 4), telemetry=tel, prefix_cache=pc)
     html = render_run_report(tmp_path).read_text()
@@ -502,6 +515,6 @@ def test_server_vs_client_table_and_warm_banner(tmp_path: Path) -> None:
     assert "Queue time" in table and "vllm:request_queue_time_seconds" in table
     assert warning in _section(html, "warm-cache")
     assert "Prefix-cache hit rate 83.00% of prompt tokens" in _section(html, "tokens")
-    text = format_summary(run)
+    text = format_summary(from_data(run))
     assert "Server vs client" in text and "WARNING     warm prefix cache" in text
     assert max(len(line) for line in text.splitlines()) <= 96

@@ -13,9 +13,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import gevent
+import msgspec
 from flask import Response, jsonify, request, send_file
 from gevent.event import Event
 
+from loadtest.contracts.run_document import Verdict, read_run_document
 from loadtest.locust.settings import RunSettings
 from loadtest.metrics.hdr import fast_percentiles
 from loadtest.metrics.recorder import Aggregate
@@ -52,7 +54,7 @@ class UiRun:
     started_epoch: float
     phase: str = "running"  # running → draining → finalizing → done (or failed)
     interrupted_reason: str | None = None
-    verdict: dict[str, Any] | None = None
+    verdict: Verdict | None = None
     report: Path | None = None
     error: str | None = None
     done: Event = field(default_factory=Event)
@@ -243,8 +245,7 @@ class LlmWebUi:
     def _finalize(self, run: UiRun, outcome: RunOutcome) -> None:
         try:
             self.finalize(run.settings, run.ctx.profile, run.ctx.workload, outcome, run.out)
-            doc = json.loads((run.out / "run.json").read_text())
-            run.verdict = doc.get("verdict")
+            run.verdict = read_run_document(run.out).verdict
             report = run.out / "report.html"
             run.report = report if report.exists() else None
             run.phase = "done"
@@ -267,7 +268,7 @@ class LlmWebUi:
             return self._cache[1]
         runner = self.env.runner
         run = self.run
-        doc: dict[str, Any] = {
+        payload: dict[str, Any] = {
             "profile": {
                 "name": self.profile.name,
                 "load": self.load_description,
@@ -288,11 +289,11 @@ class LlmWebUi:
             rec = run.ctx.recorder
             agg = rec.total  # flushes pending values
             overall = scope_stats(agg, now)
-            doc["slos"] = slo_rows(self.slos, agg, overall["requests"])
-            doc["overall"] = overall
+            payload["slos"] = slo_rows(self.slos, agg, overall["requests"])
+            payload["overall"] = overall
             for name, track in sorted(rec.scenarios.items()):
-                doc["scenarios"][name] = scope_stats(track.total, now)
-            doc["run"] = {
+                payload["scenarios"][name] = scope_stats(track.total, now)
+            payload["run"] = {
                 "id": run.out.name,
                 "out_dir": str(run.out),
                 "phase": run.phase,
@@ -302,11 +303,11 @@ class LlmWebUi:
                 "error": run.error,
             }
             if run.verdict is not None:
-                doc["verdict"] = run.verdict
+                payload["verdict"] = msgspec.to_builtins(run.verdict)  # JSON for the page
             if run.report is not None:
-                doc["report_url"] = "/llm/report"
-        self._cache = (now, doc)
-        return doc
+                payload["report_url"] = "/llm/report"
+        self._cache = (now, payload)
+        return payload
 
     def table_rows(self) -> list[dict[str, Any]]:
         """The rows of the React UI's extended tab (one flat table: section, metric, p50/p90/p99, value)."""

@@ -13,6 +13,8 @@ import plotly.offline
 from hdrh.histogram import HdrHistogram
 from plotly.subplots import make_subplots
 
+from loadtest.contracts.run_document import Telemetry
+
 CDF_METRICS: tuple[tuple[str, str], ...] = (
     ("ttft", "TTFT"),
     ("itl", "ITL"),
@@ -323,10 +325,9 @@ TELEMETRY_PANELS: tuple[tuple[str, tuple[tuple[str, str], ...], str, float], ...
 )
 
 
-def telemetry_figure(tel: dict[str, Any], title: str) -> go.Figure | None:
+def telemetry_figure(tel: Telemetry, title: str) -> go.Figure | None:
     """The server's own metrics over the run, one panel per kind (only panels with data)."""
-    t = tel.get("t") or []
-    series = tel.get("series") or {}
+    t, series = tel.t, tel.series
 
     def has(key: str) -> bool:
         return any(v is not None for v in (series.get(key) or []))

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import textwrap
-from typing import Any
 
+from loadtest.contracts.run_document import RunDocument
 from loadtest.fmt import fmt_int, fmt_ms, fmt_num, fmt_pct
 from loadtest.report import facts
-from loadtest.telemetry.warm import warm_note
 
 WIDTH = 96
 NA = "-"
@@ -27,42 +26,45 @@ def _kv(label: str, text: str) -> list[str]:
     return textwrap.wrap(text, WIDTH, initial_indent=f"{label:<12}", subsequent_indent=" " * 12) or [label]
 
 
-def _latency_table(run: dict[str, Any]) -> list[str]:
+def _latency_table(run: RunDocument) -> list[str]:
     labels = {k: label for k, label, _ in facts.LATENCY_ROWS}
     lines = [f"{'Latency (ms)':<16}" + "".join(f"{h:>11}" for _, h in _COLS)]
     for key in _CONSOLE_LATENCY:
         s = facts.latency_stats(run, key)
-        cells = [fmt_int(s.get(k) or 0, NA) if k == "count" else fmt_ms(s.get(k), NA) for k, _ in _COLS]
+        cells = [
+            fmt_int(facts.stat(s, k) or 0, NA) if k == "count" else fmt_ms(facts.stat(s, k), NA)
+            for k, _ in _COLS
+        ]
         lines.append(f"{labels[key]:<16}" + "".join(f"{c:>11}" for c in cells))
     return lines
 
 
-def _token_table(run: dict[str, Any]) -> list[str]:
-    tok = facts.section(run, "metrics", "tokens")
-    has_usage = bool(tok.get("usage_reports"))
+def _token_table(run: RunDocument) -> list[str]:
+    tok = run.metrics.tokens
+    has_usage = bool(tok.usage_reports)
     lines = [f"{'Tokens':<16}{'client':>16}{'server usage':>16}"]
-    for label, ck, sk in (
-        ("output", "output_total", "usage_output_total"),
-        ("input", "input_total", "usage_input_total"),
+    for label, client, usage in (
+        ("output", tok.output_total, tok.usage_output_total),
+        ("input", tok.input_total, tok.usage_input_total),
     ):
-        server = fmt_int(tok.get(sk), NA) if has_usage else NA
-        lines.append(f"{label:<16}{fmt_int(tok.get(ck), NA):>16}{server:>16}")
+        server = fmt_int(usage, NA) if has_usage else NA
+        lines.append(f"{label:<16}{fmt_int(client, NA):>16}{server:>16}")
     if has_usage:
         lines.append(
-            f"server usage on {fmt_int(tok.get('usage_reports'))} requests; "
-            f"{fmt_int(tok.get('mismatched_requests') or 0)} with a different output count"
+            f"server usage on {fmt_int(tok.usage_reports)} requests; "
+            f"{fmt_int(tok.mismatched_requests)} with a different output count"
         )
     else:
         lines.append("the server sent no usage")
-    if described := facts.section(run, "tokens").get("description"):
-        lines.append(f"figures count tokens by {described}")
+    if run.tokens is not None and run.tokens.description:
+        lines.append(f"figures count tokens by {run.tokens.description}")
     return lines
 
 
-def _server_table(run: dict[str, Any]) -> list[str]:
+def _server_table(run: RunDocument) -> list[str]:
     """Client against server percentiles (p50 / p90 / p99) for TTFT, ITL and E2E, when run.json has the
     server's histograms (bucket-interpolated, docs/telemetry.md)."""
-    metrics = facts.section(run, "telemetry", "server_latency", "metrics")
+    metrics = facts.server_latency(run).get("metrics") or {}
     if not metrics:
         return []
 
@@ -78,7 +80,7 @@ def _server_table(run: dict[str, Any]) -> list[str]:
         if not srv:
             continue
         cli = facts.latency_stats(run, ckey)
-        c = [cli.get(k) for k in ("p50", "p90", "p99")]
+        c = [facts.stat(cli, k) for k in ("p50", "p90", "p99")]
         got = [facts.server_percentile(srv, k) for k in ("p50", "p90", "p99")]
         sv = " / ".join(
             fmt_ms(v, NA)
@@ -99,40 +101,35 @@ def _server_table(run: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _warm_lines(run: dict[str, Any]) -> list[str]:
-    pc = run.get("prefix_cache")
-    if not isinstance(pc, dict) or not pc.get("warm") or pc.get("hit_rate") is None:
-        return []
-
-    return ["", *_kv("WARNING", str(pc.get("warning") or warm_note(float(pc["hit_rate"]))))]
+def _warm_lines(run: RunDocument) -> list[str]:
+    note = facts.warm_warning(run)
+    return ["", *_kv("WARNING", note)] if note else []
 
 
-def format_summary(run: dict[str, Any]) -> str:
-    """A readable fixed-width summary of a run.json dict (also for runs with no successful request)."""
-    m = facts.metrics_of(run)
-    req, thr = m.get("requests", {}), m.get("throughput", {})
-    cfg = facts.section(run, "config")
+def format_summary(run: RunDocument) -> str:
+    """A readable fixed-width summary of a run.json document (also for runs with no successful request)."""
+    req, thr, cfg = run.metrics.requests, run.metrics.throughput, run.config
     outcomes = facts.nonzero_outcomes(run)
-    duration = facts.section(run, "metrics", "window").get("duration_s")
+    duration = run.metrics.window.duration_s
     lines = [
-        f"loadtest run {run.get('run_id') or ''}  profile {cfg.get('profile') or NA}",
+        f"loadtest run {run.run_id or ''}  profile {cfg.profile or NA}",
         *_kv("Status", facts.status_text(run)),
-        *_kv("Load", f"{facts.load_text(run)}; model {cfg.get('model') or NA}; {fmt_num(duration, 1, NA)} s"),
+        *_kv("Load", f"{facts.load_text(run)}; model {cfg.model or NA}; {fmt_num(duration, 1, NA)} s"),
         *_kv("Endpoint", facts.endpoint_text(run)),
         "",
         *_kv(
             "Requests",
-            f"completed {fmt_int(req.get('completed'), NA)}  ok {fmt_int(req.get('ok'), NA)}  "
-            f"failed {fmt_int(req.get('failed'), NA)}  cancelled {fmt_int(req.get('cancelled'), NA)}  "
-            f"error rate {fmt_pct(req.get('error_rate'), NA)}",
+            f"completed {fmt_int(req.completed, NA)}  ok {fmt_int(req.ok, NA)}  "
+            f"failed {fmt_int(req.failed, NA)}  cancelled {fmt_int(req.cancelled, NA)}  "
+            f"error rate {fmt_pct(req.error_rate, NA)}",
         ),
         *_kv("Outcomes", ", ".join(f"{o} {n:,}" for o, n in outcomes) if outcomes else "none"),
         *_kv(
             "Throughput",
-            f"{fmt_num(thr.get('output_tokens_per_s'), 1, NA)} output tok/s  "
-            f"{fmt_num(thr.get('input_tokens_per_s'), 1, NA)} input tok/s  "
-            f"{fmt_num(thr.get('requests_per_s'), 3, NA)} req/s  "
-            f"{fmt_num(thr.get('tps_per_user'), 1, NA)} tok/s per user",
+            f"{fmt_num(thr.output_tokens_per_s, 1, NA)} output tok/s  "
+            f"{fmt_num(thr.input_tokens_per_s, 1, NA)} input tok/s  "
+            f"{fmt_num(thr.requests_per_s, 3, NA)} req/s  "
+            f"{fmt_num(thr.tps_per_user, 1, NA)} tok/s per user",
         ),
         *_goodput_lines(run),
         "",
@@ -145,16 +142,15 @@ def format_summary(run: dict[str, Any]) -> str:
     return "\n".join(line.rstrip() for line in lines) + "\n"
 
 
-def _goodput_lines(run: dict[str, Any]) -> list[str]:
+def _goodput_lines(run: RunDocument) -> list[str]:
     """SLO attainment and goodput, when the run had per-request TTFT/TPOT limits."""
-    gp = run.get("goodput")
-    if not gp:
+    gp = run.goodput
+    if gp is None:
         return []
-    rule = gp.get("rule", {})
-    limits = ", ".join(f"{k[:-3].upper()} ≤ {v:g} ms" for k, v in rule.items() if v is not None)
+    limits = ", ".join(f"{name} ≤ {v:g} ms" for name, v in facts.goodput_limits(gp.rule))
     return _kv(
         "Goodput",
-        f"{fmt_pct(gp.get('attainment'), NA)} of requests good ({limits}); "
-        f"{fmt_num(gp.get('good_requests_per_s'), 3, NA)} good req/s, "
-        f"{fmt_num(gp.get('good_output_tokens_per_s'), 1, NA)} good tok/s",
+        f"{fmt_pct(gp.attainment, NA)} of requests good ({limits}); "
+        f"{fmt_num(gp.good_requests_per_s, 3, NA)} good req/s, "
+        f"{fmt_num(gp.good_output_tokens_per_s, 1, NA)} good tok/s",
     )

@@ -1,8 +1,12 @@
-"""Run facts in words (status, load, endpoint, outcomes, latency rows) shared by both reports."""
+"""Run facts in words (status, load, endpoint, outcomes, latency rows) from a RunDocument, shared by the
+console summary and the run report."""
 
 from __future__ import annotations
 
 from typing import Any
+
+from loadtest.contracts.run_document import GoodputRule, JsonObject, RunDocument, Summary
+from loadtest.telemetry.warm import warm_note
 
 # (metric key, label, one-line definition) in the order both reports show them.
 LATENCY_ROWS: tuple[tuple[str, str, str], ...] = (
@@ -17,62 +21,69 @@ LATENCY_ROWS: tuple[tuple[str, str, str], ...] = (
 INTERRUPTED_NOTE = "results cover the requests finished before the stop"
 
 
-def metrics_of(run: dict[str, Any]) -> dict[str, Any]:
-    """``run["metrics"]`` or an empty dict."""
-    return run.get("metrics") or {}
+def is_interrupted(run: RunDocument) -> bool:
+    return run.status == "interrupted"
 
 
-def section(run: dict[str, Any], *keys: str) -> dict[str, Any]:
-    """A nested dict of run.json by key path, empty where absent."""
-    node: Any = run
-    for k in keys:
-        node = node.get(k) if isinstance(node, dict) else None
-    return node if isinstance(node, dict) else {}
-
-
-def is_interrupted(run: dict[str, Any]) -> bool:
-    return run.get("status") == "interrupted"
-
-
-def status_text(run: dict[str, Any]) -> str:
+def status_text(run: RunDocument) -> str:
     """The status line: completed, or INTERRUPTED (reason) with what the results cover."""
     if not is_interrupted(run):
-        return str(run.get("status") or "completed")
-    reason = run.get("interrupted_reason")
+        return run.status or "completed"
+    reason = run.interrupted_reason
     head = f"INTERRUPTED ({reason})" if reason else "INTERRUPTED"
     return f"{head}: {INTERRUPTED_NOTE}"
 
 
-def load_text(run: dict[str, Any]) -> str:
+def load_text(run: RunDocument) -> str:
     """The offered load in words: closed-loop concurrency or open-loop rate and arrival process."""
-    load = section(run, "config", "load")
-    mode = load.get("mode")
-    if mode == "closed":
-        return f"closed loop, concurrency {load.get('concurrency')}"
-    if mode == "open":
-        rate = load.get("rate")
-        arrival = load.get("arrival")
-        arrival_txt = f", {str(arrival).capitalize()} arrivals" if arrival else ""
-        return f"open loop, {rate:g} req/s{arrival_txt}" if isinstance(rate, int | float) else "open loop"
-    return str(mode or "unknown")
+    load = run.config.load
+    if load.mode == "closed":
+        return f"closed loop, concurrency {load.concurrency}"
+    if load.mode == "open":
+        arrival_txt = f", {load.arrival.capitalize()} arrivals" if load.arrival else ""
+        return f"open loop, {load.rate:g} req/s{arrival_txt}" if load.rate is not None else "open loop"
+    return load.mode or "unknown"
 
 
-def endpoint_text(run: dict[str, Any]) -> str:
+def endpoint_text(run: RunDocument) -> str:
     """The endpoint URL and whether it was the embedded simulator."""
-    ep = section(run, "endpoint")
-    url = ep.get("url") or "unknown"
-    return f"{url} ({'embedded simulator' if ep.get('embedded') else 'external'})"
+    ep = run.endpoint
+    return f"{ep.url or 'unknown'} ({'embedded simulator' if ep.embedded else 'external'})"
 
 
-def nonzero_outcomes(run: dict[str, Any]) -> list[tuple[str, int]]:
+def nonzero_outcomes(run: RunDocument) -> list[tuple[str, int]]:
     """(outcome, count) for every outcome that happened, in run.json order."""
-    by = section(run, "metrics", "requests", "by_outcome")
-    return [(o, int(n)) for o, n in by.items() if n]
+    return [(o, n) for o, n in run.metrics.requests.by_outcome.items() if n]
 
 
-def latency_stats(run: dict[str, Any], key: str) -> dict[str, Any]:
-    """The latency summary of one metric (ms); empty when absent."""
-    return section(run, "metrics", "latency_ms", key)
+def latency_stats(run: RunDocument, key: str) -> Summary | None:
+    """The whole run's latency summary of one metric (ms); None when absent."""
+    return run.metrics.latency_ms.get(key)
+
+
+def stat(s: Summary | None, field: str) -> float | None:
+    """One figure of a summary by field name (``count``, ``mean``, ``p50`` ... ``max``); None without one."""
+    value: float | None = getattr(s, field) if s is not None else None
+    return value
+
+
+def goodput_limits(rule: GoodputRule) -> list[tuple[str, float]]:
+    """(metric label, limit in ms) of the per-request SLO's TTFT and TPOT limits that are set."""
+    limits = (("TTFT", rule.ttft_ms), ("TPOT", rule.tpot_ms))
+    return [(name, ms) for name, ms in limits if ms is not None]
+
+
+def warm_warning(run: RunDocument) -> str | None:
+    """The warm-cache warning (docs/reports.md) when the run was warm and its profile asks for no reuse."""
+    pc = run.prefix_cache
+    if pc is None or not pc.warm or pc.hit_rate is None:
+        return None
+    return pc.warning or warm_note(pc.hit_rate)
+
+
+def server_latency(run: RunDocument) -> JsonObject:
+    """run.json ``telemetry.server_latency`` (the server's histograms), empty when the run has none."""
+    return (run.telemetry.server_latency if run.telemetry is not None else None) or {}
 
 
 def server_percentile(s: dict[str, Any], key: str) -> tuple[float | None, float | None, float | None]:

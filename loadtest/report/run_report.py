@@ -7,8 +7,10 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
+import msgspec
 from markupsafe import Markup
 
+from loadtest.contracts.run_document import RunDocument, read_run_document, to_data
 from loadtest.economics.html import extra_sections
 from loadtest.fmt import NA, fmt_int, fmt_ms, fmt_num, fmt_pct, short_hash
 from loadtest.report import charts, facts
@@ -47,48 +49,40 @@ def _env() -> jinja2.Environment:
     return env
 
 
-def _summary_rows(run: dict[str, Any]) -> list[tuple[str, str, str]]:
+def _summary_rows(run: RunDocument) -> list[tuple[str, str, str]]:
     """(label, value, title attribute) rows of the run-details table."""
-    m = facts.metrics_of(run)
-    req, thr, tok = m.get("requests", {}), m.get("throughput", {}), m.get("tokens", {})
-    cfg, tool = facts.section(run, "config"), facts.section(run, "tool")
-    fp = facts.section(run, "workload").get("fingerprint")
-    # The counts the figures use (server usage where sent); older run.json files have the client's only.
-    out_t = tok.get("counted_output_total", tok.get("output_total"))
-    in_t = tok.get("counted_input_total", tok.get("input_total"))
-    total = (out_t or 0) + (in_t or 0) if out_t is not None or in_t is not None else None
+    req, thr, tok = run.metrics.requests, run.metrics.throughput, run.metrics.tokens
+    cfg, fp = run.config, run.workload.fingerprint
+    # The counts the figures use (server usage where sent).
+    out_t, in_t = tok.counted_output_total, tok.counted_input_total
     return [
-        ("Requests completed", fmt_int(req.get("completed")), ""),
-        ("OK", fmt_int(req.get("ok")), ""),
-        ("Failed", fmt_int(req.get("failed")), ""),
-        ("Cancelled", fmt_int(req.get("cancelled")), ""),
-        (
-            "Skipped arrivals",
-            fmt_int(req.get("skipped_arrivals") or 0),
-            "open-loop arrivals over max_in_flight",
-        ),
-        ("Error rate", fmt_pct(req.get("error_rate")), "failed / (completed − cancelled)"),
-        ("Duration", f"{fmt_num(facts.section(run, 'metrics', 'window').get('duration_s'), 1)} s", ""),
-        ("Output tokens/s", fmt_num(thr.get("output_tokens_per_s"), 1), ""),
-        ("Input tokens/s", fmt_num(thr.get("input_tokens_per_s"), 1), ""),
-        ("Requests/s", fmt_num(thr.get("requests_per_s"), 3), "successful requests per second"),
-        ("TPS per user", fmt_num(thr.get("tps_per_user"), 1), "1000 / p90 TPOT (ms)"),
-        ("Total tokens", f"{fmt_int(total)} ({fmt_int(out_t)} output + {fmt_int(in_t)} input)", ""),
+        ("Requests completed", fmt_int(req.completed), ""),
+        ("OK", fmt_int(req.ok), ""),
+        ("Failed", fmt_int(req.failed), ""),
+        ("Cancelled", fmt_int(req.cancelled), ""),
+        ("Skipped arrivals", fmt_int(req.skipped_arrivals), "open-loop arrivals over max_in_flight"),
+        ("Error rate", fmt_pct(req.error_rate), "failed / (completed − cancelled)"),
+        ("Duration", f"{fmt_num(run.metrics.window.duration_s, 1)} s", ""),
+        ("Output tokens/s", fmt_num(thr.output_tokens_per_s, 1), ""),
+        ("Input tokens/s", fmt_num(thr.input_tokens_per_s, 1), ""),
+        ("Requests/s", fmt_num(thr.requests_per_s, 3), "successful requests per second"),
+        ("TPS per user", fmt_num(thr.tps_per_user, 1), "1000 / p90 TPOT (ms)"),
+        ("Total tokens", f"{fmt_int(out_t + in_t)} ({fmt_int(out_t)} output + {fmt_int(in_t)} input)", ""),
         ("Load", facts.load_text(run), ""),
-        ("Seed", str(cfg.get("seed", NA)), ""),
-        ("Processes", str(cfg.get("processes", NA)), ""),
-        ("Model", str(cfg.get("model") or NA), ""),
-        ("API", str(cfg.get("api") or NA), ""),
-        ("Tokenizer", str(cfg.get("tokenizer") or NA), ""),
+        ("Seed", str(cfg.seed), ""),
+        ("Processes", str(cfg.processes), ""),
+        ("Model", cfg.model or NA, ""),
+        ("API", cfg.api or NA, ""),
+        ("Tokenizer", cfg.tokenizer or NA, ""),
         ("Endpoint", facts.endpoint_text(run), ""),
-        ("Tool", f"{tool.get('name', 'loadtest')} {tool.get('version', '')}".strip(), ""),
+        ("Tool", f"{run.tool.name} {run.tool.version}".strip(), ""),
         ("Workload fingerprint", short_hash(fp), fp or ""),
-        ("Profile file", str(cfg.get("profile_path") or NA), ""),
-        ("Created", str(run.get("created") or NA), ""),
+        ("Profile file", cfg.profile_path or NA, ""),
+        ("Created", run.created or NA, ""),
     ]
 
 
-def _latency_rows(run: dict[str, Any]) -> list[dict[str, Any]]:
+def _latency_rows(run: RunDocument) -> list[dict[str, Any]]:
     rows = []
     for key, label, definition in facts.LATENCY_ROWS:
         s = facts.latency_stats(run, key)
@@ -96,31 +90,31 @@ def _latency_rows(run: dict[str, Any]) -> list[dict[str, Any]]:
             {
                 "label": label,
                 "definition": definition,
-                "count": fmt_int(s.get("count") or 0),
-                "cells": [fmt_ms(s.get(k)) for k, _ in _LATENCY_COLS],
+                "count": fmt_int(facts.stat(s, "count") or 0),
+                "cells": [fmt_ms(facts.stat(s, k)) for k, _ in _LATENCY_COLS],
             }
         )
     return rows
 
 
-def _token_rows(run: dict[str, Any]) -> dict[str, Any]:
-    tok = facts.section(run, "metrics", "tokens")
+def _token_rows(run: RunDocument) -> dict[str, Any]:
+    tok = run.metrics.tokens
     return {
-        "has_usage": bool(tok.get("usage_reports")),
-        "usage_reports": fmt_int(tok.get("usage_reports") or 0),
+        "has_usage": bool(tok.usage_reports),
+        "usage_reports": fmt_int(tok.usage_reports),
         "rows": [
-            ("Output tokens", fmt_int(tok.get("output_total")), fmt_int(tok.get("usage_output_total"))),
-            ("Input tokens", fmt_int(tok.get("input_total")), fmt_int(tok.get("usage_input_total"))),
+            ("Output tokens", fmt_int(tok.output_total), fmt_int(tok.usage_output_total)),
+            ("Input tokens", fmt_int(tok.input_total), fmt_int(tok.usage_input_total)),
         ],
-        "reasoning": fmt_int(tok.get("reasoning_total")),
-        "cached": fmt_int(tok.get("usage_cached_total")),
-        "mismatched": fmt_int(tok.get("mismatched_requests") or 0),
-        "counted_by": facts.section(run, "tokens").get("description"),
+        "reasoning": fmt_int(tok.reasoning_total),
+        "cached": fmt_int(tok.usage_cached_total),
+        "mismatched": fmt_int(tok.mismatched_requests),
+        "counted_by": run.tokens.description if run.tokens is not None else None,
     }
 
 
-def _outcome_rows(run: dict[str, Any]) -> list[dict[str, Any]]:
-    samples = facts.section(run, "metrics").get("error_samples") or {}
+def _outcome_rows(run: RunDocument) -> list[dict[str, Any]]:
+    samples = run.metrics.error_samples
     return [
         {"outcome": o, "count": fmt_int(n), "samples": list(samples.get(o, []))}
         for o, n in facts.nonzero_outcomes(run)
@@ -136,9 +130,9 @@ def _log_info(run_dir: Path | None, paths: list[Path], log: LogSummary | None) -
     return f"{log.records:,} records read from {names}{skipped}."
 
 
-def _context(run: dict[str, Any], log: LogSummary | None, log_info: str) -> dict[str, Any]:
-    cfg = facts.section(run, "config")
-    cdf = charts.latency_cdf_figure(run.get("histograms") or {})
+def _context(run: RunDocument, log: LogSummary | None, log_info: str) -> dict[str, Any]:
+    cfg = run.config
+    cdf = charts.latency_cdf_figure(run.histograms)
     cdf_chart = sections.Chart(
         "latency-cdf",
         charts.CDF_TITLE + " (ms, log scale)",
@@ -155,10 +149,10 @@ def _context(run: dict[str, Any], log: LogSummary | None, log_info: str) -> dict
     all_charts = [cdf_chart, *series, lengths["chart"], token_chart]
     if telemetry:
         all_charts.append(telemetry["chart"])
-    resolved = cfg.get("profile_resolved") or cfg
+    resolved = cfg.profile_resolved or msgspec.to_builtins(cfg)
     return {
-        "profile": cfg.get("profile") or "run",
-        "run_id": run.get("run_id") or "",
+        "profile": cfg.profile or "run",
+        "run_id": run.run_id or "",
         "interrupted": facts.is_interrupted(run),
         "status": facts.status_text(run),
         "cards": sections.headline_cards(run),
@@ -169,7 +163,7 @@ def _context(run: dict[str, Any], log: LogSummary | None, log_info: str) -> dict
         "cdf_chart": cdf_chart,
         "series_charts": series,
         "scenario_rows": sections.scenario_rows(run),
-        "scenario_names": [s.get("name") for s in cfg.get("scenarios") or []],
+        "scenario_names": [s.name for s in cfg.scenarios],
         "outcomes": _outcome_rows(run),
         "error_classes": sections.error_class_rows(log),
         "has_log": log is not None,
@@ -178,21 +172,21 @@ def _context(run: dict[str, Any], log: LogSummary | None, log_info: str) -> dict
         "token_chart": token_chart,
         "telemetry": telemetry,
         "server_latency": sections.server_latency_section(run),
-        "warm_cache": sections.warm_cache_warning(run),
+        "warm_cache": facts.warm_warning(run),
         "prefix_cache_text": sections.prefix_cache_text(run),
         "extra_sections": _extra_sections(run),
         "engine_json": sections.engine_json(run),
-        "notes": list(run.get("notes") or []),
+        "notes": list(run.notes),
         "log_info": log_info,
         "config_json": json.dumps(resolved, indent=2, sort_keys=True, default=str, ensure_ascii=False),
         "plotly_js": Markup(charts.plotly_js()) if any(c and c.html for c in all_charts) else None,
     }
 
 
-def _extra_sections(run: dict[str, Any]) -> list[dict[str, Any]]:
-    """Cost and per-endpoint sections (loadtest.economics.html); none when the run lacks their inputs."""
-
-    return extra_sections(run)
+def _extra_sections(run: RunDocument) -> list[dict[str, Any]]:
+    """Cost and per-endpoint sections (loadtest.economics.html, which reads run.json as JSON); none when
+    the run lacks their inputs."""
+    return extra_sections(to_data(run))
 
 
 VERDICT_LABELS = {
@@ -203,18 +197,18 @@ VERDICT_LABELS = {
 }
 
 
-def verdict_reasons(run: dict[str, Any]) -> list[str]:
+def verdict_reasons(run: RunDocument) -> list[str]:
     """The verdict's reasons; an interrupted run says so first."""
-    reasons = list((run.get("verdict") or {}).get("reasons") or [])
+    reasons = list(run.verdict.reasons) if run.verdict is not None else []
     if facts.is_interrupted(run):
         reasons.insert(0, facts.status_text(run))
     return reasons
 
 
-def render_html(run: dict[str, Any], log: LogSummary | None = None, log_info: str = "") -> str:
-    """The report page for a loaded run.json and (optionally) its summarized record log."""
-    verdict = run.get("verdict")
-    label = VERDICT_LABELS.get(verdict["status"], verdict["status"]) if verdict else ""
+def render_html(run: RunDocument, log: LogSummary | None = None, log_info: str = "") -> str:
+    """The report page for a run.json document and (optionally) its summarized record log."""
+    verdict = run.verdict
+    label = VERDICT_LABELS.get(verdict.status, verdict.status) if verdict else ""
     if verdict and facts.is_interrupted(run):
         label = f"INTERRUPTED · {label}"
     return (
@@ -231,31 +225,29 @@ def render_html(run: dict[str, Any], log: LogSummary | None = None, log_info: st
     )
 
 
-def log_paths(run_dir: Path, run: dict[str, Any]) -> list[Path]:
+def log_paths(run_dir: Path, run: RunDocument) -> list[Path]:
     """The run's record logs: those run.json names that exist, else every records*.jsonl in the folder."""
-    named = [run_dir / Path(n).name for n in (run.get("files") or {}).get("records") or []]
+    named = [run_dir / Path(n).name for n in run.files.records]
     found = [p for p in named if p.is_file()]
     return found or record_files(run_dir)
 
 
-def load_log(run_dir: Path, run: dict[str, Any]) -> tuple[LogSummary | None, str]:
+def load_log(run_dir: Path, run: RunDocument) -> tuple[LogSummary | None, str]:
     """The summarized record log (None when the folder has none) and a line saying what was read."""
     paths = log_paths(run_dir, run)
     if not paths:
         return None, _log_info(run_dir, paths, None)
-    t0 = facts.section(run, "metrics", "window").get("first_scheduled")
-    log = summarize_log(paths, t0, sections.series_width(run))
+    log = summarize_log(paths, run.metrics.window.first_scheduled, sections.series_width(run))
     return log, _log_info(run_dir, paths, log)
 
 
 def render_run_report(run_dir: Path) -> Path:
-    """Write ``run_dir/report.html`` and ``run_dir/mlperf_log_summary.txt`` from run.json and the
-    record log; return the report's path."""
+    """Write ``run_dir/report.html`` and ``run_dir/mlperf_log_summary.txt`` from run.json (read through
+    loadtest/contracts/run_document.py) and the record log; return the report's path."""
     run_dir = Path(run_dir)
-    run = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
+    run = read_run_document(run_dir)
     log, info = load_log(run_dir, run)
-    name = (run.get("files") or {}).get("report") or REPORT_NAME
-    out = run_dir / Path(name).name
+    out = run_dir / Path(run.files.report or REPORT_NAME).name
     out.write_text(render_html(run, log, info), encoding="utf-8")
     write_summary(run_dir, run)
     return out

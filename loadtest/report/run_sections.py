@@ -12,12 +12,12 @@ import numpy as np
 from markupsafe import Markup
 from pydantic import TypeAdapter, ValidationError
 
+from loadtest.contracts.run_document import RunDocument
 from loadtest.fmt import NA, fmt_int, fmt_ms, fmt_num, fmt_pct
 from loadtest.profile.dists import Length
 from loadtest.report import charts, facts
 from loadtest.results.log_stats import LogSummary
 from loadtest.results.percentiles import HEADLINE_METRICS, decode, percentile_table
-from loadtest.telemetry.warm import warm_note
 from loadtest.workload.lengths import sample_length
 
 MAX_SERIES_POINTS = 1200
@@ -37,9 +37,9 @@ class Chart:
     nodata: str = "No data."
 
 
-def series_width(run: dict[str, Any]) -> float:
+def series_width(run: RunDocument) -> float:
     """Bucket width (s) for time series: 1 s, coarser for long runs so a chart holds ≤ MAX_SERIES_POINTS."""
-    duration = float(facts.section(run, "metrics", "window").get("duration_s") or 0.0)
+    duration = run.metrics.window.duration_s
     return float(max(1, math.ceil(duration / MAX_SERIES_POINTS)))
 
 
@@ -54,31 +54,29 @@ def html(fig: Any) -> Markup | None:
 # ---- headline ----
 
 
-def headline_cards(run: dict[str, Any]) -> list[tuple[str, str, str]]:
+def headline_cards(run: RunDocument) -> list[tuple[str, str, str]]:
     """(label, value, note) for the numbers at the top of the page."""
-    m = facts.metrics_of(run)
-    req, thr = m.get("requests", {}), m.get("throughput", {})
-    gp = run.get("goodput")
-    duration = facts.section(run, "metrics", "window").get("duration_s")
+    req, thr, gp = run.metrics.requests, run.metrics.throughput, run.goodput
+    duration = run.metrics.window.duration_s
     cards = [
         (
             "Output tokens/s",
-            fmt_num(thr.get("output_tokens_per_s"), 1),
+            fmt_num(thr.output_tokens_per_s, 1),
             "client tokenizer, successful requests",
         ),
-        ("Requests/s", fmt_num(thr.get("requests_per_s"), 3), "successful requests per second"),
+        ("Requests/s", fmt_num(thr.requests_per_s, 3), "successful requests per second"),
     ]
-    if gp:
+    if gp is not None:
         cards += [
             (
                 "Goodput",
-                f"{fmt_num(gp.get('good_requests_per_s'), 3)} req/s",
-                f"{fmt_num(gp.get('good_output_tokens_per_s'), 1)} good output tokens/s",
+                f"{fmt_num(gp.good_requests_per_s, 3)} req/s",
+                f"{fmt_num(gp.good_output_tokens_per_s, 1)} good output tokens/s",
             ),
             (
                 "SLO attainment",
-                fmt_pct(gp.get("attainment")),
-                f"{fmt_int(gp.get('good'))} of {fmt_int(gp.get('judged'))} requests good",
+                fmt_pct(gp.attainment),
+                f"{fmt_int(gp.good)} of {fmt_int(gp.judged)} requests good",
             ),
         ]
     else:
@@ -89,15 +87,15 @@ def headline_cards(run: dict[str, Any]) -> list[tuple[str, str, str]]:
     cards += [
         (
             "Error rate",
-            fmt_pct(req.get("error_rate")),
-            f"{fmt_int(req.get('failed'))} failed of {fmt_int(req.get('completed'))}",
+            fmt_pct(req.error_rate),
+            f"{fmt_int(req.failed)} failed of {fmt_int(req.completed)}",
         ),
         ("Duration", f"{fmt_num(duration, 1)} s", "first scheduled request to last answer"),
     ]
     return cards
 
 
-def headline_latency(run: dict[str, Any]) -> dict[str, Any]:
+def headline_latency(run: RunDocument) -> dict[str, Any]:
     """TTFT/TPOT/ITL/E2E at p50/p90/p99/p99.9: measured and early-stopping estimate, in ms."""
     rows = []
     pcts: list[float] = []
@@ -118,34 +116,28 @@ def headline_latency(run: dict[str, Any]) -> dict[str, Any]:
     return {"cols": [f"p{p:g}" for p in pcts], "rows": rows}
 
 
-def goodput_text(run: dict[str, Any]) -> str | None:
+def goodput_text(run: RunDocument) -> str | None:
     """SLO attainment and goodput in one sentence (None without a per-request SLO)."""
-    gp = run.get("goodput")
-    if not isinstance(gp, dict):
+    gp = run.goodput
+    if gp is None:
         return None
-    rule = gp.get("rule") or {}
-    limits = ", ".join(
-        f"{name} ≤ {fmt_num(rule.get(key), 1)} ms"
-        for key, name in (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT"))
-        if rule.get(key) is not None
-    )
+    limits = ", ".join(f"{name} ≤ {fmt_num(ms, 1)} ms" for name, ms in facts.goodput_limits(gp.rule))
     return (
-        f"SLO attainment {fmt_pct(gp.get('attainment'))} of {fmt_int(gp.get('judged'))} requests"
-        f"{f' ({limits})' if limits else ''}; goodput {fmt_num(gp.get('good_requests_per_s'), 3)} req/s, "
-        f"{fmt_num(gp.get('good_output_tokens_per_s'), 1)} output tokens/s."
+        f"SLO attainment {fmt_pct(gp.attainment)} of {fmt_int(gp.judged)} requests"
+        f"{f' ({limits})' if limits else ''}; goodput {fmt_num(gp.good_requests_per_s, 3)} req/s, "
+        f"{fmt_num(gp.good_output_tokens_per_s, 1)} output tokens/s."
     )
 
 
-def judged_text(run: dict[str, Any]) -> str | None:
+def judged_text(run: RunDocument) -> str | None:
     """The judged window in one sentence (None when the whole run is judged)."""
-    w = facts.section(run, "judged", "window")
-    if not w:
+    if run.judged is None:
         return None
-    n = facts.section(run, "judged", "metrics", "requests").get("completed")
-    auto = ", steady state detected" if w.get("automatic") else ""
+    w, n = run.judged.window, run.judged.metrics.requests.completed
+    auto = ", steady state detected" if w.automatic else ""
     return (
-        f"Judged window: {fmt_num(w.get('duration_s'), 1)} s (warm-up {fmt_num(w.get('warmup_s'), 1)} s, "
-        f"cool-down {fmt_num(w.get('cooldown_s'), 1)} s{auto}); the verdict judges the {fmt_int(n)} requests "
+        f"Judged window: {fmt_num(w.duration_s, 1)} s (warm-up {fmt_num(w.warmup_s, 1)} s, "
+        f"cool-down {fmt_num(w.cooldown_s, 1)} s{auto}); the verdict judges the {fmt_int(n)} requests "
         "scheduled inside it."
     )
 
@@ -153,9 +145,9 @@ def judged_text(run: dict[str, Any]) -> str | None:
 # ---- time series ----
 
 
-def time_series_charts(run: dict[str, Any], log: LogSummary | None) -> list[Chart]:
+def time_series_charts(run: RunDocument, log: LogSummary | None) -> list[Chart]:
     if log is None or not log.records:
-        fig = charts.throughput_figure(facts.metrics_of(run).get("series") or {})
+        fig = charts.throughput_figure(run.metrics.series)
         return [
             Chart(
                 "throughput",
@@ -259,30 +251,28 @@ def time_series_charts(run: dict[str, Any], log: LogSummary | None) -> list[Char
 # ---- per scenario ----
 
 
-def scenario_rows(run: dict[str, Any]) -> list[dict[str, Any]]:
+def scenario_rows(run: RunDocument) -> list[dict[str, Any]]:
     """One row per scenario from run.json's ``scenarios`` (present when the profile mixes several)."""
-    per = run.get("scenarios") or {}
-    declared = {s.get("name"): s for s in facts.section(run, "config").get("scenarios") or []}
-    goodput = facts.section(run, "goodput", "scenarios")
+    declared = {s.name: s for s in run.config.scenarios}
+    goodput = (run.goodput.scenarios if run.goodput is not None else None) or {}
     rows = []
-    for name, m in per.items():
-        req, thr, lat = m.get("requests", {}), m.get("throughput", {}), m.get("latency_ms", {})
-        d = declared.get(name, {})
+    for name, m in run.scenarios.items():
+        req, thr, d, gp = m.requests, m.throughput, declared.get(name), goodput.get(name)
         rows.append(
             {
                 "name": name,
-                "kind": d.get("kind", NA),
-                "weight": fmt_num(d.get("weight"), 1) if d.get("weight") is not None else NA,
-                "completed": fmt_int(req.get("completed")),
-                "ok": fmt_int(req.get("ok")),
-                "error_rate": fmt_pct(req.get("error_rate")),
-                "rps": fmt_num(thr.get("requests_per_s"), 3),
-                "tps": fmt_num(thr.get("output_tokens_per_s"), 1),
+                "kind": d.kind if d is not None else NA,
+                "weight": fmt_num(d.weight, 1) if d is not None else NA,
+                "completed": fmt_int(req.completed),
+                "ok": fmt_int(req.ok),
+                "error_rate": fmt_pct(req.error_rate),
+                "rps": fmt_num(thr.requests_per_s, 3),
+                "tps": fmt_num(thr.output_tokens_per_s, 1),
                 "lat": [
-                    f"{fmt_ms((lat.get(k) or {}).get('p50'))} / {fmt_ms((lat.get(k) or {}).get('p99'))}"
-                    for k in ("ttft", "tpot", "e2e")
+                    f"{fmt_ms(facts.stat(lat, 'p50'))} / {fmt_ms(facts.stat(lat, 'p99'))}"
+                    for lat in (m.latency_ms.get(k) for k in ("ttft", "tpot", "e2e"))
                 ],
-                "attainment": fmt_pct((goodput.get(name) or {}).get("attainment")),
+                "attainment": fmt_pct(gp.attainment if gp is not None else None),
             }
         )
     return rows
@@ -313,19 +303,19 @@ def error_class_rows(log: LogSummary | None) -> dict[str, Any]:
 # ---- lengths ----
 
 
-def _scenario_specs(run: dict[str, Any]) -> dict[str | None, dict[str, Any]]:  # keyed by name (None: unnamed)
-    scs = facts.section(run, "config", "profile_resolved").get("scenarios") or []
+def _scenario_specs(run: RunDocument) -> dict[str | None, dict[str, Any]]:  # keyed by name (None: unnamed)
+    scs = run.config.profile_resolved.get("scenarios") or []
     return {s.get("name"): s for s in scs if isinstance(s, dict)}
 
 
-def profile_input_draws(run: dict[str, Any], log: LogSummary) -> dict[str, np.ndarray]:
+def profile_input_draws(run: RunDocument, log: LogSummary) -> dict[str, np.ndarray]:
     """Per single-request scenario: input lengths drawn from the profile's spec, as many as were sent
     (at most MAX_PROFILE_DRAWS in all, keeping the scenarios' proportions)."""
     specs = _scenario_specs(run)
     sent = {name: int(v["input"].size) for name, v in log.lengths.items()}
     total = sum(sent.values())
     scale = min(1.0, MAX_PROFILE_DRAWS / total) if total else 0.0
-    seed = facts.section(run, "config").get("seed", 0)
+    seed = run.config.seed
     out = {}
     for name, n in sent.items():
         spec = specs.get(name) or {}
@@ -348,7 +338,7 @@ def _stats(v: np.ndarray) -> str:
     return f"{np.median(v):,.0f} / {v.mean():,.1f} / {np.percentile(v, 99):,.0f}"
 
 
-def lengths_section(run: dict[str, Any], log: LogSummary | None) -> dict[str, Any]:
+def lengths_section(run: RunDocument, log: LogSummary | None) -> dict[str, Any]:
     if log is None or not log.records:
         return {"chart": None, "rows": []}
     draws = profile_input_draws(run, log)
@@ -430,15 +420,15 @@ def token_chart(log: LogSummary | None) -> Chart:
     )
 
 
-def telemetry_section(run: dict[str, Any]) -> dict[str, Any] | None:
-    tel = run.get("telemetry")
-    if not isinstance(tel, dict):
+def telemetry_section(run: RunDocument) -> dict[str, Any] | None:
+    tel = run.telemetry
+    if tel is None:
         return None
     fig = charts.telemetry_figure(tel, "Server telemetry")
     panels = [p[0].lower() for p in charts.TELEMETRY_PANELS]
     return {
-        "source": f"{tel.get('engine') or 'unknown engine'} metrics from {tel.get('url') or 'unknown URL'}, "
-        f"every {fmt_num(tel.get('interval_s'), 1)} s",
+        "source": f"{tel.engine or 'unknown engine'} metrics from {tel.url or 'unknown URL'}, "
+        f"every {fmt_num(tel.interval_s, 1)} s",
         "chart": Chart(
             "telemetry",
             "Server telemetry (requests, percent, tokens/s, preemptions)",
@@ -451,8 +441,8 @@ def telemetry_section(run: dict[str, Any]) -> dict[str, Any] | None:
     }
 
 
-def engine_json(run: dict[str, Any]) -> str | None:
-    engine = facts.section(run, "endpoint").get("engine")
+def engine_json(run: RunDocument) -> str | None:
+    engine = run.endpoint.engine
     return json.dumps(engine, indent=2, sort_keys=True, default=str, ensure_ascii=False) if engine else None
 
 
@@ -484,12 +474,13 @@ def server_cell(s: dict[str, Any], key: str) -> tuple[str, str]:
     return fmt_ms(v), f"bucket {fmt_ms(lo)}–{fmt_ms(hi)} ms"
 
 
-def server_latency_section(run: dict[str, Any]) -> dict[str, Any] | None:
+def server_latency_section(run: RunDocument) -> dict[str, Any] | None:
     """The server-side vs client-side table (client HDR percentiles, the server's bucket-interpolated
     ones, client − server), and the server-only phases; None when run.json has no server histograms."""
-    sl = facts.section(run, "telemetry", "server_latency")
+    tel = run.telemetry
+    sl = facts.server_latency(run)
     metrics = sl.get("metrics") or {}
-    if not metrics:
+    if tel is None or not metrics:
         return None
     rows = []
     for ckey, skey, label in SERVER_VS_CLIENT:
@@ -497,17 +488,17 @@ def server_latency_section(run: dict[str, Any]) -> dict[str, Any] | None:
         if not srv:
             continue
         cli = facts.latency_stats(run, ckey)
-        client = [fmt_ms(cli.get(p)) for p in SERVER_PCTS]
+        client = [fmt_ms(facts.stat(cli, p)) for p in SERVER_PCTS]
         server = [server_cell(srv, p) for p in SERVER_PCTS]
         diff = []
         for p in SERVER_PCTS:
-            c, s = cli.get(p), facts.server_percentile(srv, p)[0]
+            c, s = facts.stat(cli, p), facts.server_percentile(srv, p)[0]
             diff.append(NA if c is None or s is None else fmt_ms(c - s))
         rows.append(
             {
                 "label": label,
                 "name": srv.get("name", ""),
-                "counts": f"{fmt_int(cli.get('count') or 0)} / {fmt_int(srv.get('count'))}",
+                "counts": f"{fmt_int(facts.stat(cli, 'count') or 0)} / {fmt_int(srv.get('count'))}",
                 "client": client,
                 "server": server,
                 "diff": diff,
@@ -524,30 +515,20 @@ def server_latency_section(run: dict[str, Any]) -> dict[str, Any] | None:
         for key, label in SERVER_PHASES
         if metrics.get(key)
     ]
-    tel = facts.section(run, "telemetry")
     judged = sl.get("judged") or {}
     return {
         "rows": rows,
         "phases": phases,
-        "source": f"{tel.get('engine') or 'unknown engine'} histograms from {tel.get('url') or 'unknown URL'}, "
+        "source": f"{tel.engine or 'unknown engine'} histograms from {tel.url or 'unknown URL'}, "
         f"{fmt_num(sl.get('from_s'), 1)} s to {fmt_num(sl.get('to_s'), 1)} s since the load started",
         "judged": bool(judged.get("metrics")),
     }
 
 
-def prefix_cache_text(run: dict[str, Any]) -> str | None:
+def prefix_cache_text(run: RunDocument) -> str | None:
     """The run's prefix-cache hit rate and where it came from, in one line (None when unknown)."""
-    pc = run.get("prefix_cache")
-    if not isinstance(pc, dict) or pc.get("hit_rate") is None:
+    pc = run.prefix_cache
+    if pc is None or pc.hit_rate is None:
         return None
-    expected = f"; the profile expects reuse ({pc['expected_reuse']})" if pc.get("expected_reuse") else ""
-    return f"Prefix-cache hit rate {fmt_pct(pc['hit_rate'])} of prompt tokens ({pc.get('source')}){expected}."
-
-
-def warm_cache_warning(run: dict[str, Any]) -> str | None:
-    """The warm-cache warning (docs/reports.md) when the run was warm and its profile asks for no reuse."""
-    pc = run.get("prefix_cache")
-    if not isinstance(pc, dict) or not pc.get("warm") or pc.get("hit_rate") is None:
-        return None
-
-    return str(pc.get("warning") or warm_note(float(pc["hit_rate"])))
+    expected = f"; the profile expects reuse ({pc.expected_reuse})" if pc.expected_reuse else ""
+    return f"Prefix-cache hit rate {fmt_pct(pc.hit_rate)} of prompt tokens ({pc.source}){expected}."

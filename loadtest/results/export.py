@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +10,7 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
+from loadtest.contracts.run_document import RunDocumentError, read_run_document
 from loadtest.results.columns import LogBatch, LogReader
 from loadtest.results.log_stats import LogStats, LogSummary
 
@@ -129,11 +129,12 @@ class _Writers:
 
 
 def _first_scheduled(run_dir: Path) -> float | None:
+    """The run's first scheduled time (epoch s) from run.json; None without a readable one (the series
+    then start at the first record)."""
     try:
-        run = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        return read_run_document(run_dir).metrics.window.first_scheduled
+    except RunDocumentError:
         return None
-    return ((run.get("metrics") or {}).get("window") or {}).get("first_scheduled")
 
 
 def export_run(run_dir: Path, paths: list[Path], formats: tuple[str, ...], out: Path) -> list[Path]:

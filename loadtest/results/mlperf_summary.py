@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from hdrh.histogram import HdrHistogram
 
+from loadtest.contracts.run_document import Check, RunDocument
 from loadtest.metrics import early_stopping as es
 from loadtest.metrics import hdr
 from loadtest.results.percentiles import decode
@@ -24,12 +25,6 @@ _STATS: tuple[tuple[str, str, str], ...] = (
 )
 
 
-def _get(d: Any, *keys: str) -> Any:
-    for k in keys:
-        d = d.get(k) if isinstance(d, dict) else None
-    return d
-
-
 def _yes(ok: bool) -> str:
     return "Yes" if ok else "NO"
 
@@ -42,39 +37,36 @@ def _ordinal(p: float) -> str:
     return f"{p:g}th"
 
 
-def scenario_name(run: dict[str, Any]) -> str:
+def scenario_name(run: RunDocument) -> str:
     """The LoadGen scenario the run's load corresponds to (Server, SingleStream), or our own name."""
-    load = _get(run, "config", "load") or {}
-    mode, arrival = load.get("mode"), load.get("arrival")
-    if mode == "open" and load.get("rate") is not None:
-        return "Server" if arrival in (None, "poisson") else f"Server ({arrival} arrivals)"
-    if mode == "closed" and load.get("concurrency") is not None:
-        n = load["concurrency"]
+    load = run.config.load
+    if load.mode == "open" and load.rate is not None:
+        return "Server" if load.arrival in (None, "poisson") else f"Server ({load.arrival} arrivals)"
+    if load.mode == "closed" and load.concurrency is not None:
+        n = load.concurrency
         return "SingleStream" if n == 1 else f"Concurrency ({n} streams)"
-    if load.get("trace"):
+    if load.trace:
         return "Trace replay"
-    if load.get("stages"):
+    if load.stages:
         return "Stages"
-    return str(mode or "unknown")
+    return load.mode or "unknown"
 
 
-def _checks(run: dict[str, Any]) -> list[dict[str, Any]]:
-    return list(_get(run, "verdict", "checks") or [])
+def _checks(run: RunDocument) -> list[Check]:
+    return list(run.verdict.checks) if run.verdict is not None else []
 
 
-def _passed(run: dict[str, Any], pred: Any) -> bool:
-    return all(c.get("passed") for c in _checks(run) if pred(c))
+def _passed(run: RunDocument, pred: Callable[[Check], bool]) -> bool:
+    return all(c.passed for c in _checks(run) if pred(c))
 
 
-def _early_stopping(run: dict[str, Any], metric: str, label: str, hist: HdrHistogram | None) -> list[str]:
+def _early_stopping(run: RunDocument, metric: str, label: str, hist: HdrHistogram | None) -> list[str]:
     lines = [f"{label} Early Stopping Result:"]
     for c in _checks(run):
-        if c.get("name", "").startswith(f"early_stopping.{metric}_"):
-            slo = c["name"].split(".", 1)[1]
+        if c.name.startswith(f"early_stopping.{metric}_"):
+            slo = c.name.split(".", 1)[1]
             lines.append(
-                f" * Run successful ({slo})."
-                if c.get("passed")
-                else f" * Run unsuccessful ({slo}): {c.get('detail', '')}."
+                f" * Run successful ({slo})." if c.passed else f" * Run unsuccessful ({slo}): {c.detail}."
             )
     n = int(hist.get_total_count()) if hist is not None else 0
     lines.append(f" * Processed {n} queries.")
@@ -106,7 +98,7 @@ def _stats(hist: HdrHistogram | None, label: str, plabel: str) -> list[str]:
     return lines
 
 
-def _limit(slos: dict[str, Any], metric: str) -> tuple[int, str]:
+def _limit(slos: dict[str, float | None], metric: str) -> tuple[int, str]:
     """(limit in ns, judged percentile) of the metric's percentile SLO; (0, "n/a") without one."""
     for key, ms in sorted(slos.items()):
         if key.startswith(f"{metric}_p") and ms is not None:
@@ -114,19 +106,16 @@ def _limit(slos: dict[str, Any], metric: str) -> tuple[int, str]:
     return 0, "n/a"
 
 
-def format_summary(run: dict[str, Any]) -> str:
-    """The summary text for a loaded run.json."""
-    m = run.get("metrics") or {}
-    req, thr = m.get("requests") or {}, m.get("throughput") or {}
-    cfg, load = run.get("config") or {}, _get(run, "config", "load") or {}
-    verdict = run.get("verdict") or {}
-    interrupted = run.get("status") == "interrupted"
-    duration = float(_get(m, "window", "duration_s") or 0.0)
-    valid = verdict.get("status") == "pass" and not interrupted
+def format_summary(run: RunDocument) -> str:
+    """The summary text for a run.json document."""
+    req, thr = run.metrics.requests, run.metrics.throughput
+    cfg, load, verdict, endpoint = run.config, run.config.load, run.verdict, run.endpoint
+    interrupted = run.status == "interrupted"
+    duration = run.metrics.window.duration_s
+    valid = verdict is not None and verdict.status == "pass" and not interrupted
     hists = {name: decode(run, name) for name, _, _ in _STATS}
-    endpoint = run.get("endpoint") or {}
-    sut = f"{cfg.get('model') or 'unknown model'} @ {endpoint.get('url') or 'unknown endpoint'}"
-    if endpoint.get("embedded"):
+    sut = f"{cfg.model or 'unknown model'} @ {endpoint.url or 'unknown endpoint'}"
+    if endpoint.embedded:
         sut += " (embedded simulator)"
     lines = [
         RULE,
@@ -135,68 +124,67 @@ def format_summary(run: dict[str, Any]) -> str:
         f"SUT name : {sut}",
         f"Scenario : {scenario_name(run)}",
         "Mode     : PerformanceOnly",
-        f"Completed samples per second    : {_num(thr.get('requests_per_s'))}",
-        f"Completed tokens per second: {_num(thr.get('output_tokens_per_s'))}",
+        f"Completed samples per second    : {_num(thr.requests_per_s)}",
+        f"Completed tokens per second: {_num(thr.output_tokens_per_s)}",
         f"Result is : {'VALID' if valid else 'INVALID'}",
-        f"  Performance constraints satisfied : {_yes(_passed(run, lambda c: c.get('kind') == 'slo'))}",
-        f"  Min duration satisfied : {_yes(_passed(run, lambda c: c.get('name') == 'min_duration'))}",
-        f"  Min queries satisfied : {_yes(_passed(run, lambda c: c.get('name') == 'min_queries'))}",
-        "  Early stopping satisfied: "
-        + _yes(_passed(run, lambda c: str(c.get("name", "")).startswith("early_stopping."))),
-        f"  Generator health satisfied : {_yes(_passed(run, lambda c: c.get('kind') == 'health'))}",
+        f"  Performance constraints satisfied : {_yes(_passed(run, lambda c: c.kind == 'slo'))}",
+        f"  Min duration satisfied : {_yes(_passed(run, lambda c: c.name == 'min_duration'))}",
+        f"  Min queries satisfied : {_yes(_passed(run, lambda c: c.name == 'min_queries'))}",
+        "  Early stopping satisfied: " + _yes(_passed(run, lambda c: c.name.startswith("early_stopping."))),
+        f"  Generator health satisfied : {_yes(_passed(run, lambda c: c.kind == 'health'))}",
         "  Run completed (not interrupted) : "
-        + ("Yes" if not interrupted else f"NO ({run.get('interrupted_reason') or 'interrupted'})"),
-        f"loadtest verdict : {verdict.get('status', 'none')} (exit {verdict.get('exit_code', 'n/a')})",
+        + ("Yes" if not interrupted else f"NO ({run.interrupted_reason or 'interrupted'})"),
+        f"loadtest verdict : {_verdict_text(run)}",
         *_early_stopping(run, "ttft", "TTFT", hists["ttft"]),
         *_early_stopping(run, "tpot", "TPOT", hists["tpot"]),
         "",
         RULE,
         "Additional Stats",
         RULE,
-        f"Scheduled samples per second : {_num(req.get('completed', 0) / duration if duration else None)}",
+        f"Scheduled samples per second : {_num(req.completed / duration if duration else None)}",
         *_stats(hists["e2e"], "latency", "latency"),
         "",
-        f"{'Completed tokens per second':<44}: {_num(thr.get('output_tokens_per_s'))}",
+        f"{'Completed tokens per second':<44}: {_num(thr.output_tokens_per_s)}",
     ]
     for name, label, plabel in _STATS[1:]:
         lines += [*_stats(hists[name], label, plabel), ""]
-    slos = cfg.get("slos") or {}
-    judging = _get(cfg, "profile_resolved", "judging") or {}
+    slos = cfg.slos or {}
+    judging = cfg.profile_resolved.get("judging") or {}
     lines += [
         RULE,
         "Test Parameters Used",
         RULE,
         "samples_per_query : 1",
-        f"target_qps : {load.get('rate') if load.get('rate') is not None else 0}",
-        f"target_concurrency : {load.get('concurrency') if load.get('concurrency') is not None else 0}",
-        f"arrival : {load.get('arrival') or 'n/a'}",
+        f"target_qps : {load.rate if load.rate is not None else 0}",
+        f"target_concurrency : {load.concurrency if load.concurrency is not None else 0}",
+        f"arrival : {load.arrival or 'n/a'}",
         f"ttft_latency (ns): {_limit(slos, 'ttft')[0]}",
         f"ttft_percentile : {_limit(slos, 'ttft')[1]}",
         f"tpot_latency (ns): {_limit(slos, 'tpot')[0]}",
         f"tpot_percentile : {_limit(slos, 'tpot')[1]}",
         f"min_duration (ms): {round(float(judging.get('min_duration_s') or 0) * 1000)}",
-        f"max_duration (ms): {round(float(cfg.get('duration_s') or 0) * 1000)}",
+        f"max_duration (ms): {round(float(cfg.duration_s or 0) * 1000)}",
         f"min_query_count : {judging.get('min_queries') or 0}",
         "max_query_count : 0",
-        f"schedule_rng_seed : {cfg.get('seed', 'n/a')}",
-        f"profile : {cfg.get('profile') or 'n/a'}",
-        f"workload_fingerprint : {_get(run, 'workload', 'fingerprint') or 'n/a'}",
-        f"tool : {_get(run, 'tool', 'name') or 'loadtest'} {_get(run, 'tool', 'version') or ''}".rstrip(),
-        f"endpoint : {endpoint.get('url') or 'n/a'}",
-        f"run_id : {run.get('run_id') or 'n/a'}",
+        f"schedule_rng_seed : {cfg.seed}",
+        f"profile : {cfg.profile or 'n/a'}",
+        f"workload_fingerprint : {run.workload.fingerprint or 'n/a'}",
+        f"tool : {run.tool.name or 'loadtest'} {run.tool.version or ''}".rstrip(),
+        f"endpoint : {endpoint.url or 'n/a'}",
+        f"run_id : {run.run_id or 'n/a'}",
         "",
     ]
-    warnings = [c["detail"] for c in _checks(run) if not c.get("passed") and not c.get("blocking", True)]
-    warnings += list(run.get("notes") or [])
+    warnings = [c.detail for c in _checks(run) if not c.passed and not c.blocking]
+    warnings += run.notes
     if interrupted:
-        warnings.insert(0, f"the run was interrupted ({run.get('interrupted_reason') or 'unknown reason'})")
+        warnings.insert(0, f"the run was interrupted ({run.interrupted_reason or 'unknown reason'})")
     if warnings:
         lines.append(f"{len(warnings)} warning{'s' if len(warnings) != 1 else ''} encountered during test:")
         lines += [f" * {w}" for w in warnings]
     else:
         lines.append("No warnings encountered during test.")
     lines.append("")
-    failed = {o: n for o, n in (req.get("by_outcome") or {}).items() if n and o != "ok"}
+    failed = {o: n for o, n in req.by_outcome.items() if n and o != "ok"}
     if failed:
         total = sum(failed.values())
         what = ", ".join(f"{o} {n}" for o, n in failed.items())
@@ -206,7 +194,13 @@ def format_summary(run: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_summary(run_dir: Path, run: dict[str, Any]) -> Path:
+def _verdict_text(run: RunDocument) -> str:
+    """The verdict's status and exit code, ``none (exit n/a)`` for a run without one."""
+    v = run.verdict
+    return f"{v.status} (exit {v.exit_code})" if v is not None else "none (exit n/a)"
+
+
+def write_summary(run_dir: Path, run: RunDocument) -> Path:
     """Write ``run_dir/mlperf_log_summary.txt`` and return its path."""
     path = Path(run_dir) / SUMMARY_NAME
     path.write_text(format_summary(run), encoding="utf-8")

@@ -6,6 +6,7 @@ from typing import Any
 
 from hdrh.histogram import HdrHistogram
 
+from loadtest.contracts.run_document import RunDocument
 from loadtest.metrics import early_stopping as es
 from loadtest.metrics import hdr
 
@@ -18,9 +19,9 @@ HEADLINE_METRICS: tuple[tuple[str, str], ...] = (
 HEADLINE_PERCENTILES: tuple[float, ...] = (50.0, 90.0, 99.0, 99.9)
 
 
-def decode(run: dict[str, Any], name: str) -> HdrHistogram | None:
+def decode(run: RunDocument, name: str) -> HdrHistogram | None:
     """The named histogram of a run.json, or None when absent, empty or unreadable."""
-    enc = (run.get("histograms") or {}).get(name)
+    enc = run.histograms.get(name)
     if not enc:
         return None
     try:

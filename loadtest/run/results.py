@@ -189,7 +189,7 @@ def finalize(run: FinishedRun) -> Finalized:
     document = from_data(doc, out / RUN_FILE)  # the schema refuses a section it does not describe
     run_json = write_run_document(out, document)
     report = render_run_report(out)
-    lines = [format_summary(doc), f"run.json: {run_json}", f"report:   {report}"]
+    lines = [format_summary(document), f"run.json: {run_json}", f"report:   {report}"]
     if run.junit:
         Path(run.junit).write_text(
             junit_xml(verdict, f"loadtest.{profile.name}", time_s=metrics["window"]["duration_s"])
