@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
 from msgspec import UNSET
 
 from loadtest.contracts.record_line import LineLike, RecordLine, as_line
@@ -63,6 +64,7 @@ class RequestRecord:
     retry_after_s: float | None = None  # the server's Retry-After on a 429/503 (seconds)
     endpoint: int = 0  # index of the endpoint (replica) it went to, in the run's --host order
     inputs: int = 0  # embeddings: the number of inputs the request carried
+    merged_gaps: int = 0  # token gaps the client could not time: merged_gap_mask (docs/metrics.md)
     # What the server answered (kept in memory for multi-turn sessions; not written to the log).
     answer_text: str = ""
     tool_calls_text: str = ""
@@ -150,6 +152,7 @@ class RequestRecord:
             retry_of=self.retry_of,
             endpoint=self.endpoint,
             inputs=self.inputs or UNSET,  # written only when non-zero
+            merged_gaps=self.merged_gaps or UNSET,
         )
 
     @classmethod
@@ -192,6 +195,7 @@ class RequestRecord:
             retry_of=line.retry_of,
             endpoint=line.endpoint,
             inputs=line.n_inputs,
+            merged_gaps=line.n_merged_gaps,
         )
 
 
@@ -205,3 +209,24 @@ def line_input_tokens(line: LineLike) -> int:
     """``RequestRecord.input_tokens`` of a record-log line: ``usage_prompt_tokens``, else ``prompt_tokens``."""
     ln = as_line(line)
     return ln.usage_prompt_tokens if ln.usage_prompt_tokens is not None else ln.prompt_tokens
+
+
+def merged_gap_mask(times: np.ndarray) -> np.ndarray:
+    """Per gap between consecutive token events (``times``, sorted): True when the later event arrived
+    in one socket read with another token event (equal times). The client saw those events at once,
+    so such a gap times the client's reads, not the server's writes: ITL leaves it out and counts it
+    (docs/metrics.md, "Merged gaps")."""
+    same = times[1:] == times[:-1]
+    merged = same.copy()
+    merged[:-1] |= same[1:]
+    return merged
+
+
+def count_merged_gaps(chunk_ns: list[int]) -> int:
+    """How many of a record's token gaps are merged (``merged_gap_mask``)."""
+    if len(chunk_ns) < 2:
+        return 0
+    times = np.asarray(chunk_ns, dtype=np.int64)
+    if not (times[1:] == times[:-1]).any():
+        return 0
+    return int(merged_gap_mask(times).sum())
