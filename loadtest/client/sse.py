@@ -147,7 +147,6 @@ def _general_split(
 _DONE_EVENT = b"data: [DONE]\n\n"
 _BOM = b"\xef\xbb\xbf"
 _PREFIX = b"data: "
-_PREFIX_BYTES = np.frombuffer(_PREFIX, dtype=np.uint8)
 _PREFIX_SPAN = np.arange(len(_PREFIX), dtype=np.int64)
 _SPACE = 32  # a prefix is blanked to spaces: same length, so byte offsets do not move
 
@@ -156,8 +155,8 @@ def _fast_split(joined: list[bytes]) -> tuple[list[_Chunk], np.ndarray, bool] | 
     """The common shape, in a few C-speed passes: every event one ``data: `` line, LF endings.
 
     ``joined`` holds the whole body as its one item, which this takes (so the caller keeps no copy).
-    One pass finds the newlines; the line starts are checked for the prefix and blanked in a copy
-    (numpy, per event, not per byte); the joined body is dropped before the payloads are decoded as
+    One pass finds the newlines; the line starts are checked for the prefix and blanked in one copy
+    (numpy indexing, per event, not per byte); the joined body is dropped before the payloads are decoded as
     JSON lines in one call, so a huge stream holds its reads, one blanked copy and the decoded events
     at once, no more. Returns the decoded events, the byte offset where each event ends and whether
     [DONE] ended the stream; None for any other shape (the general path handles it).
@@ -173,21 +172,18 @@ def _fast_split(joined: list[bytes]) -> tuple[list[_Chunk], np.ndarray, bool] | 
     if n_events == 0 or len(newlines) != 2 * n_events or newlines[-1] != size - 1:
         return None
     ends = newlines[1::2]
-    if not np.array_equal(newlines[0::2] + 1, ends):
+    if (ends - newlines[0::2] != 1).any():
         return None
     starts = np.empty_like(ends)
     starts[0] = 0
     starts[1:] = ends[:-1] + 1
     prefix_at = (starts[:, None] + _PREFIX_SPAN).ravel()
-    if prefix_at[-1] >= size:
+    if prefix_at[-1] >= size:  # the last line is shorter than the prefix
         return None
     blanked = bytearray(memoryview(buf)[:size])
     del buf, newlines
     view = np.frombuffer(blanked, dtype=np.uint8)
-    if not np.array_equal(
-        view[prefix_at].reshape(n_events, len(_PREFIX)),
-        np.broadcast_to(_PREFIX_BYTES, (n_events, len(_PREFIX))),
-    ):
+    if view[prefix_at].tobytes() != _PREFIX * n_events:
         return None  # a line that is not one ``data: `` field: a comment, another field
     view[prefix_at] = _SPACE
     del view
