@@ -142,4 +142,4 @@ class OpenAIClient:
         if classify_http(rec, resp):
             return
         adapter_for(req.api).classify(self, rec, req, resp)
-        rec.merged_gaps = count_merged_gaps(rec.chunk_ns)
+        rec.merged_gaps = count_merged_gaps(rec.chunk_times())

@@ -65,6 +65,7 @@ class RequestRecord:
     endpoint: int = 0  # index of the endpoint (replica) it went to, in the run's --host order
     inputs: int = 0  # embeddings: the number of inputs the request carried
     merged_gaps: int = 0  # token gaps the client could not time: merged_gap_mask (docs/metrics.md)
+    _chunk_times: np.ndarray | None = field(default=None, init=False, repr=False, compare=False)
     # What the server answered (kept in memory for multi-turn sessions; not written to the log).
     answer_text: str = ""
     tool_calls_text: str = ""
@@ -114,6 +115,13 @@ class RequestRecord:
             return None
         return (self.done_ns - self.first_token_ns) / 1000 / (n - 1)
 
+    def chunk_times(self) -> np.ndarray:
+        """``chunk_ns`` as an int64 array, made once (the list is final once the answer is classified)."""
+        arr = self._chunk_times
+        if arr is None or len(arr) != len(self.chunk_ns):
+            arr = self._chunk_times = np.asarray(self.chunk_ns, dtype=np.int64)
+        return arr
+
     def to_log(self) -> RecordLine:
         """The record-log line: absolute epoch for the schedule, microsecond offsets for the rest."""
         base = self.scheduled_ns
@@ -139,7 +147,7 @@ class RequestRecord:
             first_answer_us=rel(self.first_answer_ns),
             e2e_us=rel(self.done_ns),
             tpot_us=None if (tp := self.tpot_us()) is None else round(tp, 1),
-            chunks_us=[(t - base) // 1000 for t in self.chunk_ns],
+            chunks_us=((self.chunk_times() - base) // 1000).tolist(),
             requested_output_tokens=self.requested_output_tokens,
             prompt_tokens=self.prompt_tokens_client,
             output_tokens=self.completion_tokens_client,
@@ -222,7 +230,7 @@ def merged_gap_mask(times: np.ndarray) -> np.ndarray:
     return merged
 
 
-def count_merged_gaps(chunk_ns: list[int]) -> int:
+def count_merged_gaps(chunk_ns: list[int] | np.ndarray) -> int:
     """How many of a record's token gaps are merged (``merged_gap_mask``)."""
     if len(chunk_ns) < 2:
         return 0

@@ -139,7 +139,7 @@ class Track:
                 if tpot is not None:
                     values.append(("tpot", round(tpot)))
                 if len(rec.chunk_ns) > 1:
-                    times = np.asarray(rec.chunk_ns, dtype=np.int64)
+                    times = rec.chunk_times()
                     gaps = np.diff(times) // 1000
                     if rec.merged_gaps:  # gaps the client could not time stay out of ITL, counted
                         mask = merged_gap_mask(times)
@@ -227,12 +227,12 @@ class Track:
         """Record every pending value in bulk (vectorized), into the total and the delta."""
         if not self._pending_n:
             return
-        if self._itl_pending:
-            self._pending["itl"].extend(np.concatenate(self._itl_pending).tolist())
-            self._itl_pending.clear()
         for name, values in self._pending.items():
-            if values:
+            if values or (name == "itl" and self._itl_pending):
                 arr = np.asarray(values, dtype=np.int64)
+                if name == "itl" and self._itl_pending:  # the gaps arrive as one array per request
+                    arr = np.concatenate([arr, *self._itl_pending])
+                    self._itl_pending.clear()
                 for agg in self._both:
                     hdr.record_many(agg.hists[name], arr)
                 values.clear()
