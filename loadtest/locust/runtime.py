@@ -114,11 +114,6 @@ def run_local(settings: RunSettings) -> RunOutcome:
     ctx.on_failing = lambda _info: stopper.event.set()  # end the wait; the drain and results follow
     runner = env.create_local_runner()
     tune_gc()
-    import os
-
-    from loadtest.client.read_batching import batch_reads
-
-    batch_reads(float(os.environ.get("LOADTEST_BATCH_MS", "0")) / 1000)
     started = time.time()
     drive_load(runner, ctx.profile, settings, stopper)
     if stopper.reason is None:
