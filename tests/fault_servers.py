@@ -48,8 +48,10 @@ BEHAVIOURS = (
     "endless_stream",  # content events as fast as the socket takes them, never an end
     "drip_headers",  # a status line, then one header byte every 0.3 s: the headers never end
     "drip_body",  # the headers, then one byte of an event every 0.3 s: never a read timeout, never an end
+    "bursty_stream",  # one event per write every 10 ms, and three times 3 events in one write after 40 ms
 )
 DRIP_S = 0.3
+BURSTY_TOKENS, BURSTY_MERGED = 19, 9  # bursty_stream: token events, and gaps ending in a 3-event write
 BIG_EVENT_BYTES = 10 * 1024 * 1024
 MODEL = "fault-model"
 
@@ -362,6 +364,29 @@ class FaultServer:
         for part in parts:
             conn.sendall(_chunk(part))
         conn.sendall(b"0\r\n\r\n")
+        return True
+
+    def _b_bursty_stream(self, conn: socket.socket, _h: dict[str, str]) -> bool:
+        """BURSTY_TOKENS token events: the first, then 9 alone (10 ms apart) and 3 bursts of 3 events in
+        one write after 40 ms (a proxy that flushes late): BURSTY_MERGED of the gaps end in a burst."""
+        conn.sendall(self._head(200, "text/event-stream", None) + _chunk(_event(_delta(" a"))))
+        for i in range(12):
+            burst = i % 4 == 3
+            time.sleep(0.04 if burst else 0.01)
+            conn.sendall(b"".join(_chunk(_event(_delta(" b"))) for _ in range(3 if burst else 1)))
+        tail = self._ok_events(0)  # finish reason, usage, [DONE]
+        tail[1] = _event(
+            {
+                "object": "chat.completion.chunk",
+                "choices": [],
+                "usage": {
+                    "prompt_tokens": 10,
+                    "completion_tokens": BURSTY_TOKENS,
+                    "total_tokens": 10 + BURSTY_TOKENS,
+                },
+            }
+        )
+        conn.sendall(b"".join(_chunk(ev) for ev in tail) + b"0\r\n\r\n")
         return True
 
     def _b_br_stream(self, conn: socket.socket, _h: dict[str, str]) -> bool:

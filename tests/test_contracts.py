@@ -113,7 +113,7 @@ def _every_field_set() -> RequestRecord:
         first_token_ns=B + 3_000,
         first_answer_ns=B + 4_000,
         done_ns=B + 9_000,
-        chunk_ns=[B + 3_000, B + 6_000, B + 9_000],
+        chunk_ns=[B + 3_000, B + 6_000, B + 6_000],
         http_status=500,
         outcome="stream_error",
         error="connection reset mid-stream",
@@ -130,6 +130,7 @@ def _every_field_set() -> RequestRecord:
         retry_of="agent-3.t2",
         endpoint=3,
         inputs=7,
+        merged_gaps=2,
         retry_after_s=1.5,  # not a line field: never written
         answer_text="kept in memory only",
     )
@@ -156,7 +157,7 @@ def test_a_record_with_every_field_set_keeps_every_value_through_the_line() -> N
     again = RequestRecord.from_log(back, B)
     left_out = {"retry_after_s", "answer_text", "tool_calls_text"}
     for name in RequestRecord.__dataclass_fields__:
-        if name not in left_out:
+        if name not in left_out and not name.startswith("_"):  # private: a cache
             assert getattr(again, name) == getattr(rec, name), name
     assert again.to_log() == line
     assert record_from_line(to_dict(back)).to_log() == line  # the dict form: the same record

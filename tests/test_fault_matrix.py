@@ -72,6 +72,7 @@ SERVER_FAULTS = {
     "stall_after_headers": "timeout",
     "drip_headers": "timeout",
     "drip_body": "timeout",
+    "bursty_stream": "ok",  # several events in one read: merged gaps, still ok (docs/metrics.md)
     "refused": "connect_error",
 }
 # Behaviours whose answer carries exactly the four " hello" tokens of an ok stream, nothing more or less.

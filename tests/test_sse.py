@@ -179,3 +179,19 @@ def test_done_without_trailing_blank_line_still_counts() -> None:
 def test_empty_body() -> None:
     r = parse_stream([], [])
     assert not r.complete and r.events == 0 and r.chunk_ns == []
+
+
+def test_data_prefix_inside_the_text_is_kept() -> None:
+    r = parse_stream([chunk("data: x") + chunk(" and data: y") + chunk("", "stop") + DONE], [5])
+    assert r.answer_text == "data: x and data: y" and r.chunk_ns == [5, 5] and r.complete
+
+
+def test_a_short_last_line_falls_back_and_is_read() -> None:
+    r = parse_stream([chunk(" a") + b"data: 1\n\n"], [3])
+    assert r.chunk_ns == [3] and r.answer_text == " a"
+
+
+def test_times_per_read_over_many_reads_of_one_event_each() -> None:
+    events = [chunk(f" t{i}") for i in range(50)]
+    r = parse_stream([*events, DONE], [10 * i for i in range(51)])
+    assert r.chunk_ns == [10 * i for i in range(50)] and r.saw_done

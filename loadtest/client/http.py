@@ -1,7 +1,7 @@
 """A minimal gevent-native HTTP/1.1 client that timestamps every socket read (httptools parser).
 
 Per read the hot path waits on the socket's watcher, makes one ``recvmsg``, takes one timestamp
-and appends the bytes and that time; nothing else. On Linux the timestamp is the kernel's receive
+and keeps the read's body bytes (the parser's pieces of it joined) and that time; nothing else. On Linux the timestamp is the kernel's receive
 time of the data (SO_TIMESTAMPNS), converted to the ``perf_counter_ns`` clock, so time the
 generator spends busy elsewhere does not delay what it measures; elsewhere, and for TLS, it is
 ``perf_counter_ns()`` at the read. Read and total timeouts are enforced by one watchdog greenlet per
@@ -128,7 +128,8 @@ class Endpoint:
 
 @dataclass(slots=True)
 class Response:
-    """An HTTP response; ``chunks[i]`` is body bytes that arrived at ``times[i]`` (perf ns)."""
+    """An HTTP response; ``chunks[i]`` is the body bytes of one read (however many HTTP chunks it
+    held), which arrived at ``times[i]`` (perf ns)."""
 
     status: int = 0
     headers: dict[str, str] = field(default_factory=dict)
@@ -175,8 +176,7 @@ class _Reader:
         "leftover",
         "end",
         "parser",
-        "_chunks",
-        "_times",
+        "on_body",
     )
 
     def __init__(self, resp: Response) -> None:
@@ -187,8 +187,9 @@ class _Reader:
         self.done = False
         self.leftover = False  # bytes after the response's end arrived: the connection is not reusable
         self.end = 0  # body pieces that belong to the response (later ones came after its end)
-        self._chunks = resp.chunks
-        self._times = resp.times
+        # Each piece of body the parser finds goes straight into the list (no Python frame per HTTP
+        # chunk); the read loop joins one read's pieces and gives them the read's time.
+        self.on_body = resp.chunks.append
         self.parser = httptools.HttpResponseParser(self)
 
     def on_message_begin(self) -> None:
@@ -206,10 +207,6 @@ class _Reader:
         self.resp.headers_ns = self.now
         self.keep_alive = self.parser.should_keep_alive()
 
-    def on_body(self, body: bytes) -> None:  # per token of a stream: no test here; ``end`` trims after
-        self._chunks.append(body)
-        self._times.append(self.now)
-
     def on_message_complete(self) -> None:
         if self.done:
             return
@@ -218,8 +215,21 @@ class _Reader:
             self.resp.headers.clear()
             return
         self.done = True
-        self.end = len(self._chunks)
+        self.end = len(self.resp.chunks)
         self.resp.complete = True
+
+    def settle(self) -> None:
+        """After a read: its body pieces become one piece with the read's time; pieces past the
+        response's end (bytes of a message that was never asked for) are dropped."""
+        chunks, times = self.resp.chunks, self.resp.times
+        start = len(times)
+        if self.done and self.end < len(chunks):
+            del chunks[self.end :]
+        n = len(chunks)
+        if n - start > 1:
+            chunks[start:] = [b"".join(chunks[start:])]
+        if n > start:
+            times.append(self.now)
 
 
 class Connection:
@@ -331,6 +341,7 @@ class Connection:
         sock = self.sock
         assert sock is not None
         resp = Response()
+        chunks, times = resp.chunks, resp.times
         reader = _Reader(resp)
         feed = reader.parser.feed_data
         tls = isinstance(sock, gssl.SSLSocket)
@@ -390,6 +401,8 @@ class Connection:
                         resp.complete = True
                     return resp
                 feed(data)
+                if len(chunks) > len(times):
+                    reader.settle()
                 received += len(data)
                 if received <= MAX_HEADER_BYTES:  # one comparison per read: caps are at least this
                     continue
@@ -437,11 +450,10 @@ class Connection:
             self.close()
             raise HttpFailure("protocol_error", f"unreadable response: {type(e).__name__}: {e}") from e
         finally:
+            reader.settle()  # a read the parser or a timeout stopped in the middle of
             self._reader = None
             del reader.parser  # it holds the reader: left in place, the body would wait for the cyclic GC
             _watchdog.active.discard(self)  # watched only while in flight: the watchdog ends when idle
-        if reader.leftover:  # a second message began after this one's end: not part of the answer
-            del resp.chunks[reader.end :], resp.times[reader.end :]
         if not reader.keep_alive or reader.leftover:
             self.close()
         return resp

@@ -11,7 +11,7 @@ from typing import Any
 from loadtest.client.adapters import adapter_for, response_cap
 from loadtest.client.adapters.base import classify_http
 from loadtest.client.http import Connection, Endpoint, HttpFailure, Response, build_request
-from loadtest.client.record import RequestRecord
+from loadtest.client.record import RequestRecord, count_merged_gaps
 from loadtest.client.secrets import redact_echoes
 from loadtest.tokens.tokenizer import Tokenizer
 
@@ -142,3 +142,4 @@ class OpenAIClient:
         if classify_http(rec, resp):
             return
         adapter_for(req.api).classify(self, rec, req, resp)
+        rec.merged_gaps = count_merged_gaps(rec.chunk_times())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
 from msgspec import UNSET
 
 from loadtest.contracts.record_line import LineLike, RecordLine, as_line
@@ -63,6 +64,8 @@ class RequestRecord:
     retry_after_s: float | None = None  # the server's Retry-After on a 429/503 (seconds)
     endpoint: int = 0  # index of the endpoint (replica) it went to, in the run's --host order
     inputs: int = 0  # embeddings: the number of inputs the request carried
+    merged_gaps: int = 0  # token gaps the client could not time: merged_gap_mask (docs/metrics.md)
+    _chunk_times: np.ndarray | None = field(default=None, init=False, repr=False, compare=False)
     # What the server answered (kept in memory for multi-turn sessions; not written to the log).
     answer_text: str = ""
     tool_calls_text: str = ""
@@ -112,6 +115,13 @@ class RequestRecord:
             return None
         return (self.done_ns - self.first_token_ns) / 1000 / (n - 1)
 
+    def chunk_times(self) -> np.ndarray:
+        """``chunk_ns`` as an int64 array, made once (the list is final once the answer is classified)."""
+        arr = self._chunk_times
+        if arr is None or len(arr) != len(self.chunk_ns):
+            arr = self._chunk_times = np.asarray(self.chunk_ns, dtype=np.int64)
+        return arr
+
     def to_log(self) -> RecordLine:
         """The record-log line: absolute epoch for the schedule, microsecond offsets for the rest."""
         base = self.scheduled_ns
@@ -137,7 +147,7 @@ class RequestRecord:
             first_answer_us=rel(self.first_answer_ns),
             e2e_us=rel(self.done_ns),
             tpot_us=None if (tp := self.tpot_us()) is None else round(tp, 1),
-            chunks_us=[(t - base) // 1000 for t in self.chunk_ns],
+            chunks_us=((self.chunk_times() - base) // 1000).tolist(),
             requested_output_tokens=self.requested_output_tokens,
             prompt_tokens=self.prompt_tokens_client,
             output_tokens=self.completion_tokens_client,
@@ -150,6 +160,7 @@ class RequestRecord:
             retry_of=self.retry_of,
             endpoint=self.endpoint,
             inputs=self.inputs or UNSET,  # written only when non-zero
+            merged_gaps=self.merged_gaps or UNSET,
         )
 
     @classmethod
@@ -192,6 +203,7 @@ class RequestRecord:
             retry_of=line.retry_of,
             endpoint=line.endpoint,
             inputs=line.n_inputs,
+            merged_gaps=line.n_merged_gaps,
         )
 
 
@@ -205,3 +217,24 @@ def line_input_tokens(line: LineLike) -> int:
     """``RequestRecord.input_tokens`` of a record-log line: ``usage_prompt_tokens``, else ``prompt_tokens``."""
     ln = as_line(line)
     return ln.usage_prompt_tokens if ln.usage_prompt_tokens is not None else ln.prompt_tokens
+
+
+def merged_gap_mask(times: np.ndarray) -> np.ndarray:
+    """Per gap between consecutive token events (``times``, sorted): True when the later event arrived
+    in one socket read with another token event (equal times). The client saw those events at once,
+    so such a gap times the client's reads, not the server's writes: ITL leaves it out and counts it
+    (docs/metrics.md, "Merged gaps")."""
+    same = times[1:] == times[:-1]
+    merged = same.copy()
+    merged[:-1] |= same[1:]
+    return merged
+
+
+def count_merged_gaps(chunk_ns: list[int] | np.ndarray) -> int:
+    """How many of a record's token gaps are merged (``merged_gap_mask``)."""
+    if len(chunk_ns) < 2:
+        return 0
+    times = np.asarray(chunk_ns, dtype=np.int64)
+    if not (times[1:] == times[:-1]).any():
+        return 0
+    return int(merged_gap_mask(times).sum())

@@ -147,19 +147,21 @@ def _general_split(
 _DONE_EVENT = b"data: [DONE]\n\n"
 _BOM = b"\xef\xbb\xbf"
 _PREFIX = b"data: "
-_BLANK_PREFIX = b"      "  # same length as the prefix, so byte offsets do not move
+_PREFIX_SPAN = np.arange(len(_PREFIX), dtype=np.int64)
+_SPACE = 32  # a prefix is blanked to spaces: same length, so byte offsets do not move
 
 
-def _fast_split(chunks: list[bytes]) -> tuple[list[_Chunk], np.ndarray, bool] | None:
+def _fast_split(joined: list[bytes]) -> tuple[list[_Chunk], np.ndarray, bool] | None:
     """The common shape, in a few C-speed passes: every event one ``data: `` line, LF endings.
 
-    The reads are joined and the ``data: `` prefixes blanked (same length, so offsets hold); the joined
-    copy is dropped before the payloads are decoded as JSON lines in one call, so a huge stream holds
-    its reads, one blanked copy and the decoded events at once, no more. Returns the decoded events,
-    the byte offset where each event ends and whether [DONE] ended the stream; None for any other
-    shape (the general path handles it).
+    ``joined`` holds the whole body as its one item, which this takes (so the caller keeps no copy).
+    One pass finds the newlines; the line starts are checked for the prefix and blanked in one copy
+    (numpy indexing, per event, not per byte); the joined body is dropped before the payloads are decoded as
+    JSON lines in one call, so a huge stream holds its reads, one blanked copy and the decoded events
+    at once, no more. Returns the decoded events, the byte offset where each event ends and whether
+    [DONE] ended the stream; None for any other shape (the general path handles it).
     """
-    buf = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    buf = joined.pop()
     saw_done = buf.endswith(_DONE_EVENT)
     size = len(buf) - len(_DONE_EVENT) if saw_done else len(buf)
     if size <= 0 or not buf.startswith(_PREFIX):
@@ -170,17 +172,25 @@ def _fast_split(chunks: list[bytes]) -> tuple[list[_Chunk], np.ndarray, bool] | 
     if n_events == 0 or len(newlines) != 2 * n_events or newlines[-1] != size - 1:
         return None
     ends = newlines[1::2]
-    if not np.array_equal(newlines[0::2] + 1, ends):
+    if (ends - newlines[0::2] != 1).any():
         return None
-    # One "data: " per event and none inside a payload (blanking one there would alter the text).
-    if buf.count(_PREFIX, 0, size) != n_events:
+    starts = np.empty_like(ends)
+    starts[0] = 0
+    starts[1:] = ends[:-1] + 1
+    prefix_at = (starts[:, None] + _PREFIX_SPAN).ravel()
+    if prefix_at[-1] >= size:  # the last line is shorter than the prefix
         return None
-    blanked = memoryview(buf.replace(_PREFIX, _BLANK_PREFIX))[:size]
+    blanked = bytearray(memoryview(buf)[:size])
     del buf, newlines
+    view = np.frombuffer(blanked, dtype=np.uint8)
+    if view[prefix_at].tobytes() != _PREFIX * n_events:
+        return None  # a line that is not one ``data: `` field: a comment, another field
+    view[prefix_at] = _SPACE
+    del view
     try:
         decoded = _one_decoder.decode_lines(blanked)
     except (msgspec.DecodeError, msgspec.ValidationError):
-        return None  # a comment, another field or bad JSON: let the general path say which
+        return None  # bad JSON: let the general path say which
     return decoded, ends, saw_done
 
 
@@ -191,10 +201,14 @@ def parse_stream(chunks: list[bytes], times: list[int]) -> StreamResult:
         return res
     if chunks[0].startswith(_BOM):  # WHATWG: one leading byte-order mark is not part of the stream
         chunks = [chunks[0][len(_BOM) :], *chunks[1:]]
-    if any(b"\r" in c for c in chunks):
+    buf = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    if b"\r" in buf:
         chunks = _normalize_newlines(chunks)
+        buf = chunks[0] if len(chunks) == 1 else b"".join(chunks)
     decoded: Sequence[_Chunk | None]  # the general path leaves None for a payload that is not JSON
-    fast = _fast_split(chunks)
+    joined = [buf]
+    del buf
+    fast = _fast_split(joined)
     if fast is not None:
         decoded, ends, res.saw_done = fast
         if len(chunks) == 1:

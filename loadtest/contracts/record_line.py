@@ -47,11 +47,19 @@ class RecordLine(msgspec.Struct):
     retry_of: str | None = None
     endpoint: int = 0  # index of the endpoint (replica), in the run's --host order
     inputs: int | UnsetType = UNSET  # embeddings: the inputs the request carried; written only when non-zero
+    # Token gaps whose later event arrived in one read with another token event (docs/metrics.md,
+    # "Merged gaps"); written only when non-zero.
+    merged_gaps: int | UnsetType = UNSET
 
     @property
     def n_inputs(self) -> int:
         """``inputs`` as a number (0 when the line has none)."""
         return self.inputs if isinstance(self.inputs, int) else 0
+
+    @property
+    def n_merged_gaps(self) -> int:
+        """``merged_gaps`` as a number (0 when the line has none)."""
+        return self.merged_gaps if isinstance(self.merged_gaps, int) else 0
 
 
 # The one encoder and decoder of record-log lines (a line is ``LINE_ENCODER.encode(line) + b"\n"``).

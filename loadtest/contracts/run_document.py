@@ -208,12 +208,20 @@ class Embeddings(_Section):
     latency_ms: dict[str, float | None]
 
 
+class ItlMerged(_Section):
+    """Token gaps left out of ITL: their event arrived in one read with another (docs/metrics.md)."""
+
+    gaps: int
+    share: float | None
+
+
 class Metrics(_OptionalSection):
     requests: Requests
     window: Window
     throughput: Throughput
     tokens: TokenTotals
     latency_ms: dict[str, Summary]
+    itl_merged: ItlMerged
     output_tps_per_request: Summary
     series: dict[str, list[float]]
     error_samples: dict[str, list[str]]

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 from hdrh.histogram import HdrHistogram
 
-from loadtest.client.record import RequestRecord
+from loadtest.client.record import RequestRecord, merged_gap_mask
 from loadtest.metrics import hdr
 
 # Histogram names and what they hold (all integers; docs/metrics.md defines each).
@@ -17,7 +17,7 @@ LATENCY_METRICS: dict[str, str] = {
     "ttft": "time to first token from the scheduled time, µs",
     "ttft_send": "time to first token from the actual send, µs",
     "ttfa": "time to first answer (non-reasoning) token from the scheduled time, µs",
-    "itl": "gap between consecutive token-carrying chunks, µs",
+    "itl": "gap between consecutive token-carrying chunks, merged gaps left out, µs",
     "tpot": "(latency − TTFT) / (output tokens − 1) per request, µs",
     "e2e": "end-to-end latency from the scheduled time, µs",
     "schedule_lag": "send time minus scheduled time (generator lag), µs",
@@ -123,6 +123,7 @@ class Track:
         if rec.sent_ns:
             values.append(("schedule_lag", (rec.sent_ns - rec.scheduled_ns) // 1000))
         inc: dict[str, int] = {}
+        merged = 0  # token gaps left out of ITL (merged_gap_mask)
         n_out, n_in = rec.output_tokens, rec.input_tokens
         if ok:
             e2e = (rec.done_ns - rec.scheduled_ns) // 1000
@@ -138,7 +139,12 @@ class Track:
                 if tpot is not None:
                     values.append(("tpot", round(tpot)))
                 if len(rec.chunk_ns) > 1:
-                    gaps = np.diff(np.asarray(rec.chunk_ns, dtype=np.int64)) // 1000
+                    times = rec.chunk_times()
+                    gaps = np.diff(times) // 1000
+                    if rec.merged_gaps:  # gaps the client could not time stay out of ITL, counted
+                        mask = merged_gap_mask(times)
+                        merged = int(mask.sum())
+                        gaps = gaps[~mask]
                     self._itl_pending.append(gaps)
                     self._pending_n += gaps.size
             # output_tokens / input_tokens: the counted tokens every figure uses; client_*: the client
@@ -150,6 +156,8 @@ class Track:
                 "client_input_tokens": rec.prompt_tokens_client,
                 "reasoning_tokens": rec.reasoning_tokens_client,
             }
+            if merged:
+                inc["itl_merged_gaps"] = merged
             if rec.completion_tokens_server is not None:
                 inc["usage_reports"] = 1
                 inc["usage_output_tokens"] = rec.completion_tokens_server
@@ -219,12 +227,12 @@ class Track:
         """Record every pending value in bulk (vectorized), into the total and the delta."""
         if not self._pending_n:
             return
-        if self._itl_pending:
-            self._pending["itl"].extend(np.concatenate(self._itl_pending).tolist())
-            self._itl_pending.clear()
         for name, values in self._pending.items():
-            if values:
+            if values or (name == "itl" and self._itl_pending):
                 arr = np.asarray(values, dtype=np.int64)
+                if name == "itl" and self._itl_pending:  # the gaps arrive as one array per request
+                    arr = np.concatenate([arr, *self._itl_pending])
+                    self._itl_pending.clear()
                 for agg in self._both:
                     hdr.record_many(agg.hists[name], arr)
                 values.clear()

@@ -76,6 +76,7 @@ def build_metrics(agg: Aggregate) -> dict[str, Any]:
             "mismatched_requests": int(t.get("token_mismatch_requests", 0)),
         },
         "latency_ms": latency,
+        "itl_merged": itl_merged(int(t.get("itl_merged_gaps", 0)), latency["itl"]["count"]),
         "output_tps_per_request": per_request_tps,
         "series": series,
         "error_samples": agg.error_samples,
@@ -90,6 +91,13 @@ def build_metrics(agg: Aggregate) -> dict[str, Any]:
         if t.get("slo_judged")
         else None,
     }
+
+
+def itl_merged(merged: int, timed: int) -> dict[str, Any]:
+    """Token gaps left out of ITL because their event arrived in one read with another (``gaps``), and
+    their share of all token gaps (null without any); docs/metrics.md, "Merged gaps"."""
+    total = merged + timed
+    return {"gaps": merged, "share": round(merged / total, 6) if total else None}
 
 
 def _counted_by(ok: int, usage_reports: int) -> str | None:

@@ -65,7 +65,8 @@ class LogBatch:
     Times are µs after each record's scheduled epoch ``t``; ``end_us`` is the last moment the
     request was seen (its end, else its last chunk, headers or send time); ``itl_*`` summarize the
     gaps between its token-carrying chunks; ``chunk_*`` are per chunk (flattened, record order);
-    ``gap_us[j]`` is the gap that ends at chunk ``gap_chunk[j]`` (gaps within one record only).
+    ``gap_us[j]`` is the gap that ends at chunk ``gap_chunk[j]`` (gaps within one record only; merged
+    gaps left out: client/record.py ``merged_gap_mask``).
     """
 
     n: int
@@ -148,6 +149,12 @@ class LogReader:
         cut = ends[(ends > 0) & (ends < total)] - 1
         within[cut] = False
         masked = np.where(within, gaps, -1.0)
+        # A gap whose later chunk shared its read with another is not timed (client/record.py
+        # merged_gap_mask): the ITL heat map leaves it out, as the ITL histogram does.
+        same = within & (gaps == 0)
+        merged = same.copy()
+        merged[:-1] |= same[1:]
+        timed = within & ~merged
         multi = lens >= 2
         itl_max = np.full(n, np.nan)
         if multi.any():
@@ -172,8 +179,8 @@ class LogReader:
             itl_max_us=itl_max,
             chunk_record=chunk_record,
             chunk_us=flat,
-            gap_us=gaps[within],
-            gap_chunk=np.flatnonzero(within) + 1,
+            gap_us=gaps[timed],
+            gap_chunk=np.flatnonzero(timed) + 1,
         )
 
 

@@ -133,6 +133,9 @@ def finalize(run: FinishedRun) -> Finalized:
     failed = failures.note()
     if failed:
         doc["notes"].append(failed)
+    merged = merged_gaps_note(doc["metrics"]["itl_merged"])
+    if merged:
+        doc["notes"].append(merged)
     stop_cause = None
     if outcome.stopped_early:  # the endpoint failed wholesale: the cause leads the notes and the verdict
         stop_cause = stopped_early_text(
@@ -209,6 +212,21 @@ def _apply(doc: dict[str, Any], part: Contribution) -> None:
     doc["metrics"].update(part.metrics)
     doc.update(part.sections)
     doc["notes"].extend(part.notes)
+
+
+MERGED_GAPS_NOTE_SHARE = 0.05  # merged token gaps above this share of all get a note
+
+
+def merged_gaps_note(itl_merged: dict[str, Any]) -> str | None:
+    """The note when many token gaps were merged reads (docs/metrics.md, "Merged gaps")."""
+    share = itl_merged.get("share")
+    if share is None or share < MERGED_GAPS_NOTE_SHARE:
+        return None
+    return (
+        f"ITL: {itl_merged['gaps']} token gaps ({share * 100:.1f} %) ended in a read that held several "
+        "token events (a proxy or server that batches events, or a busy client), so they time the reads, "
+        "not the server: ITL percentiles leave them out (metrics.itl_merged)"
+    )
 
 
 def _notes(run: FinishedRun) -> list[str]:

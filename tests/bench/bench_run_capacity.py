@@ -12,10 +12,13 @@ client side is pinned to CPU 0 and is, in turn:
 
 Both parts run against the ``batched`` server (each response, 250 one-token events, in one write) and the
 ``paced`` one (TTFT 100 ms, then one event every 20 ms, each its own write). Every figure is printed as
-``name: value unit``; the ratios are what to compare across machines.
+``name: value unit``; the ratios are what to compare across machines. The ``open`` part runs the whole
+`loadtest run` open loop (Poisson arrivals, 500 req/s, 50-token batched answers) and prints the arrival
+rate the schedule asked for and the rate the requests were sent at in the window, and the schedule lag.
 
     .venv/bin/python tests/bench/bench_run_capacity.py [--duration 10] [--warmup 3] [--concurrency 16] \
-        [--paced-concurrency 400] [--framing chunked|coalesced|content-length] [--only batched|paced]
+        [--paced-concurrency 400] [--open-rate 500] [--framing chunked|coalesced|content-length] \
+        [--only batched|paced|open]
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
 CLIENT_CPU = "0"
 PACED_TTFT_MS, PACED_ITL_MS, PACED_TOKENS = 100.0, 20.0, 49
+OPEN_TOKENS = 50  # tokens per response of the open-loop part (its subject is the per-request cost)
 
 
 def _cpu_s(proc: psutil.Process) -> float:
@@ -129,6 +133,83 @@ def measure_run(
     }
 
 
+def measure_open(
+    url: str, rate: float, duration: float, warmup: float, tokens: int, tmp: Path
+) -> dict[str, Any]:
+    """A whole open-loop `loadtest run` (Poisson arrivals at ``rate``): the arrivals scheduled inside the
+    window and those sent inside it (record log), and the schedule lag p99 of the window's requests."""
+    prof = tmp / "bench-open.yaml"
+    prof.write_text(
+        json.dumps(
+            {
+                "name": "bench-open",
+                "input_tokens": {"dist": "fixed", "value": 12},
+                "output_tokens": {"dist": "fixed", "value": tokens},
+                "system_prompt_tokens": 0,
+                "load": {"rate": rate, "arrival": "poisson"},
+                "duration_s": warmup + duration + 5,
+                "seed": 7,
+            }
+        )
+    )
+    out = tmp / f"run-open-{time.time_ns()}"
+    cmd = [
+        "taskset",
+        "-c",
+        CLIENT_CPU,
+        sys.executable,
+        "-m",
+        "loadtest.cli.main",
+        "run",
+        "--profile",
+        str(prof),
+    ]
+    cmd += ["--host", url, "--endpoint-check", "none", "--model", "m-bench", "--out", str(out)]
+    cmd += ["--generator-health", "warn", "--warmup", "0"]
+    res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=warmup + duration + 120)
+    if not (out / "run.json").is_file():
+        raise SystemExit(f"the open-loop run wrote no run.json: {res.stderr[-2000:]}")
+    first = None
+    scheduled = sent = 0
+    lags: list[float] = []
+    for raw in (out / "records.jsonl").read_text().splitlines():
+        rec = json.loads(raw)
+        first = rec["t"] if first is None else min(first, rec["t"])
+    t0 = (first or 0.0) + warmup
+    t1 = t0 + duration
+    for raw in (out / "records.jsonl").read_text().splitlines():
+        rec = json.loads(raw)
+        if t0 <= rec["t"] < t1:
+            scheduled += 1
+            if rec["sent_us"] is not None:
+                lags.append(rec["sent_us"] / 1e3)
+        if rec["sent_us"] is not None and t0 <= rec["t"] + rec["sent_us"] / 1e6 < t1:
+            sent += 1
+    return {
+        "scheduled_per_s": scheduled / duration,
+        "sent_per_s": sent / duration,
+        "lag_p99_ms": float(np.percentile(lags, 99)) if lags else None,
+        "ok": json.loads((out / "run.json").read_text())["metrics"]["requests"]["ok"],
+    }
+
+
+def open_part(args: argparse.Namespace) -> None:
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-run-capacity-") as d,
+        ServerProcess("batched", "--framing", "chunked", "--tokens", str(OPEN_TOKENS)) as srv,
+    ):
+        res = measure_open(
+            srv.base_url.removesuffix("/v1"), args.open_rate, args.duration, args.warmup, OPEN_TOKENS, Path(d)
+        )
+    line("open_rate_target", args.open_rate, "req/s", "{:.0f}")
+    line("open_rate_scheduled", res["scheduled_per_s"], "req/s", "{:.1f}")
+    line("open_rate_sent", res["sent_per_s"], "req/s", "{:.1f}")
+    # Poisson: the count in the window has a relative standard deviation of 1/sqrt(rate x duration).
+    line("open_rate_poisson_sd", 100 / (args.open_rate * args.duration) ** 0.5, "%", "{:.2f}")
+    line("open_sent_vs_scheduled", res["sent_per_s"] / res["scheduled_per_s"] * 100 - 100, "%", "{:+.2f}")
+    line("open_schedule_lag_p99", res["lag_p99_ms"] or 0.0, "ms", "{:.2f}")
+
+
 def measure_gevent(url: str, concurrency: int, duration: float, warmup: float, ramp: float) -> dict[str, Any]:
     cmd = ["taskset", "-c", CLIENT_CPU, sys.executable, str(HERE / "gevent_baseline.py")]
     cmd += [f"{url}/v1/chat/completions", str(concurrency), str(duration), "--warmup", str(warmup)]
@@ -176,7 +257,10 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=16, help="streams against the batched server")
     ap.add_argument("--paced-concurrency", type=int, default=400, help="streams against the paced server")
     ap.add_argument("--framing", choices=("chunked", "coalesced", "content-length"), default="chunked")
-    ap.add_argument("--only", choices=("batched", "paced"))
+    ap.add_argument(
+        "--open-rate", type=float, default=500.0, help="arrivals per second of the open-loop part"
+    )
+    ap.add_argument("--only", choices=("batched", "paced", "open"))
     args = ap.parse_args()
     if args.only in (None, "batched"):
         part(
@@ -184,6 +268,8 @@ def main() -> None:
         )
     if args.only in (None, "paced"):
         part("paced", "paced", "chunked", args.paced_concurrency, args, PACED_TOKENS)
+    if args.only in (None, "open"):
+        open_part(args)
 
 
 if __name__ == "__main__":

@@ -83,6 +83,7 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--warmup", type=float, default=4.0)
     ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--raw", type=Path, help="also keep py-spy's raw stacks in this file")
     args = ap.parse_args()
     spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     extra = ["--framing", args.framing] if args.mode == "batched" else ["--tokens", "49"]
@@ -119,6 +120,8 @@ def main() -> None:
                 capture_output=True,
             )
             print("\n".join(top_frames(raw_file.read_text(), args.top)))
+            if args.raw:
+                args.raw.write_text(raw_file.read_text())
         finally:
             gen.send_signal(2)
             try:

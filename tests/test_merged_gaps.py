@@ -1,0 +1,74 @@
+"""Merged gaps (docs/metrics.md): a token gap whose later event arrived in one read with another token event
+times the client's reads, not the server. Against a server that writes most events alone 10 ms apart and
+three times writes 3 events at once after 40 ms, each record counts the 9 gaps that end in a burst, ITL
+leaves exactly those out (so no 40 ms gap and no zero gap reaches its percentiles), run.json counts them
+and a note says so."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from conftest import read_lines, run_cli, write_profile  # noqa: E402
+from fault_servers import BURSTY_MERGED, BURSTY_TOKENS, FaultServer  # noqa: E402
+
+from loadtest.client.record import count_merged_gaps, merged_gap_mask  # noqa: E402
+
+
+@pytest.mark.parametrize(
+    ("times", "merged"),
+    [
+        ([0, 10, 20, 30], [False, False, False]),  # one event per read: every gap timed
+        ([0, 10, 10, 20], [True, True, False]),  # the gap into a 2-event read, and the zero inside it
+        ([0, 0, 10, 20], [True, False, False]),  # the first read held two: its zero gap only
+        ([0, 10, 10, 10], [True, True, True]),
+        ([0, 5, 5, 9, 9], [True, True, True, True]),
+        ([7, 7], [True]),
+    ],
+)
+def test_a_gap_is_merged_when_its_later_event_shares_its_read(times: list[int], merged: list[bool]) -> None:
+    assert merged_gap_mask(np.asarray(times)).tolist() == merged
+    assert count_merged_gaps(times) == sum(merged)
+
+
+def test_no_gap_no_merge() -> None:
+    assert count_merged_gaps([]) == count_merged_gaps([5]) == 0
+
+
+def test_merged_gaps_are_counted_and_kept_out_of_itl(tmp_path: Path) -> None:
+    prof = write_profile(
+        tmp_path / "p.yaml",
+        output_tokens={"dist": "fixed", "value": BURSTY_TOKENS},
+        load={"concurrency": 2},
+        judging={"warmup_s": 0},
+    )
+    out = tmp_path / "out"
+    with FaultServer(["bursty_stream"]) as srv:
+        res = run_cli(
+            ["run", "--profile", str(prof), "--host", srv.base_url, "--duration", "3", "--out", str(out)]
+            + ["--endpoint-check", "none", "--model", "fault-model"]
+        )
+    assert (out / "run.json").is_file(), res.stdout[-2000:] + res.stderr[-2000:]
+    lines = [ln for ln in read_lines(sorted(out.glob("records*.jsonl"))) if ln["outcome"] == "ok"]
+    assert len(lines) >= 4
+    for ln in lines:
+        assert len(ln["chunks_us"]) == BURSTY_TOKENS
+        # The three bursts, at least (a busy client may merge two lone events as well).
+        assert ln["merged_gaps"] >= BURSTY_MERGED
+        assert ln["merged_gaps"] == count_merged_gaps(ln["chunks_us"])
+    doc = json.loads((out / "run.json").read_text())
+    merged = sum(ln["merged_gaps"] for ln in lines)
+    gaps = sum(len(ln["chunks_us"]) - 1 for ln in lines)
+    itl = doc["metrics"]["latency_ms"]["itl"]
+    assert doc["metrics"]["itl_merged"] == {"gaps": merged, "share": round(merged / gaps, 6)}
+    assert itl["count"] == gaps - merged > 0
+    # Only the lone events' 10 ms gaps remain: neither the 40 ms waits before a burst nor the zeros in it.
+    assert itl["min"] > 5 and itl["max"] < 30, itl
+    assert any("token gaps" in n and "metrics.itl_merged" in n for n in doc["notes"]), doc["notes"]
