@@ -10,6 +10,7 @@ from pathlib import Path
 import msgspec
 import numpy as np
 
+from loadtest.client.record import merged_gap_mask
 from loadtest.contracts.record_line import LINE_DECODER, RecordLine
 from loadtest.metrics.slo import RequestSlo
 
@@ -74,7 +75,10 @@ def _itl(sample: list[RecordLine]) -> tuple[np.ndarray, np.ndarray]:
     owners: list[np.ndarray] = []
     for i, ln in enumerate(sample[:MAX_ITL_REQUESTS]):
         if len(ln.chunks_us) > 1:
-            g = np.diff(np.asarray(ln.chunks_us, dtype=np.int64)) / 1000.0
+            times = np.asarray(ln.chunks_us, dtype=np.int64)
+            g = np.diff(times) / 1000.0
+            if ln.n_merged_gaps:  # as the ITL histogram: merged gaps are not timed (docs/metrics.md)
+                g = g[~merged_gap_mask(times)]
             gaps.append(g)
             owners.append(np.full(g.size, i, dtype=np.int64))
     if not gaps:
