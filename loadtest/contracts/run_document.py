@@ -362,7 +362,7 @@ class StoppedEarly(_Section):
     failed_in_a_row: int
     seconds: float
     any_ok: bool
-    commonest: list[str] | None
+    commonest: str | None
     worker: int
     reason: str
 
