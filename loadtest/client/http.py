@@ -1,7 +1,9 @@
 """A minimal gevent-native HTTP/1.1 client that timestamps every socket read (httptools parser).
 
-Per read the hot path waits on the socket's watcher, makes one ``recvmsg``, takes one timestamp
-and keeps the read's body bytes (the parser's pieces of it joined) and that time; nothing else. On Linux the timestamp is the kernel's receive
+On plain TCP a response's reads are made in a callback of the event loop itself (``_LoopReads``: no
+greenlet switch per read; the request's greenlet wakes once, when the response ends or needs it). Per
+read the hot path makes one ``recvmsg``, takes one timestamp, feeds the parser and keeps the read's body
+bytes (the parser's pieces of it joined) and that time; nothing else. On Linux the timestamp is the kernel's receive
 time of the data (SO_TIMESTAMPNS), converted to the ``perf_counter_ns`` clock, so time the
 generator spends busy elsewhere does not delay what it measures; elsewhere, and for TLS, it is
 ``perf_counter_ns()`` at the read. Read and total timeouts are enforced by one watchdog greenlet per
@@ -25,9 +27,11 @@ from urllib.parse import urlsplit
 
 import gevent
 import httptools
+from gevent import get_hub
 from gevent import select as gselect
 from gevent import socket as gsocket
 from gevent import ssl as gssl
+from gevent.hub import Waiter
 
 RECV_SIZE = 256 * 1024
 MAX_HEADER_BYTES = 64 * 1024  # a response whose status line and headers run past this is not an answer
@@ -232,6 +236,95 @@ class _Reader:
             times.append(self.now)
 
 
+class _LoopReads:
+    """Plain TCP: one response's reads, made in a callback of the event loop itself, so a read costs no
+    greenlet switch. Per read: one ``recvmsg`` (which also returns the kernel's receive time), the
+    parser fed, the read's body settled. The request's greenlet is woken once the response needs it:
+    its end, the end of the connection, a failure, a cap passed, or the watchdog's abort."""
+
+    __slots__ = (
+        "conn",
+        "reader",
+        "resp",
+        "recvmsg",
+        "feed",
+        "watcher",
+        "waiter",
+        "error",
+        "received",
+        "max_bytes",
+    )
+
+    def __init__(self, conn: Connection, sock: gsocket.socket, reader: _Reader, max_bytes: int) -> None:
+        self.conn, self.reader, self.resp = conn, reader, reader.resp
+        self.recvmsg = sock._sock.recvmsg
+        self.feed = reader.parser.feed_data
+        self.watcher = get_hub().loop.io(sock.fileno(), 1)
+        self.waiter: Waiter | None = None
+        self.error: BaseException | None = None
+        self.received = 0
+        self.max_bytes = max_bytes
+
+    def next(self) -> bytes:
+        """Wait until a read needs the request's greenlet; that read's bytes (b"" when the peer closed).
+        The bytes are already fed to the parser; a failure to read or parse is raised here."""
+        self.waiter = waiter = Waiter()
+        self.watcher.start(self._on_readable)
+        data: bytes = waiter.get()
+        error, self.error = self.error, None
+        if error is not None:
+            try:
+                raise error
+            finally:
+                del error  # the traceback holds this frame: no cycle through the local
+        return data
+
+    def close(self) -> None:
+        """Stop and free the watcher; drop what it reached (its callback refers back to this object)."""
+        self.watcher.stop()
+        self.watcher.close()
+        del self.watcher, self.reader, self.resp, self.feed, self.recvmsg, self.conn
+
+    def _on_readable(self) -> None:
+        try:
+            try:
+                data, anc, _, _ = self.recvmsg(RECV_SIZE, _ANC_SIZE)
+            except BlockingIOError:
+                return
+            reader = self.reader
+            now = perf_counter_ns()
+            if anc:
+                sec, nsec = _unpack_timespec(anc[0][2])
+                arrived = sec * 1_000_000_000 + nsec - _ClockMap.offset_ns
+                if reader.now <= arrived < now:
+                    now = arrived
+            reader.now = now
+            if not data or self.conn._aborted:
+                self._wake(data)
+                return
+            self.feed(data)
+            resp = self.resp
+            if len(resp.chunks) > len(resp.times):
+                reader.settle()
+            self.received = received = self.received + len(data)
+            if reader.done or (
+                received > MAX_HEADER_BYTES
+                and (not resp.headers_ns or (self.max_bytes and received > self.max_bytes))
+            ):
+                self._wake(data)
+        except BaseException as e:  # noqa: BLE001 - it belongs to the request, not to the event loop
+            self._wake(b"", e)
+
+    def _wake(self, data: bytes, error: BaseException | None = None) -> None:
+        """Wake the request's greenlet once this callback has returned (so that no frame of the event
+        loop still holds the response while the request goes on); ``next`` raises ``error``."""
+        self.watcher.stop()
+        waiter, self.waiter = self.waiter, None
+        if waiter is not None:
+            self.error = error
+            self.watcher.loop.run_callback(waiter.switch, data)
+
+
 class Connection:
     """One keep-alive HTTP/1.1 connection to an endpoint."""
 
@@ -344,14 +437,9 @@ class Connection:
         chunks, times = resp.chunks, resp.times
         reader = _Reader(resp)
         feed = reader.parser.feed_data
+        # Plain TCP: the reads happen in the event loop's callback (_LoopReads). TLS: gevent's own recv.
         tls = isinstance(sock, gssl.SSLSocket)
-        # Plain TCP: wait on gevent's watcher, then one recvmsg on the non-blocking OS socket,
-        # which also returns the kernel's receive timestamp. TLS: gevent's own recv.
-        recv = sock.recv if tls else None
-        recvmsg = None if tls else sock._sock.recvmsg
-        wait = None if tls else sock._wait
-        read_event = None if tls else sock._read_event
-        clock = _ClockMap
+        loop_reads = None if tls else _LoopReads(self, sock, reader, max_bytes)
         self._read_timeout_ns = int(read_timeout * 1e9)
         self._deadline_ns = deadline_ns
         self._aborted = ""
@@ -365,25 +453,10 @@ class Connection:
             sock.sendall(raw_request)
             received = 0
             while not reader.done:
-                # Wait first: after a read the next bytes are rarely there yet, so this saves the
-                # recv that would fail with EAGAIN; when they are, the watcher fires at once.
-                if recvmsg is not None:
-                    assert wait is not None  # set together with recvmsg (plain TCP)
-                    wait(read_event)
-                    try:
-                        data, anc, _, _ = recvmsg(RECV_SIZE, _ANC_SIZE)
-                    except BlockingIOError:
-                        continue
-                    now = perf_counter_ns()
-                    if anc:
-                        sec, nsec = _unpack_timespec(anc[0][2])
-                        arrived = sec * 1_000_000_000 + nsec - clock.offset_ns
-                        if reader.now <= arrived < now:
-                            now = arrived
-                    reader.now = now
+                if loop_reads is not None:  # already fed: only a read that needs this greenlet returns
+                    data = loop_reads.next()
                 else:
-                    assert recv is not None  # TLS: the one reader
-                    data = recv(RECV_SIZE)
+                    data = sock.recv(RECV_SIZE)
                     reader.now = perf_counter_ns()
                 if self._aborted:
                     raise TimeoutError(self._aborted)
@@ -400,10 +473,13 @@ class Connection:
                     else:  # body delimited by connection close
                         resp.complete = True
                     return resp
-                feed(data)
-                if len(chunks) > len(times):
-                    reader.settle()
-                received += len(data)
+                if loop_reads is None:
+                    feed(data)
+                    if len(chunks) > len(times):
+                        reader.settle()
+                    received += len(data)
+                else:
+                    received = loop_reads.received
                 if received <= MAX_HEADER_BYTES:  # one comparison per read: caps are at least this
                     continue
                 if not resp.headers_ns:
@@ -450,6 +526,8 @@ class Connection:
             self.close()
             raise HttpFailure("protocol_error", f"unreadable response: {type(e).__name__}: {e}") from e
         finally:
+            if loop_reads is not None:
+                loop_reads.close()
             reader.settle()  # a read the parser or a timeout stopped in the middle of
             self._reader = None
             del reader.parser  # it holds the reader: left in place, the body would wait for the cyclic GC
