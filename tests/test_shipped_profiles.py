@@ -69,7 +69,10 @@ def test_profile_builds_units_and_first_requests(name: str) -> None:
     text = path.read_text(encoding="utf-8")
     assert text.startswith("#"), "a shipped profile starts with a comment header"
     assert profile.name == name
-    assert 20 <= profile.duration_s <= 60
+    if name.startswith("mlperf-"):  # LoadGen's minimum is the default (docs/sources.md §1)
+        assert profile.duration_s == profile.judging.min_duration_s == 600
+    else:
+        assert 20 <= profile.duration_s <= 60
     # The engine preset exists and the model fits: weights leave room for a KV cache.
     cfg = EngineConfig(
         gpu=get_gpu(profile.engine.gpu), model=get_model(profile.engine.model), tp=profile.engine.tp
@@ -98,6 +101,9 @@ def test_mlperf_profiles_carry_the_reference_limits(bench: str, scenario: str) -
     assert slo_ms(profile.slos["ttft_p99"]) == ttft
     assert slo_ms(profile.slos["tpot_p99"]) == tpot
     assert profile.load.rate is not None and profile.load.arrival == "poisson"
+    # LoadGen's minimums: mlperf.conf *.Server.min_duration = 600000 ms, TestSettings min_query_count = 100.
+    assert (profile.judging.min_duration_s, profile.judging.min_queries) == (600, 100)
+    assert profile.judging.warmup_s == 0 and profile.judging.smoke is False
     (sc,) = profile.scenarios
     assert sc.salt is True
     assert sc.output_tokens is not None and sc.output_tokens.max == MLPERF_LIMITS_MS[bench]["max_out"]
@@ -194,3 +200,31 @@ def test_mix_runs_against_the_embedded_engine(tmp_path: Path) -> None:
     assert records
     assert {r["scenario"] for r in records} <= names
     assert {r["scenario"] for r in records} == names
+
+
+@pytest.mark.parametrize("smoke", [False, True], ids=["compliant", "smoke"])
+def test_a_short_mlperf_run_is_invalid_unless_a_smoke_run_and_then_says_so(
+    tmp_path: Path, smoke: bool
+) -> None:
+    out = tmp_path / "out"
+    args = ["run", "--profile", "mlperf-llama3.1-8b-server", "--duration", "20", "--rate", "4"]
+    args += ["--engine-speedup", "20", "--out", str(out)] + (["--smoke"] if smoke else [])
+    proc = run_cli(args, timeout=240)
+    doc = json.loads((out / "run.json").read_text())
+    checks = {c["name"]: c for c in doc["verdict"]["checks"]}
+    assert checks["min_duration"]["passed"] is False and checks["min_duration"]["limit"] == 600
+    summary = (out / "mlperf_log_summary.txt").read_text()
+    assert "Result is : INVALID" in summary and "Min duration satisfied : NO" in summary
+    verdict_line = proc.stdout.strip().splitlines()[-1]
+    if not smoke:
+        assert proc.returncode == 11 and doc["verdict"]["status"] == "invalid", verdict_line
+        assert checks["min_duration"]["blocking"] is True
+        assert "smoke" not in verdict_line
+        return
+    # A smoke run is judged on everything else, and every output says it is not a compliant result.
+    assert checks["min_duration"]["blocking"] is False and checks["min_queries"]["blocking"] is False
+    assert checks["early_stopping.ttft_p99"]["blocking"] is False  # 20 s cannot prove a p99: reported
+    assert proc.returncode == 0 and doc["verdict"]["status"] == "pass", verdict_line
+    assert "[smoke run: not a compliant result]" in verdict_line
+    assert doc["config"]["judging"]["smoke"] is True and doc["notes"][0].startswith("smoke run (--smoke)")
+    assert "smoke run (--smoke)" in summary and "smoke run (--smoke)" in (out / "report.html").read_text()

@@ -26,6 +26,17 @@ def add_generator_health_option(parser: argparse.ArgumentParser, what: str) -> N
     )
 
 
+def add_smoke_option(parser: argparse.ArgumentParser, what: str) -> None:
+    """``--smoke`` of run, master, ui and sweep: the profile's minimums reported but not applied."""
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help=f"a short check, not a result: the profile's minimum duration and query count (MLPerf: "
+        f"600 s) are reported but do not make {what} invalid, and every output says it is not a "
+        "compliant result (judging.smoke)",
+    )
+
+
 def fail(error: LoadtestError) -> int:
     """``loadtest: error: <its line>`` on stderr; the exit code it carries."""
     print(f"loadtest: error: {error}", file=sys.stderr)
@@ -46,6 +57,7 @@ def run_options(args: argparse.Namespace, **given: Any) -> RunOptions:
         "warmup": getattr(args, "warmup", None),
         "cooldown": getattr(args, "cooldown", None),
         "generator_health": getattr(args, "generator_health", None),
+        "smoke": getattr(args, "smoke", False),
         "api_key_env": getattr(args, "api_key_env", None),
         "api_key_file": getattr(args, "api_key_file", None),
         "verify_tls": not getattr(args, "insecure", False),

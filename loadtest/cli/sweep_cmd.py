@@ -6,7 +6,7 @@ import argparse
 
 from loadtest.cli.endpoint_flags import add_endpoint_check_option
 from loadtest.cli.endpoint_options import add_endpoint_options
-from loadtest.cli.run_options import add_generator_health_option
+from loadtest.cli.run_options import add_generator_health_option, add_smoke_option
 
 DEFAULT_PROFILE = "interactive-chat"
 
@@ -91,6 +91,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--warmup", metavar="S|auto", help="judge only requests scheduled after this, per point")
     s.add_argument("--cooldown", metavar="S|auto", help="and before this long before the last one")
     add_generator_health_option(s, "a point")
+    add_smoke_option(s, "a point")
     s.add_argument("--processes", type=int, default=1, metavar="N", help="Locust processes per point")
     s.add_argument("--out", help="sweep folder (default: reports/<timestamp>-<profile>-sweep/)")
     s.add_argument("--connect-timeout", type=float, metavar="S", help="default: the profile's client section")

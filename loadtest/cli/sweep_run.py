@@ -157,6 +157,8 @@ def _plan(args: argparse.Namespace) -> SweepPlan:
             run_args += [flag, f"{number:g}"]
     if args.insecure:
         run_args.append("--insecure")
+    if args.smoke:
+        run_args.append("--smoke")
     if args.endpoint_check != "models":
         run_args += ["--endpoint-check", args.endpoint_check]
     run_args += endpoint_args(args)  # hardware and price (loadtest/economics), the same for every point

@@ -66,6 +66,7 @@ class JudgingConfig(_Section):
     cooldown_s: float | None
     generator_health_startup_s: float | None
     generator_health: str
+    smoke: bool = False
 
 
 class RunConfig(_OptionalSection):

@@ -54,6 +54,10 @@ class ValidityRules:
     max_token_mismatch: float = 0.01
     confidence: float = es.DEFAULT_CONFIDENCE
     generator_health: GeneratorHealth = "fail"  # "warn": the health checks are non-blocking
+    # A smoke run (--smoke): the minimum duration and query count, and the early-stopping evidence,
+    # are still checked and reported, but do not block; every output says the result is not a
+    # compliant one (docs/ci.md).
+    smoke: bool = False
 
 
 # MLPerf Inference Server scenario: 600 s minimum duration.
@@ -140,22 +144,25 @@ def _pkey(pct: float) -> str:
 def _validity_checks(metrics: Mapping[str, Any], rules: ValidityRules) -> list[Check]:
     duration = float(_get(metrics, "window", "duration_s") or 0.0)
     queries = int(_get(metrics, "requests", "completed") or 0)
+    smoke = " (smoke run: reported, not applied)" if rules.smoke else ""
     return [
         Check(
             "min_duration",
             duration >= rules.min_duration_s,
-            f"ran {duration:g} s, need ≥ {rules.min_duration_s:g} s",
+            f"ran {duration:g} s, need ≥ {rules.min_duration_s:g} s{smoke}",
             "validity",
             duration,
             rules.min_duration_s,
+            blocking=not rules.smoke,
         ),
         Check(
             "min_queries",
             queries >= rules.min_queries,
-            f"completed {queries} queries, need ≥ {rules.min_queries}",
+            f"completed {queries} queries, need ≥ {rules.min_queries}{smoke}",
             "validity",
             queries,
             rules.min_queries,
+            blocking=not rules.smoke,
         ),
     ]
 
@@ -202,9 +209,10 @@ def _health_checks(
 
 
 def _percentile_checks(
-    slo: Slo, metrics: Mapping[str, Any], hist: HdrHistogram | None, confidence: float
+    slo: Slo, metrics: Mapping[str, Any], hist: HdrHistogram | None, confidence: float, smoke: bool = False
 ) -> list[Check]:
-    """The raw-percentile SLO check and its early-stopping check (histogram values are µs)."""
+    """The raw-percentile SLO check and its early-stopping check (histogram values are µs); ``smoke``:
+    too little evidence is reported, not applied (a missed SLO still blocks)."""
     key = slo.key
     n = (
         int(hist.get_total_count())
@@ -270,12 +278,14 @@ def _percentile_checks(
             f"early_stopping.{key}",
             es_ok,
             f"{over} of {n} samples over {slo.limit_ms:g} ms; early stopping at {confidence:g} confidence "
-            f"needs ≥ {need} samples" + ("" if es_ok else f", have {n}: not enough evidence"),
+            f"needs ≥ {need} samples"
+            + ("" if es_ok else f", have {n}: not enough evidence")
+            + (" (smoke run: reported, not applied)" if smoke and not es_ok else ""),
             "validity",
             float(n),
             float(need),
             # When the raw percentile already misses, the missed SLO is the result, not the evidence.
-            blocking=raw_ok,
+            blocking=raw_ok and not smoke,
         ),
     ]
 
@@ -441,7 +451,7 @@ def judge(
     ]
     for s in parsed:
         if isinstance(s, Slo):
-            checks.extend(_percentile_checks(s, metrics, hists.get(s.metric), rules.confidence))
+            checks.extend(_percentile_checks(s, metrics, hists.get(s.metric), rules.confidence, rules.smoke))
     tok = _token_check(metrics, rules)
     if tok is not None:
         checks.append(tok)

@@ -112,6 +112,9 @@ class Judging(Strict):
     # generator an invalid run (exit 11); warn still reports them but never fails the run (a shared
     # CI runner). --generator-health overrides it. docs/ci.md.
     generator_health: Literal["fail", "warn"] = "fail"
+    # A smoke run: min_duration_s and min_queries are reported but do not block, and every output
+    # says the result is not a compliant one (a short CI run of an MLPerf profile). --smoke sets it.
+    smoke: bool = False
 
     @field_validator("warmup_s", "cooldown_s")
     @classmethod

@@ -112,7 +112,13 @@ def format_summary(run: RunDocument) -> str:
     cfg, load, verdict, endpoint = run.config, run.config.load, run.verdict, run.endpoint
     interrupted = run.status == "interrupted"
     duration = run.metrics.window.duration_s
-    valid = verdict is not None and verdict.status == "pass" and not interrupted
+    # LoadGen's validity: a smoke run's minimums are reported, not applied, but LoadGen applies them.
+    valid = (
+        verdict is not None
+        and verdict.status == "pass"
+        and not interrupted
+        and _passed(run, lambda c: c.kind == "validity")
+    )
     hists = {name: decode(run, name) for name, _, _ in _STATS}
     sut = f"{cfg.model or 'unknown model'} @ {endpoint.url or 'unknown endpoint'}"
     if endpoint.embedded:

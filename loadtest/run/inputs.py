@@ -245,11 +245,13 @@ def run_duration(options: RunOptions, profile: Profile, workload: Workload) -> f
 
 
 def with_judging(profile: Profile, options: RunOptions) -> Profile:
-    """The profile with --warmup / --cooldown / --generator-health applied (commands without them leave
+    """The profile with --warmup / --cooldown / --generator-health / --smoke applied (commands without them leave
     it as it is)."""
     update: dict[str, Any] = {}
     if options.generator_health:
         update["generator_health"] = options.generator_health
+    if options.smoke:
+        update["smoke"] = True
     for flag, key in ((options.warmup, "warmup_s"), (options.cooldown, "cooldown_s")):
         if flag:
             update[key] = "auto" if flag.strip() == "auto" else _window_seconds(flag, key)

@@ -30,6 +30,7 @@ class RunOptions:
     warmup: str | None = None  # seconds like 30s, 0, or auto
     cooldown: str | None = None
     generator_health: GeneratorHealthOption | None = None
+    smoke: bool = False  # --smoke: the profile's minimums reported, not applied (judging.smoke)
     api_key_env: str | None = None  # the name of the variable holding the key
     api_key_file: str | None = None
     verify_tls: bool = True

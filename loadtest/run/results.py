@@ -42,6 +42,10 @@ if TYPE_CHECKING:  # importing locust monkey-patches the process: only where a r
     from loadtest.locust.runtime import RunOutcome
 
 EXIT_OK = 0
+SMOKE_NOTE = (
+    "smoke run (--smoke): the profile's minimum duration and query count were reported, not applied; "
+    "this is not a compliant result"
+)
 EXIT_INTERRUPTED = {"SIGINT": 130, "SIGTERM": 143}
 BATCH_LINES = 20_000  # record-log lines held at once while the results are computed
 
@@ -150,7 +154,13 @@ def finalize(run: FinishedRun) -> Finalized:
     if judged.window is not None and judged_aggregates is not None:
         metrics, hists = build_metrics(judged_aggregates.all), judged_aggregates.all.hists
         doc["judged"] = {"window": judged.window.to_dict(), "metrics": metrics}
-    doc["config"]["judging"] = {**judged.config, "generator_health": judging.generator_health}
+    doc["config"]["judging"] = {
+        **judged.config,
+        "generator_health": judging.generator_health,
+        "smoke": judging.smoke,
+    }
+    if judging.smoke:  # the first note: whatever the verdict, this is not a compliant result
+        doc["notes"].insert(0, SMOKE_NOTE)
     doc["generator_health"] = judged.health
     gp = scan.goodput(judged)
     if gp is not None:
@@ -174,6 +184,7 @@ def finalize(run: FinishedRun) -> Finalized:
         min_duration_s=judging.min_duration_s,
         min_queries=judging.min_queries,
         generator_health=judging.generator_health,
+        smoke=judging.smoke,
     )
     verdict = judge(
         metrics,
@@ -204,7 +215,7 @@ def finalize(run: FinishedRun) -> Finalized:
         else verdict.exit_code
     )
     lines += health_warnings(verdict)  # judging.generator_health: warn; the verdict line stays last
-    lines.append(verdict_line(verdict, code))
+    lines.append(verdict_line(verdict, code, judging.smoke))
     return Finalized(document, verdict, run_json, report, lines, code)
 
 
@@ -300,9 +311,12 @@ def run_config(settings: RunSettings, profile: Profile, workload: Workload) -> d
     }
 
 
-def verdict_line(verdict: Verdict, exit_code: int | None = None) -> str:
-    """The one line a CI log shows; ``exit_code`` is the process's (an interrupted run's 130/143)."""
-    label = VERDICT_LABELS.get(verdict.status, verdict.status)
+def verdict_line(verdict: Verdict, exit_code: int | None = None, smoke: bool = False) -> str:
+    """The one line a CI log shows; ``exit_code`` is the process's (an interrupted run's 130/143);
+    ``smoke``: a smoke run, which the line says is not a compliant result."""
+    label = VERDICT_LABELS.get(verdict.status, verdict.status) + (
+        " [smoke run: not a compliant result]" if smoke else ""
+    )
     why = f": {'; '.join(verdict.reasons)}" if verdict.reasons and verdict.status != "pass" else ""
     checks = len(verdict.checks)
     code = verdict.exit_code if exit_code is None else exit_code
