@@ -34,9 +34,7 @@ class PreparedRequest:
     extra_headers: dict[str, str] = field(default_factory=dict)
     session: str | None = None  # the multi-turn/agent session it belongs to (sticky balancing)
     path: str | None = None  # raw mode: the path the recorded body is sent to, unchanged
-    reference: str | None = (
-        None  # a dataset's reference answer, for the quality checks (none: no match check)
-    )
+    reference: str | None = None  # a dataset's reference answer (quality checks)
 
 
 @dataclass(slots=True)
