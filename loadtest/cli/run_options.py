@@ -37,6 +37,18 @@ def add_smoke_option(parser: argparse.ArgumentParser, what: str) -> None:
     )
 
 
+def add_progress_option(parser: argparse.ArgumentParser) -> None:
+    """``--progress S`` of run and master: a progress line on stderr every S seconds (0: none)."""
+    parser.add_argument(
+        "--progress",
+        type=float,
+        default=10.0,
+        metavar="S",
+        help="while the load runs, a line on stderr every S seconds: requests (ok, failed), req/s, "
+        "output tokens/s, TTFT p50/p99, requests in flight; and the drain announced (0: none; default 10)",
+    )
+
+
 def fail(error: LoadtestError) -> int:
     """``loadtest: error: <its line>`` on stderr; the exit code it carries."""
     print(f"loadtest: error: {error}", file=sys.stderr)
@@ -58,6 +70,7 @@ def run_options(args: argparse.Namespace, **given: Any) -> RunOptions:
         "cooldown": getattr(args, "cooldown", None),
         "generator_health": getattr(args, "generator_health", None),
         "smoke": getattr(args, "smoke", False),
+        "progress_s": getattr(args, "progress", 0.0),
         "api_key_env": getattr(args, "api_key_env", None),
         "api_key_file": getattr(args, "api_key_file", None),
         "verify_tls": not getattr(args, "insecure", False),

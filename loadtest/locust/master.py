@@ -36,6 +36,7 @@ from loadtest.contracts.messages import (
 )
 from loadtest.contracts.record_line import LINE_ENCODER
 from loadtest.locust.compat import check_locust_version, users_dispatcher
+from loadtest.locust.progress import ProgressPrinter
 from loadtest.locust.runtime import RunOutcome, Stopper, drive_load, send, user_class
 from loadtest.locust.settings import RunSettings
 from loadtest.locust.shipping import RecordSink
@@ -214,9 +215,17 @@ class MasterSession:
                 )
             watcher = gevent.spawn(_watch_workers, runner, workers, procs, stopper)
             started = time.time()
+            # The workers' figures as of their last report (every 3 s); in flight is not reported.
+            progress = ProgressPrinter(
+                lambda: total.all, lambda: None, settings.duration_s, settings.progress_s
+            )
+            progress.start()
             drive_load(runner, profile, settings, stopper)
+            progress.stop()
             drain = stopper.reason is None
             drain_s = profile.client.drain_timeout_s
+            if drain:
+                progress.draining(None, drain_s)
             send(runner, Finish(drain=drain, timeout=drain_s))
             deadline = time.monotonic() + (drain_s if drain else 0) + 30
             while time.monotonic() < deadline and any(

@@ -33,6 +33,7 @@ from loadtest.contracts.messages import (
 from loadtest.gc_tuning import tune_gc
 from loadtest.locust.context import RunContext
 from loadtest.locust.executors import executor_for
+from loadtest.locust.progress import ProgressPrinter
 from loadtest.locust.settings import RunSettings
 from loadtest.metrics.recorder import RunAggregates
 from loadtest.profile.schema import Profile
@@ -115,8 +116,14 @@ def run_local(settings: RunSettings) -> RunOutcome:
     runner = env.create_local_runner()
     tune_gc()
     started = time.time()
+    progress = ProgressPrinter(
+        lambda: ctx.recorder.total, lambda: ctx.in_flight, settings.duration_s, settings.progress_s
+    )
+    progress.start()
     drive_load(runner, ctx.profile, settings, stopper)
+    progress.stop()
     if stopper.reason is None:
+        progress.draining(ctx.in_flight, ctx.profile.client.drain_timeout_s)
         drain(ctx, ctx.profile.client.drain_timeout_s)
     runner.stop()
     runner.quit()

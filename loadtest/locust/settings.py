@@ -47,6 +47,7 @@ class RunSettings:
     # Where the client tokenizer came from (option, profile, model folder, HF cache, a guess...):
     # run/tokens.settle_tokenizer; run.json's `tokens` describes it.
     tokenizer_source: dict | None = None
+    progress_s: float = 10.0  # a progress line on the console every this many seconds (0: none)
 
     def profile(self) -> tuple[Profile, Path]:
         """The profile as this run uses it: the file, with the command line's overrides applied."""

@@ -105,6 +105,7 @@ def prepare_settings(options: RunOptions, profile_path: Path, *, host: str = "")
         verify_tls=options.verify_tls,
         tokenizer=options.tokenizer,
         slo=options.slo,
+        progress_s=options.progress_s,
     )
     try:
         api_key = load_api_key(settings.api_key_env, settings.api_key_file)
