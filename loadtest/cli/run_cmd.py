@@ -9,7 +9,8 @@ import logging
 
 from loadtest.cli.run_options import endpoint_options, fail, run_options, telemetry_options
 from loadtest.errors import LoadtestError
-from loadtest.metrics.judged import describe_warmup
+from loadtest.metrics.judged import describe_warmup, judged_warmup_s
+from loadtest.metrics.verdict import describe_judging
 from loadtest.run import FinishedRun, connect, execute, finalize, prepare
 
 
@@ -34,6 +35,9 @@ def run_command(args: argparse.Namespace) -> int:
                 f"{settings.processes} process(es), model {ep.model}; writing {out}/"
             )
             print(f"  {describe_warmup(profile.judging.warmup_s, duration)}")
+            judged_s = max(0.0, duration - judged_warmup_s(profile.judging.warmup_s, duration))
+            for line in describe_judging(prepared.slos, profile.load.rate, judged_s):
+                print(f"  {line}")
             executed = execute(prepared, ep, telemetry_options(args))
             results = finalize(
                 FinishedRun(

@@ -29,6 +29,13 @@ def default_warmup_s(span_s: float) -> float:
     return round(min(DEFAULT_WARMUP_MAX_S, max(0.0, span_s) * DEFAULT_WARMUP_SHARE), 3)
 
 
+def judged_warmup_s(warmup: float | str | None, duration_s: float) -> float:
+    """The warm-up a run of ``duration_s`` will leave out, as far as it is known up front (auto: 0)."""
+    if warmup is None:
+        return default_warmup_s(duration_s)
+    return float(warmup) if not isinstance(warmup, str) else 0.0
+
+
 def describe_warmup(warmup: float | str | None, duration_s: float) -> str:
     """For the start-up line: ``judged after a 3 s warm-up (the default: 10 % of the run, at most 30 s;
     --warmup 0 judges from the start)``."""

@@ -279,7 +279,7 @@ def _percentile_checks(
             es_ok,
             f"{over} of {n} samples over {slo.limit_ms:g} ms; early stopping at {confidence:g} confidence "
             f"needs ≥ {need} samples"
-            + ("" if es_ok else f", have {n}: not enough evidence")
+            + ("" if es_ok else f", have {n}: not enough evidence{_more_requests(need, n, metrics)}")
             + (" (smoke run: reported, not applied)" if smoke and not es_ok else ""),
             "validity",
             float(n),
@@ -288,6 +288,39 @@ def _percentile_checks(
             blocking=raw_ok and not smoke,
         ),
     ]
+
+
+def describe_judging(slos: Sequence[AnySlo], rate: float | None, judged_s: float) -> list[str]:
+    """The start-up lines: what the run is judged against, as parsed (``ttft_p99 ≤ 2000 ms``), and,
+    for an open loop too short to prove a percentile, how long it would need to run."""
+    parts = [f"{s.key} ≤ {s.limit_ms:g} ms" for s in slos if isinstance(s, Slo)]
+    errors = [s for s in slos if isinstance(s, ErrorRateSlo)]
+    limit = errors[0].limit if errors else DEFAULT_ERROR_RATE
+    parts.append(f"error rate ≤ {limit * 100:g} %" + ("" if errors else " (the default)"))
+    lines = [f"judged against: {', '.join(parts)}"]
+    if rate and judged_s > 0:
+        for s in slos:
+            if isinstance(s, Slo):
+                need = es.min_queries_for_percentile(s.p)
+                if rate * judged_s < need:
+                    lines.append(
+                        f"warning: {s.key} needs ≥ {need} requests to be proven (early stopping); "
+                        f"{rate:g} req/s for {judged_s:g} s judged gives about {rate * judged_s:.0f}: "
+                        f"run ≥ {need / rate:.0f} s (--duration), or --smoke for a check that is not a result"
+                    )
+                    break
+    return lines
+
+
+def _more_requests(need: int, have: int, metrics: Mapping[str, Any]) -> str:
+    """What to do about too little evidence: ``; run ≥ 459 requests (about 115 s at this run's 4.0
+    req/s: --duration 115s)``."""
+    duration = float(_get(metrics, "window", "duration_s") or 0.0)
+    if duration <= 0 or have <= 0:
+        return f"; run ≥ {need} requests"
+    rate = have / duration  # this metric's samples per second
+    seconds = need / rate
+    return f"; run ≥ {need} requests (about {seconds:.0f} s at this run's {rate:.1f} req/s: --duration {seconds:.0f}s)"
 
 
 def _endpoint_checks(
