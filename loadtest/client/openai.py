@@ -25,7 +25,7 @@ class PreparedRequest:
     """A request the workload built: body without model/stream fields, and its client-side token count."""
 
     request_id: str
-    api: str  # the adapter that sends it (client/adapters): chat, completions, responses, embeddings, raw
+    api: str  # the adapter that sends it (client/adapters, one per api: chat, messages, rerank, raw ...)
     body: dict[str, Any]
     prompt_tokens: int
     requested_output_tokens: int | None = None
@@ -34,7 +34,9 @@ class PreparedRequest:
     extra_headers: dict[str, str] = field(default_factory=dict)
     session: str | None = None  # the multi-turn/agent session it belongs to (sticky balancing)
     path: str | None = None  # raw mode: the path the recorded body is sent to, unchanged
-    reference: str | None = None  # a dataset's reference answer, for the quality checks (none: no match check)
+    reference: str | None = (
+        None  # a dataset's reference answer, for the quality checks (none: no match check)
+    )
 
 
 @dataclass(slots=True)
@@ -96,6 +98,9 @@ class OpenAIClient:
         headers = self.request_headers(req, rec)
         if adapter.accept:
             headers["Accept"] = adapter.accept
+        if adapter.default_headers:
+            have = {h.lower() for h in headers}
+            headers.update((k, v) for k, v in adapter.default_headers if k.lower() not in have)
         return build_request(self.endpoint, "POST", adapter.path(self.endpoint, req), body, headers)
 
     def send(
