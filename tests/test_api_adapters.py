@@ -55,10 +55,10 @@ def test_the_engine_serves_the_path_of_every_api_but_raw() -> None:
     assert asyncio.run(posts()) == {r.path for r in ROUTES.values()}
 
 
-def test_the_size_cap_follows_max_tokens_except_for_embeddings() -> None:
+def test_the_size_cap_follows_max_tokens_except_for_embeddings_and_rerank() -> None:
     for api in SCHEMA_APIS:
         req = PreparedRequest("x", api, {}, 0, requested_output_tokens=10_000)
-        want = CAP_UNLIMITED_BYTES if api == "embeddings" else 10_000 * 4096
+        want = CAP_UNLIMITED_BYTES if api in ("embeddings", "rerank") else 10_000 * 4096
         assert response_cap(req) == want, api
 
 
@@ -85,6 +85,12 @@ RAW_BODIES: dict[str, dict[str, Any]] = {
     "/v1/completions": {"prompt": "Once upon a time", "max_tokens": 5, "min_tokens": 5},
     "/v1/responses": {"input": "hello", "max_output_tokens": 4, "min_tokens": 4, "stream": True},
     "/v1/embeddings": {"input": ["one input", "and another"]},
+    "/v1/messages": {
+        "messages": [{"role": "user", "content": "hi"}],
+        "max_tokens": 5,
+        "min_tokens": 5,
+        "stream": True,
+    },
 }
 CASES = [
     ("chat", True, None),
@@ -94,6 +100,9 @@ CASES = [
     ("responses", True, None),
     ("responses", False, None),
     ("embeddings", False, None),
+    ("messages", True, None),
+    ("messages", False, None),
+    ("rerank", False, None),
     *[("raw", bool(body.get("stream")), path) for path, body in RAW_BODIES.items()],
 ]
 
@@ -101,9 +110,9 @@ CASES = [
 def _workload(tmp_path: Path, api: str, stream: bool, raw_path: str | None) -> Workload:
     """The workload of a small profile of ``api``, as a run builds it."""
     fields: dict[str, Any] = {"api": api, "stream": stream}
-    if api in ("chat", "completions", "responses"):
+    if api in ("chat", "completions", "responses", "messages"):
         fields["output_tokens"] = {"dist": "fixed", "value": 7}  # ignore_eos: exactly 7
-    if api == "embeddings":
+    if api in ("embeddings", "rerank"):
         fields["inputs_per_request"] = 3
         fields["input_tokens"] = {"dist": "fixed", "value": 12}
     if api == "raw":
@@ -113,7 +122,7 @@ def _workload(tmp_path: Path, api: str, stream: bool, raw_path: str | None) -> W
         del fields["stream"]
     prof = write_profile(tmp_path / "p.yaml", **fields)
     data = json.loads(prof.read_text())
-    if api in ("embeddings", "raw"):
+    if api in ("embeddings", "rerank", "raw"):
         del data["output_tokens"]
     if api == "raw":
         del data["input_tokens"]
@@ -143,6 +152,9 @@ def test_each_adapter_round_trips_against_the_embedded_engine(
     if path.endswith("/embeddings"):
         n_in = len(req.body["input"]) if api == "embeddings" else len(RAW_BODIES[path]["input"])
         assert rec.inputs == n_in and rec.first_token_ns == 0 and rec.finish_reason == "stop"
+        return
+    if api == "rerank":
+        assert rec.inputs == len(req.body["documents"]) == 3 and rec.first_token_ns == 0
         return
     want = req.requested_output_tokens
     assert want and rec.completion_tokens_server == truth["completion_tokens"] == want

@@ -25,7 +25,7 @@ class PreparedRequest:
     """A request the workload built: body without model/stream fields, and its client-side token count."""
 
     request_id: str
-    api: str  # the adapter that sends it (client/adapters): chat, completions, responses, embeddings, raw
+    api: str  # the adapter that sends it (client/adapters, one per api: chat, messages, rerank, raw ...)
     body: dict[str, Any]
     prompt_tokens: int
     requested_output_tokens: int | None = None
@@ -96,6 +96,9 @@ class OpenAIClient:
         headers = self.request_headers(req, rec)
         if adapter.accept:
             headers["Accept"] = adapter.accept
+        if adapter.default_headers:
+            have = {h.lower() for h in headers}
+            headers.update((k, v) for k, v in adapter.default_headers if k.lower() not in have)
         return build_request(self.endpoint, "POST", adapter.path(self.endpoint, req), body, headers)
 
     def send(

@@ -209,6 +209,15 @@ class Embeddings(_Section):
     latency_ms: dict[str, float | None]
 
 
+class Rerank(_Section):
+    requests: int
+    requests_ok: int
+    documents_total: int
+    documents_per_s: float
+    input_tokens_total: int
+    latency_ms: dict[str, float | None]
+
+
 class ItlMerged(_Section):
     """Token gaps left out of ITL: their event arrived in one read with another (docs/metrics.md)."""
 
@@ -230,6 +239,7 @@ class Metrics(_OptionalSection):
     slo_live: SloLive | None
     per_endpoint: PerEndpoint | None = None
     embeddings: Embeddings | None = None
+    rerank: Rerank | None = None
 
 
 # ---- the sections a finished run adds ------------------------------------------------------------

@@ -59,8 +59,8 @@ Kind = Literal["chat", "multi_turn", "agent", "trace"]
 
 
 def _length_optional(sc: Scenario, key: str) -> bool:
-    """Raw replay takes both lengths from the recorded bodies; embeddings produce no output tokens."""
-    return sc.raw is not None or (sc.api == "embeddings" and key == "output_tokens")
+    """Raw replay takes both lengths from the recorded bodies; embeddings and rerank produce no output tokens."""
+    return sc.raw is not None or (sc.api in ("embeddings", "rerank") and key == "output_tokens")
 
 
 class Scenario(Strict):
@@ -81,7 +81,7 @@ class Scenario(Strict):
     agent: AgentSpec | None = None
     images: ImageSpec | None = None
     raw: RawSpec | None = None  # api: raw: the recorded bodies to replay
-    inputs_per_request: int = Field(default=1, ge=1, le=2048)  # api: embeddings: batched inputs
+    inputs_per_request: int = Field(default=1, ge=1, le=2048)  # embeddings: batched inputs; rerank: documents
 
     @model_validator(mode="after")
     def _by_kind(self) -> Scenario:

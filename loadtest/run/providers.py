@@ -1,5 +1,5 @@
 """run.json sections that come from a run's extras, one provider each: the token count's description,
-several endpoints (per-endpoint figures, a failing replica), embeddings, economics, the server's
+several endpoints (per-endpoint figures, a failing replica), embeddings, rerank, economics, the server's
 telemetry. A provider is fed the record log batch by batch (``add``), then gives its contribution
 (``contribute``: its data, its checks and its notes) before the verdict is judged from every check."""
 
@@ -160,7 +160,7 @@ class EmbeddingsProvider(Provider):
 
     def add(self, lines: Sequence[RecordLine]) -> None:
         for ln in lines:
-            if not (ln.api == "embeddings" or ln.n_inputs):
+            if ln.api == "rerank" or not (ln.api == "embeddings" or ln.n_inputs):
                 continue
             end = ln.t + (ln.e2e_us or 0) / 1e6
             if self._seen:
@@ -193,6 +193,52 @@ class EmbeddingsProvider(Provider):
     def contribute(self, doc: Mapping[str, Any]) -> Contribution:
         emb = self.embeddings()
         return Contribution(metrics={"embeddings": emb} if emb is not None else {})
+
+
+class RerankProvider(Provider):
+    """``metrics.rerank``: requests, documents, documents/s and request latency of rerank requests (no
+    tokens out: no TTFT/TPOT), as ``metrics.embeddings`` is made."""
+
+    def __init__(self) -> None:
+        self._seen = 0
+        self._start = self._end = 0.0
+        self._latency_ms = array("d")  # ok requests'
+        self._documents = self._input_tokens = 0
+
+    def add(self, lines: Sequence[RecordLine]) -> None:
+        for ln in lines:
+            if ln.api != "rerank":
+                continue
+            end = ln.t + (ln.e2e_us or 0) / 1e6
+            self._start = min(self._start, ln.t) if self._seen else ln.t
+            self._end = max(self._end, end) if self._seen else end
+            self._seen += 1
+            if ln.outcome == "ok" and ln.e2e_us is not None:
+                self._latency_ms.append(ln.e2e_us / 1000)
+                self._documents += ln.n_inputs
+                self._input_tokens += ln.prompt_tokens
+
+    def rerank(self) -> dict[str, Any] | None:
+        if not self._seen:
+            return None
+        dur = self._end - self._start
+        lat = sorted(self._latency_ms)
+
+        def q(p: float) -> float | None:
+            return round(lat[min(len(lat) - 1, int(p * len(lat)))], 3) if lat else None
+
+        return {
+            "requests": self._seen,
+            "requests_ok": len(lat),
+            "documents_total": self._documents,
+            "documents_per_s": round(self._documents / dur, 3) if dur > 0 else 0.0,
+            "input_tokens_total": self._input_tokens,
+            "latency_ms": {"p50": q(0.5), "p90": q(0.9), "p99": q(0.99)},
+        }
+
+    def contribute(self, doc: Mapping[str, Any]) -> Contribution:
+        section = self.rerank()
+        return Contribution(metrics={"rerank": section} if section is not None else {})
 
 
 class EconomicsProvider(Provider):

@@ -30,6 +30,7 @@ from loadtest.run.providers import (
     EmbeddingsProvider,
     EndpointsProvider,
     Provider,
+    RerankProvider,
     TelemetryProvider,
     TokensProvider,
     endpoint_extras,
@@ -109,7 +110,7 @@ def finalize(run: FinishedRun) -> Finalized:
     per_scenario = len(profile.scenarios) > 1
     tokens = TokensProvider(settings, workload)
     extras: list[Provider] = [EndpointsProvider(settings.hosts, settings.balance)] if settings.hosts else []
-    extras += [EmbeddingsProvider(), EconomicsProvider()]
+    extras += [EmbeddingsProvider(), RerankProvider(), EconomicsProvider()]
     server = TelemetryProvider(run.telemetry, outcome.started_epoch or None)
 
     # Pass one over the record log: failures, the judged window's columns, the providers' figures.
@@ -165,7 +166,7 @@ def finalize(run: FinishedRun) -> Finalized:
     gp = scan.goodput(judged)
     if gp is not None:
         doc["goodput"] = gp
-    # per-endpoint, embeddings, economics: into `metrics`, so over the whole run like the rest of it
+    # per-endpoint, embeddings, rerank, economics: into `metrics`, so over the whole run like the rest of it
     parts = [tokens_part]
     for p in extras:
         part = p.contribute(doc)

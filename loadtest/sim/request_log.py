@@ -12,7 +12,7 @@ STANDARD_HEADERS = frozenset(
     {"host", "content-length", "content-type", "accept", "connection", "user-agent", "accept-encoding"}
 )
 AUTH_HEADERS = frozenset({"authorization", "api-key", "x-api-key"})
-BULKY_FIELDS = frozenset({"messages", "input", "prompt", "tools"})
+BULKY_FIELDS = frozenset({"messages", "input", "prompt", "tools", "system", "query", "documents"})
 
 
 def _redact(value: str) -> str:

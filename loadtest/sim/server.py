@@ -268,7 +268,7 @@ async def _stream(
     fault: Fault | None,
 ) -> web.StreamResponse:
     kind = fault.kind if fault is not None else None
-    cw = route.writer(rec.response_id, int(time.time()), st.config.model_name, plan)
+    cw = route.writer(rec.response_id, int(time.time()), st.config.model_name, plan, rec.prompt_tokens)
     resp = web.StreamResponse(
         headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache", **headers}
     )

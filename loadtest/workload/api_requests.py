@@ -1,4 +1,4 @@
-"""Requests of the Responses and embeddings APIs, and raw replay of recorded bodies, built like chat ones."""
+"""Requests of the Responses, Messages, embeddings and rerank APIs, and raw replay of recorded bodies."""
 
 from __future__ import annotations
 
@@ -17,16 +17,22 @@ if TYPE_CHECKING:
 
 RESPONSES_PATH = "/responses"
 EMBEDDINGS_PATH = "/embeddings"
+THINKING_MIN_BUDGET = 1024  # the Messages API's smallest thinking budget (docs/sources.md §9)
 _raw_cache: dict[str, list[str]] = {}
 
 
 def build_request(w: Workload, sc: Scenario, index: int) -> PreparedRequest | None:
-    """Request ``index`` for a responses, embeddings or raw scenario; None for chat and completions."""
+    """Request ``index`` for a responses, messages, embeddings, rerank or raw scenario; None for chat and
+    completions."""
     api = sc.api or w.profile.api
     if api == "responses":
         return _responses(w, sc, index)
+    if api == "messages":
+        return _messages(w, sc, index)
     if api == "embeddings":
         return _embeddings(w, sc, index)
+    if api == "rerank":
+        return _rerank(w, sc, index)
     if api == "raw":
         return _raw(w, sc, index)
     return None
@@ -43,6 +49,52 @@ def _responses(w: Workload, sc: Scenario, index: int) -> PreparedRequest:
         body["reasoning"] = {"effort": effort, "summary": "auto"}
     chat.api, chat.body = "responses", body
     return chat
+
+
+def _messages(w: Workload, sc: Scenario, index: int) -> PreparedRequest:
+    """The chat request of the same index as a Messages body: the system prompt as ``system``, reasoning
+    as ``thinking`` with a budget under ``max_tokens`` (as the API wants) but never under its minimum."""
+    chat = w._single(sc.model_copy(update={"api": "chat"}), index)
+    body: dict[str, Any] = dict(chat.body)
+    messages = body.pop("messages")
+    if messages and messages[0]["role"] == "system":
+        body["system"] = messages.pop(0)["content"]
+    body["messages"] = messages
+    if body.pop("reasoning_effort", None) is not None:
+        body["thinking"] = {
+            "type": "enabled",
+            "budget_tokens": max(THINKING_MIN_BUDGET, body["max_tokens"] - 1),
+        }
+    chat.api, chat.body = "messages", body
+    return chat
+
+
+def _texts(w: Workload, sc: Scenario, index: int, n: int) -> list[str]:
+    """``n`` texts of the scenario's input lengths, the salt leading each."""
+    assert sc.input_tokens is not None
+    rng = random.Random(f"{w.seed}:{index}")
+    lead = w.salt_lead(sc, index)  # the per-query salt or the run salt (workload/salt.py)
+    lead_tokens = w.tokenizer.count(lead) if lead else 0
+    return [
+        lead + synth_text(max(1, sample_length(sc.input_tokens, rng) - lead_tokens), rng, w.tokenizer)
+        for _ in range(n)
+    ]
+
+
+def _rerank(w: Workload, sc: Scenario, index: int) -> PreparedRequest:
+    """A query and ``inputs_per_request`` documents, each of the scenario's input length; every document is
+    scored with the query, so the prompt tokens are the pairs'."""
+    query, *documents = _texts(w, sc, index, 1 + sc.inputs_per_request)
+    q = w.tokenizer.count(query)
+    return PreparedRequest(
+        request_id=f"{w.seed:x}-{index}",
+        api="rerank",
+        body={"query": query, "documents": documents},
+        prompt_tokens=sum(q + w.tokenizer.count(d) for d in documents),
+        requested_output_tokens=None,
+        scenario=sc.name,
+        stream=False,
+    )
 
 
 def _embeddings(w: Workload, sc: Scenario, index: int) -> PreparedRequest:

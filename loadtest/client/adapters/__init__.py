@@ -11,7 +11,9 @@ from loadtest.client.adapters.base import ApiAdapter, size_cap
 from loadtest.client.adapters.chat import ChatAdapter
 from loadtest.client.adapters.completions import CompletionsAdapter
 from loadtest.client.adapters.embeddings import EmbeddingsAdapter
+from loadtest.client.adapters.messages import MessagesAdapter
 from loadtest.client.adapters.raw import RawAdapter
+from loadtest.client.adapters.rerank import RerankAdapter
 from loadtest.client.adapters.responses import ResponsesAdapter
 
 if TYPE_CHECKING:
@@ -47,6 +49,8 @@ _BUILTIN: tuple[ApiAdapter, ...] = (
     ResponsesAdapter(),
     EmbeddingsAdapter(),
     RawAdapter(),
+    MessagesAdapter(),
+    RerankAdapter(),
 )
 for _adapter in _BUILTIN:
     register(_adapter)

@@ -29,6 +29,8 @@ class ApiAdapter(Protocol):
     names: tuple[str, ...]  # the profile's ``api`` values it serves
     accept: str | None  # the Accept header its requests carry instead of the client's (None: the client's)
     capped_by_tokens: bool  # its answers grow with max tokens (the size cap follows them); else 64 MiB
+    # headers its requests carry unless the profile's request.headers name them (Messages: anthropic-version)
+    default_headers: tuple[tuple[str, str], ...]
 
     def path(self, endpoint: Endpoint, req: PreparedRequest) -> str:
         """The request path (with the endpoint's API prefix where the API has one)."""

@@ -30,6 +30,7 @@ class ChatAdapter:
     route = "/chat/completions"
     accept: str | None = None
     capped_by_tokens = True
+    default_headers: tuple[tuple[str, str], ...] = ()
 
     def path(self, endpoint: Endpoint, req: PreparedRequest) -> str:
         return endpoint.api_prefix + self.route

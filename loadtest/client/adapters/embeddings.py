@@ -18,6 +18,7 @@ class EmbeddingsAdapter:
     route = "/embeddings"
     accept: str | None = "application/json"
     capped_by_tokens = False  # a vector list does not grow with max tokens
+    default_headers: tuple[tuple[str, str], ...] = ()
 
     def path(self, endpoint: Endpoint, req: PreparedRequest) -> str:
         return endpoint.api_prefix + self.route

@@ -1,5 +1,5 @@
 """Raw replay (``api: raw``): each recorded body is sent to ``raw.path`` byte for byte, and its answer is read
-as the API of that path answers (Responses, embeddings, else the chat/completions ``choices`` shape)."""
+as the API of that path answers (Responses, Messages, embeddings, else the chat/completions ``choices`` shape)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from loadtest.client.adapters.base import done_time, json_decoder
 from loadtest.client.adapters.chat import ChatAdapter
 from loadtest.client.adapters.embeddings import EmbeddingsAdapter
+from loadtest.client.adapters.messages import MessagesAdapter
 from loadtest.client.adapters.responses import ResponsesAdapter
 from loadtest.client.http import Endpoint, Response
 
@@ -19,12 +20,14 @@ DEFAULT_PATH = "/v1/chat/completions"
 _CHAT = ChatAdapter()
 _RESPONSES = ResponsesAdapter()
 _EMBEDDINGS = EmbeddingsAdapter()
+_MESSAGES = MessagesAdapter()
 
 
 class RawAdapter:
     names: tuple[str, ...] = ("raw",)
     accept: str | None = None
     capped_by_tokens = True
+    default_headers: tuple[tuple[str, str], ...] = ()
 
     def path(self, endpoint: Endpoint, req: PreparedRequest) -> str:
         return req.path or DEFAULT_PATH  # from the host's root, as recorded
@@ -44,5 +47,7 @@ class RawAdapter:
             _EMBEDDINGS.read_list(rec, resp, json_decoder.decode(req.body["raw"]).get("input"))
         elif path.endswith(_RESPONSES.route):
             _RESPONSES.classify(client, rec, req, resp)
+        elif path.endswith(_MESSAGES.route):
+            _MESSAGES.classify(client, rec, req, resp)  # the recorded body's own ``stream`` decides
         else:
             _CHAT.classify(client, rec, req, resp)

@@ -8,6 +8,8 @@ from loadtest.sim.routes.base import Answer, ApiRoute, PrefillRequest, StreamWri
 from loadtest.sim.routes.chat import ChatRoute
 from loadtest.sim.routes.completions import CompletionsRoute
 from loadtest.sim.routes.embeddings import EmbeddingsRoute
+from loadtest.sim.routes.messages import MessagesRoute
+from loadtest.sim.routes.rerank import RerankRoute
 from loadtest.sim.routes.responses import ResponsesRoute
 
 __all__ = ["ROUTES", "Answer", "ApiRoute", "PrefillRequest", "StreamWriter", "register", "route_for"]
@@ -28,6 +30,13 @@ def route_for(api: str) -> ApiRoute:
     return ROUTES[api]
 
 
-_BUILTIN: tuple[ApiRoute, ...] = (ChatRoute(), CompletionsRoute(), ResponsesRoute(), EmbeddingsRoute())
+_BUILTIN: tuple[ApiRoute, ...] = (
+    ChatRoute(),
+    CompletionsRoute(),
+    ResponsesRoute(),
+    EmbeddingsRoute(),
+    MessagesRoute(),
+    RerankRoute(),
+)
 for _route in _BUILTIN:
     register(_route)

@@ -82,8 +82,11 @@ class ApiRoute(Protocol):
         routes return a GenRequest, ``prefill`` routes a PrefillRequest."""
         ...
 
-    def writer(self, response_id: str, created: int, model: str, plan: OutputPlan) -> StreamWriter:
-        """The writer of a streamed answer (``generate`` routes)."""
+    def writer(
+        self, response_id: str, created: int, model: str, plan: OutputPlan, prompt_tokens: int
+    ) -> StreamWriter:
+        """The writer of a streamed answer (``generate`` routes); ``prompt_tokens`` for an opening that
+        counts them (Messages' message_start)."""
         ...
 
     def whole(self, req: EngineRequest, answer: Answer) -> dict[str, Any]:

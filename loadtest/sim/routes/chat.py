@@ -19,7 +19,9 @@ class ChatRoute:
     def parse(self, body: dict[str, Any], tok: Tokenizer) -> GenRequest:
         return parse_request(body, self.chat, tok)
 
-    def writer(self, response_id: str, created: int, model: str, plan: OutputPlan) -> ChunkWriter:
+    def writer(
+        self, response_id: str, created: int, model: str, plan: OutputPlan, prompt_tokens: int
+    ) -> ChunkWriter:
         return ChunkWriter(self.chat, response_id, created, model, plan)
 
     def whole(self, req: EngineRequest, answer: Answer) -> dict[str, Any]:

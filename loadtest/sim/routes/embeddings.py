@@ -27,7 +27,9 @@ class EmbeddingsRoute:
         inputs, model, dims = parse_embeddings_request(body, tok)
         return EmbeddingsRequest(inputs, model, dims)
 
-    def writer(self, response_id: str, created: int, model: str, plan: OutputPlan) -> StreamWriter:
+    def writer(
+        self, response_id: str, created: int, model: str, plan: OutputPlan, prompt_tokens: int
+    ) -> StreamWriter:
         raise NotImplementedError("embeddings answers are never streamed")
 
     def whole(self, req: EngineRequest, answer: Answer) -> dict[str, Any]:

@@ -20,7 +20,9 @@ class ResponsesRoute:
     def parse(self, body: dict[str, Any], tok: Tokenizer) -> GenRequest:
         return parse_responses_request(body, tok)
 
-    def writer(self, response_id: str, created: int, model: str, plan: OutputPlan) -> ResponsesWriter:
+    def writer(
+        self, response_id: str, created: int, model: str, plan: OutputPlan, prompt_tokens: int
+    ) -> ResponsesWriter:
         return ResponsesWriter(response_id, created, model, plan)
 
     def whole(self, req: EngineRequest, answer: Answer) -> dict[str, Any]:

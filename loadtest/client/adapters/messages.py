@@ -1,0 +1,138 @@
+"""The Anthropic Messages API (``api: messages``, POST /v1/messages): typed SSE events or one Message object."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import msgspec
+
+from loadtest.client.adapters.base import done_time, is_context_length_error, json_encoder, openai_body
+from loadtest.client.http import Endpoint, Response
+from loadtest.client.messages_sse import (
+    Message,
+    MessagesStream,
+    Usage,
+    finish_reason,
+    message_decoder,
+    parse_messages_stream,
+)
+from loadtest.client.secrets import snippet
+
+if TYPE_CHECKING:
+    from loadtest.client.openai import OpenAIClient, PreparedRequest
+    from loadtest.client.record import RequestRecord
+
+ANTHROPIC_VERSION = "2023-06-01"  # the API version header every request carries (docs/sources.md §9)
+
+
+class MessagesAdapter:
+    names: tuple[str, ...] = ("messages",)
+    route = "/messages"
+    accept: str | None = None
+    capped_by_tokens = True
+    # sent unless the profile's request.headers name the header (its value wins)
+    default_headers: tuple[tuple[str, str], ...] = (("anthropic-version", ANTHROPIC_VERSION),)
+
+    def path(self, endpoint: Endpoint, req: PreparedRequest) -> str:
+        return endpoint.api_prefix + self.route
+
+    def streams(self, req: PreparedRequest) -> bool:
+        return req.stream
+
+    def body(self, client: OpenAIClient, req: PreparedRequest) -> bytes:
+        body = openai_body(client, req)
+        body["stream"] = self.streams(req)
+        return json_encoder.encode(body)
+
+    def classify(
+        self, client: OpenAIClient, rec: RequestRecord, req: PreparedRequest, resp: Response
+    ) -> None:
+        rec.done_ns = done_time(resp)
+        if self.streams(req):
+            _stream(client, rec, resp)
+        else:
+            _whole(client, rec, resp)
+
+
+def _usage(rec: RequestRecord, u: Usage | None) -> None:
+    """Server counts: Messages' input_tokens leaves out the prompt tokens read from or written to the cache,
+    so the prompt is their sum (docs/api-surface.md, "Messages")."""
+    if u is None:
+        return
+    if u.input_tokens is not None:
+        cached = u.cache_read_input_tokens or 0
+        rec.prompt_tokens_server = u.input_tokens + cached + (u.cache_creation_input_tokens or 0)
+        rec.cached_tokens_server = u.cache_read_input_tokens
+    rec.completion_tokens_server = u.output_tokens
+
+
+def _count(client: OpenAIClient, rec: RequestRecord, answer: str, tools: str, reasoning: str) -> None:
+    rec.answer_text, rec.tool_calls_text = answer, tools
+    rec.reasoning_tokens_client = client.tokenizer.count(reasoning) if reasoning else 0
+    rec.completion_tokens_client = client.tokenizer.count(answer + tools) + rec.reasoning_tokens_client
+
+
+def _whole(client: OpenAIClient, rec: RequestRecord, resp: Response) -> None:
+    if resp.broken:
+        rec.outcome, rec.error = resp.broken_outcome, resp.broken
+        return
+    try:
+        msg: Message = message_decoder.decode(resp.body)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        rec.outcome, rec.error = "protocol_error", f"not a Messages API object: {snippet(resp.body)}"
+        return
+    if msg.type == "error" or msg.error is not None:
+        err = msg.error
+        rec.outcome = "stream_error"
+        rec.error = f"error in a 200 answer: {err.type if err else ''}: {err.message if err else ''}"
+        return
+    if msg.type != "message" or msg.content is None:
+        rec.outcome, rec.error = "protocol_error", f"not a Messages API object: {snippet(resp.body)}"
+        return
+    answer, tools, reasoning = [], [], []
+    for b in msg.content:
+        if b.type == "text":
+            answer.append(b.text or "")
+        elif b.type == "thinking":
+            reasoning.append(b.thinking or "")
+        elif b.type == "tool_use":
+            tools.append(json_encoder.encode(b.input or {}).decode())
+    _count(client, rec, "".join(answer), "".join(tools), "".join(reasoning))
+    rec.first_token_ns = rec.first_answer_ns = rec.done_ns
+    rec.finish_reason = finish_reason(msg.stop_reason)
+    _usage(rec, msg.usage)
+    if not rec.mark_empty(bool(rec.answer_text or rec.tool_calls_text or reasoning), "message"):
+        rec.outcome = "ok"
+
+
+def _stream(client: OpenAIClient, rec: RequestRecord, resp: Response) -> None:
+    if "text/event-stream" not in resp.content_type:
+        rec.outcome = "protocol_error"
+        ct = resp.content_type or "none"
+        rec.error = f"expected an SSE stream (text/event-stream), got content-type {ct}: {snippet(resp.body)}"
+        return
+    s = parse_messages_stream(resp.chunks, resp.times)
+    rec.chunk_ns = s.chunk_ns
+    rec.first_token_ns, rec.first_answer_ns = s.first_token_ns, s.first_answer_ns
+    rec.finish_reason = finish_reason(s.stop_reason)
+    _count(client, rec, s.answer_text, s.tool_text, s.reasoning_text)
+    _usage(rec, s.usage)
+    _stream_outcome(rec, resp, s)
+
+
+def _stream_outcome(rec: RequestRecord, resp: Response, s: MessagesStream) -> None:
+    """An ``error`` event is a stream_error (context_length when it says so); then chat's order of checks."""
+    if s.error:
+        rec.outcome, rec.error = "stream_error", f"error event: {s.error}"
+        if is_context_length_error(s.error):
+            rec.outcome = "context_length"
+    elif s.malformed:
+        rec.outcome, rec.error = "stream_error", f"{s.malformed} malformed event(s) in the stream"
+    elif resp.broken and not s.complete:
+        rec.outcome, rec.error = resp.broken_outcome, resp.broken
+    elif not s.complete:
+        rec.outcome, rec.error = "truncated", "stream ended without message_stop or a stop_reason"
+    elif s.events == 0:
+        rec.outcome, rec.error = "protocol_error", "SSE stream held no data events"
+    elif not rec.mark_empty(bool(s.answer_text or s.tool_text or s.reasoning_text), "stream"):
+        rec.outcome = "ok"
