@@ -8,6 +8,7 @@ import logging
 from loadtest.cli.endpoint_flags import add_endpoint_check_option
 from loadtest.cli.run_options import (
     add_generator_health_option,
+    add_max_requests_option,
     add_progress_option,
     add_smoke_option,
     endpoint_options,
@@ -73,6 +74,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     add_generator_health_option(m, "the run")
     add_smoke_option(m, "the run")
     add_progress_option(m)
+    add_max_requests_option(m)
     m.add_argument("--junit", metavar="PATH", help="write the verdict as JUnit XML")
     m.add_argument("--out", help="output folder (default: reports/<timestamp>-<profile>/)")
     m.add_argument(

@@ -9,7 +9,12 @@ from loadtest.cli.compare_cmd import add_parser as add_compare_parser
 from loadtest.cli.endpoint_flags import HostAction, add_endpoint_check_option, add_fleet_options
 from loadtest.cli.endpoint_options import add_endpoint_options
 from loadtest.cli.export_cmd import add_parser as add_export_parser
-from loadtest.cli.run_options import add_generator_health_option, add_progress_option, add_smoke_option
+from loadtest.cli.run_options import (
+    add_generator_health_option,
+    add_max_requests_option,
+    add_progress_option,
+    add_smoke_option,
+)
 from loadtest.cli.sweep_cmd import add_parser as add_sweep_parser
 from loadtest.fd_limit import raise_open_file_limit
 
@@ -79,6 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_generator_health_option(run, "the run")
     add_smoke_option(run, "the run")
     add_progress_option(run)
+    add_max_requests_option(run)
     run.add_argument(
         "--junit", metavar="PATH", help="write the verdict as JUnit XML (one test case per check)"
     )

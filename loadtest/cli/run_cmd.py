@@ -31,7 +31,9 @@ def run_command(args: argparse.Namespace) -> int:
             )
             profile, duration = prepared.profile, settings.duration_s
             print(
-                f"running {profile.name} for {duration:g}s: {profile.load.describe()}, "
+                f"running {profile.name} for {duration:g}s"
+                + (f" or {settings.max_requests} requests" if settings.max_requests else "")
+                + f": {profile.load.describe()}, "
                 f"{settings.processes} process(es), model {ep.model}; writing {out}/"
             )
             print(f"  {describe_warmup(profile.judging.warmup_s, duration)}")

@@ -37,6 +37,27 @@ def add_smoke_option(parser: argparse.ArgumentParser, what: str) -> None:
     )
 
 
+def add_max_requests_option(parser: argparse.ArgumentParser) -> None:
+    """``--max-requests N`` of run and master: end the load once N units have been issued."""
+    parser.add_argument(
+        "--max-requests",
+        type=_positive_int,
+        metavar="N",
+        help="issue N units (a request, or a whole multi-turn or agent session), then let them finish "
+        "and end the run, or at --duration, whichever comes first (like vllm bench --num-prompts)",
+    )
+
+
+def _positive_int(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if n <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: give at least 1")
+    return n
+
+
 def add_progress_option(parser: argparse.ArgumentParser) -> None:
     """``--progress S`` of run and master: a progress line on stderr every S seconds (0: none)."""
     parser.add_argument(
@@ -71,6 +92,7 @@ def run_options(args: argparse.Namespace, **given: Any) -> RunOptions:
         "generator_health": getattr(args, "generator_health", None),
         "smoke": getattr(args, "smoke", False),
         "progress_s": getattr(args, "progress", 0.0),
+        "max_requests": getattr(args, "max_requests", None),
         "api_key_env": getattr(args, "api_key_env", None),
         "api_key_file": getattr(args, "api_key_file", None),
         "verify_tls": not getattr(args, "insecure", False),

@@ -46,6 +46,13 @@ class Ready(WireMessage):
     records: str | None = None  # the worker's own copy of its records (a path on its host), if any
 
 
+class Issued(WireMessage):
+    """Worker → master: this worker has issued its share of --max-requests; the run ends when all have."""
+
+    TYPE = "loadtest_issued"
+    index: int
+
+
 class Finish(WireMessage):
     """Master → worker: the run is over; drain (at most ``timeout`` s) or not, then send Final."""
 

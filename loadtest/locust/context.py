@@ -108,6 +108,13 @@ class RunContext:
         # Called once, with FailingStreak.info(), when the run fails wholesale; the runtime ends the
         # run (a worker tells its master). None (the web UI): runs are never stopped early.
         self.on_failing: Callable[[dict[str, Any]], None] | None = None
+        # --max-requests: this process's share of the units to issue (None: no bound); on_issued is
+        # called once, when the last of them has been issued (the runtime then ends the load).
+        self.units_left = unit_share(settings.max_requests, worker_index, self.n_workers)
+        # Units taken and units whose run ended: the drain waits for both to agree (an open-loop unit
+        # taken but not yet started has no request in flight yet).
+        self.units_taken = self.units_ended = 0
+        self.on_issued: Callable[[], None] | None = None
         self.failing: dict[str, Any] | None = None
         self._cpu_sampler = gevent.spawn(self._sample_cpu)
 
@@ -144,6 +151,20 @@ class RunContext:
     @staticmethod
     def now() -> tuple[int, float]:
         return time.perf_counter_ns(), time.time()
+
+    def take_unit(self) -> bool:
+        """Whether another unit may be issued (--max-requests); the last one allowed calls on_issued."""
+        left = self.units_left
+        if left is None:
+            self.units_taken += 1
+            return True
+        if left <= 0:
+            return False
+        self.units_left = left - 1
+        self.units_taken += 1
+        if left == 1 and self.on_issued is not None:
+            self.on_issued()
+        return True
 
     def skip_arrival(self) -> None:
         """An open-loop arrival not sent because load.max_in_flight was reached (counted in run.json)."""
@@ -185,3 +206,10 @@ class RunContext:
         self._cpu_sampler.kill(block=False)
         self.recorder.flush()
         self.log.close()
+
+
+def unit_share(total: int | None, index: int, n: int) -> int | None:
+    """Worker ``index`` of ``n``'s share of ``total`` units (None: no bound); the shares add up to it."""
+    if total is None:
+        return None
+    return total // n + (1 if index < total % n else 0)

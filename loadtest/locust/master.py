@@ -28,6 +28,7 @@ from loadtest.contracts.messages import (
     Final,
     Finish,
     Hello,
+    Issued,
     MessageError,
     Ready,
     Settings,
@@ -107,7 +108,10 @@ class MasterSession:
         self.sink = RecordSink(self.out)
         self.workers: dict[int, _Worker] = {}
         self.by_client: dict[str, _Worker] = {}
-        self.failing: list[dict[str, Any]] = []  # the first worker's word that the endpoint fails wholesale
+        self.failing: list[dict[str, Any]] = []
+        self.issued: set[int] = (
+            set()
+        )  # workers that issued their share of --max-requests  # the first worker's word that the endpoint fails wholesale
         self.stopper = Stopper()
         self.procs: dict[int, subprocess.Popen] = {}  # pid → local worker process
 
@@ -167,6 +171,12 @@ class MasterSession:
             if final.left:
                 _forget(self.runner, w.client_id)
 
+    def on_issued(self, environment: Environment, msg: Message, **_kw: Any) -> None:
+        """--max-requests: once every worker has issued its share, the load ends (the drain follows)."""
+        self.issued.add(from_data(Issued, msg.data).index)
+        if len(self.issued) >= self.n:
+            self.stopper.event.set()
+
     def on_failing(self, environment: Environment, msg: Message, **_kw: Any) -> None:
         if not self.failing:
             self.failing.append(dict(from_data(Failing, msg.data).info))
@@ -180,6 +190,7 @@ class MasterSession:
         self.runner.register_message(Ready.TYPE, self.on_ready)
         self.runner.register_message(Final.TYPE, self.on_final)
         self.runner.register_message(Failing.TYPE, self.on_failing)
+        self.runner.register_message(Issued.TYPE, self.on_issued)
         self.stopper.install()
 
     # ---- the run ----

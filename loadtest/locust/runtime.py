@@ -98,7 +98,7 @@ def drain(ctx: RunContext, timeout: float) -> None:
     """Let requests in flight finish, at most ``timeout`` s; those still waiting then are the endpoint's."""
     ctx.stopping = True
     deadline = time.monotonic() + timeout
-    while ctx.in_flight > 0 and time.monotonic() < deadline:
+    while (ctx.in_flight > 0 or ctx.units_ended < ctx.units_taken) and time.monotonic() < deadline:
         gevent.sleep(0.05)
     if ctx.in_flight > 0:
         ctx.drain_expired_s = timeout
@@ -113,6 +113,7 @@ def run_local(settings: RunSettings) -> RunOutcome:
     stopper = Stopper()
     stopper.install()
     ctx.on_failing = lambda _info: stopper.event.set()  # end the wait; the drain and results follow
+    ctx.on_issued = stopper.event.set  # --max-requests: all issued; the drain lets them finish
     runner = env.create_local_runner()
     tune_gc()
     started = time.time()

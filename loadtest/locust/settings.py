@@ -48,6 +48,7 @@ class RunSettings:
     # run/tokens.settle_tokenizer; run.json's `tokens` describes it.
     tokenizer_source: dict | None = None
     progress_s: float = 10.0  # a progress line on the console every this many seconds (0: none)
+    max_requests: int | None = None  # --max-requests: units issued in all (split over the processes)
 
     def profile(self) -> tuple[Profile, Path]:
         """The profile as this run uses it: the file, with the command line's overrides applied."""

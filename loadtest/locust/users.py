@@ -108,16 +108,19 @@ def run_unit(
     last: RequestRecord | None = None
     sched_ns, sched_epoch = first_ns, first_epoch
     step = first
-    while step is not None:
-        if last is not None:
-            if ctx.stopping:
-                return last  # the run is over: a session does not start another call
-            if step.think_before_s > 0:
-                gevent.sleep(step.think_before_s)
-            sched_ns, sched_epoch = RunContext.now()
-        last = send_with_retries(ctx, client, step.request, sched_ns, sched_epoch)
-        step = unit.next(last)
-    return last
+    try:
+        while step is not None:
+            if last is not None:
+                if ctx.stopping:
+                    return last  # the run is over: a session does not start another call
+                if step.think_before_s > 0:
+                    gevent.sleep(step.think_before_s)
+                sched_ns, sched_epoch = RunContext.now()
+            last = send_with_retries(ctx, client, step.request, sched_ns, sched_epoch)
+            step = unit.next(last)
+        return last
+    finally:
+        ctx.units_ended += 1
 
 
 class ClosedLoopUser(User):
@@ -138,7 +141,7 @@ class ClosedLoopUser(User):
 
     @task
     def one_unit(self) -> None:
-        if self.ctx.stopping:
+        if self.ctx.stopping or not self.ctx.take_unit():
             raise StopUser()
         unit = self.ctx.workload.unit(self.ctx.next_closed_loop_index())
         first = unit.next(None)
@@ -188,7 +191,7 @@ class OpenLoopUser(User):
                 delay = (sched_ns - time.perf_counter_ns()) / 1e9
                 if delay > 0:
                     gevent.sleep(delay)
-                if ctx.stopping:
+                if ctx.stopping or not ctx.take_unit():
                     break
                 if cap is not None and ctx.in_flight >= cap:
                     ctx.skip_arrival()  # over the profile's in-flight cap: counted, not sent

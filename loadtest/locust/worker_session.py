@@ -25,6 +25,7 @@ from loadtest.contracts.messages import (
     Final,
     Finish,
     Hello,
+    Issued,
     MessageError,
     Ready,
     Report,
@@ -142,6 +143,7 @@ class WorkerSession:
         self.env.loadtest = ctx  # type: ignore[attr-defined]  # our context rides on locust's Environment
         # The endpoint fails wholesale here: the master ends the run for every worker.
         ctx.on_failing = lambda info: send(self.runner, Failing(index=ctx.worker_index, info=info))
+        ctx.on_issued = lambda: send(self.runner, Issued(index=ctx.worker_index))
         self.ctx = ctx
         reply.records = str(ctx.log.path.resolve()) if ctx.log.path != Path(os.devnull) else None
         send(self.runner, reply)

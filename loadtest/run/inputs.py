@@ -106,6 +106,7 @@ def prepare_settings(options: RunOptions, profile_path: Path, *, host: str = "")
         tokenizer=options.tokenizer,
         slo=options.slo,
         progress_s=options.progress_s,
+        max_requests=options.max_requests,
     )
     try:
         api_key = load_api_key(settings.api_key_env, settings.api_key_file)

@@ -32,6 +32,7 @@ class RunOptions:
     generator_health: GeneratorHealthOption | None = None
     smoke: bool = False  # --smoke: the profile's minimums reported, not applied (judging.smoke)
     progress_s: float = 0.0  # --progress: a console line every this many seconds (0: none)
+    max_requests: int | None = None  # --max-requests: issue this many units, then end the load
     api_key_env: str | None = None  # the name of the variable holding the key
     api_key_file: str | None = None
     verify_tls: bool = True
