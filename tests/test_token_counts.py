@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from pathlib import Path
 from typing import Any
 
@@ -210,3 +211,27 @@ def test_a_model_served_from_a_local_folder_brings_its_own_tokenizer(
     assert all(ln["usage_prompt_tokens"] < 0.8 * ln["prompt_tokens"] for ln in lines if ln["outcome"] == "ok")
     msgs = [{"role": "user", "content": "x"}]
     assert tiny.count_chat(msgs) == len(tiny.encode("<|user|>\nx<|end|>\n<|assistant|>\n"))
+
+
+def test_token_agreement_compares_input_tokens_too(tmp_path: Path, empty_hf_cache: Path) -> None:
+    """cl100k counts prompts differently from the engine's Llama 3 tokenizer: the agreement check counts
+    the input disagreements and names them; with the engine's own tokenizer nothing disagrees."""
+    wrong = write_profile(tmp_path / "wrong.yaml", tokenizer="cl100k", duration_s=1.5)
+    right = write_profile(tmp_path / "right.yaml", tokenizer="llama3", duration_s=1.5)
+    with SimProcess(speedup=8) as sim:
+        bad, _ = _run(tmp_path, "wrong", wrong, sim.base_url)
+        good, _ = _run(tmp_path, "right", right, sim.base_url)
+    lines = read_lines([tmp_path / "wrong" / "records.jsonl"])
+    ok = [ln for ln in lines if ln["outcome"] == "ok"]
+    differ = sum(ln["usage_prompt_tokens"] != ln["prompt_tokens"] for ln in ok)
+    tok = bad["metrics"]["tokens"]
+    assert differ == len(ok) > 0 and tok["input_mismatched_requests"] == differ
+    check = next(c for c in bad["verdict"]["checks"] if c["name"] == "token_agreement")
+    assert check["passed"] is False
+    # The check judges the judged window (after the warm-up): every request there disagrees on input.
+    said = re.search(r"input: (\d+), output: (\d+) of (\d+) requests", check["detail"])
+    assert said is not None, check["detail"]
+    assert int(said[1]) == int(said[3]) > 0 and int(said[2]) == 0
+    assert good["metrics"]["tokens"]["input_mismatched_requests"] == 0
+    check = next(c for c in good["verdict"]["checks"] if c["name"] == "token_agreement")
+    assert check["passed"] is True and "input: 0, output: 0 of" in check["detail"]

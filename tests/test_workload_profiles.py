@@ -13,6 +13,7 @@ import yaml
 from loadtest.client.record import RequestRecord
 from loadtest.profile.loader import load_profile
 from loadtest.profile.schema import Profile
+from loadtest.run.inputs import SCHEDULE_TAIL_S
 from loadtest.sim import SimProcess
 from loadtest.traces import read_trace, trace_stats
 from loadtest.workload.builder import Workload
@@ -239,7 +240,8 @@ def test_rate_stages_follow_their_rates_and_end_by_themselves(tmp_path: Path) ->
         res = run_cli(["run", "--profile", str(prof), "--host", sim.base_url, "--out", str(tmp_path / "o")])
     assert res.returncode == 0, res.stderr
     run = json.loads((tmp_path / "o" / "run.json").read_text())
-    assert abs(run["config"]["duration_s"] - 4.0) < 0.01  # the schedule's own length
+    # The schedule's own length, and the tail that lets its last arrival be sent.
+    assert abs(run["config"]["duration_s"] - (4.0 + SCHEDULE_TAIL_S)) < 0.01
     recs = read_lines([tmp_path / "o" / "records.jsonl"])
     t0 = min(r["t"] for r in recs)
     first = sum(1 for r in recs if r["t"] - t0 < 2)

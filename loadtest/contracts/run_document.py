@@ -162,6 +162,7 @@ class TokenTotals(_Section):
     usage_input_total: int | None
     usage_cached_total: int | None
     mismatched_requests: int
+    input_mismatched_requests: int = 0
 
 
 class GeneratorFigures(_Section):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections import deque
+from collections.abc import Iterable, Iterator
 
 import gevent
 from gevent.pool import Group
@@ -14,7 +16,7 @@ from loadtest.client.openai import OpenAIClient, PreparedRequest
 from loadtest.client.record import RequestRecord
 from loadtest.locust.context import RunContext
 from loadtest.schedule.arrivals import split
-from loadtest.workload.builder import Step, Unit
+from loadtest.workload.builder import Step, Unit, Workload
 
 
 def _context(user: User) -> RunContext:
@@ -60,6 +62,10 @@ def send_and_account(
 
 RETRYABLE_OUTCOMES = frozenset({"http_429", "http_5xx"})
 IDLE_SPARE = 8  # open loop: idle keep-alive connections kept beyond the number of units in flight
+# Open loop: units are built ahead of their time (a trace's burst of arrivals at one timestamp too),
+# so that the schedule lag measures sending, not building: up to LOOKAHEAD_S ahead, AHEAD_MAX units.
+LOOKAHEAD_S = 1.0
+AHEAD_MAX = 512
 # Closed loop: the first wait after a failed unit; it doubles per failure in a row, up to the
 # profile's client.failure_backoff_max_s (default 1 s), and a success resets it.
 FAILURE_BACKOFF_FIRST_S = 0.05
@@ -123,6 +129,49 @@ def run_unit(
         ctx.units_ended += 1
 
 
+@dataclasses.dataclass(slots=True)
+class Arrival:
+    """One scheduled unit, its first call built: ``offset`` seconds after the dispatcher's start."""
+
+    index: int
+    offset: float
+    unit: Unit
+    first: Step | None
+
+
+class Ahead:
+    """A worker's share of the schedule, each unit built before its time: the arrivals of the start
+    (a burst at t = 0) before the schedule starts, later ones in the slack before each send, up to
+    ``LOOKAHEAD_S`` ahead (a later burst is ready when its time comes)."""
+
+    def __init__(self, workload: Workload, arrivals: Iterable[tuple[int, float]]) -> None:
+        self._workload = workload
+        self._source: Iterator[tuple[int, float]] = iter(arrivals)
+        self._peek = next(self._source, None)
+        self.pending: deque[Arrival] = deque()
+
+    def build_next(self) -> bool:
+        """Build the next scheduled unit into ``pending``; False when the schedule is over."""
+        if self._peek is None:
+            return False
+        index, offset = self._peek
+        self._peek = next(self._source, None)
+        unit = self._workload.unit(index)
+        self.pending.append(Arrival(index, offset, unit, unit.next(None)))
+        return True
+
+    def may_build(self, now_s: float) -> bool:
+        """Whether the next unit is due within ``LOOKAHEAD_S`` of ``now_s`` (and room is left)."""
+        return (
+            self._peek is not None and len(self.pending) < AHEAD_MAX and self._peek[1] <= now_s + LOOKAHEAD_S
+        )
+
+    def prefill(self, until_s: float) -> None:
+        """Build every unit due by ``until_s`` (at most ``AHEAD_MAX``)."""
+        while self._peek is not None and self._peek[1] <= until_s and len(self.pending) < AHEAD_MAX:
+            self.build_next()
+
+
 class ClosedLoopUser(User):
     """One concurrent stream: runs the next unit (a request or a whole session) as soon as the last ended.
 
@@ -181,22 +230,24 @@ class OpenLoopUser(User):
     @task
     def dispatch(self) -> None:
         ctx = self.ctx
-        cap = ctx.profile.load.max_in_flight
+        ahead = Ahead(ctx.workload, split(ctx.workload.arrival_offsets(), ctx.worker_index, ctx.n_workers))
+        ahead.prefill(0.0)  # the arrivals at t = 0 are built before the schedule starts
         t0_ns, t0_epoch = RunContext.now()
         try:
-            for index, offset in split(ctx.workload.arrival_offsets(), ctx.worker_index, ctx.n_workers):
-                unit = ctx.workload.unit(index)
-                first = unit.next(None)  # built before its time comes: not counted as generator lag
-                sched_ns = t0_ns + int(offset * 1e9)
-                delay = (sched_ns - time.perf_counter_ns()) / 1e9
-                if delay > 0:
-                    gevent.sleep(delay)
+            while ahead.pending or ahead.build_next():
+                a = ahead.pending[0]
+                sched_ns = t0_ns + int(a.offset * 1e9)
+                now_ns = time.perf_counter_ns()
+                if sched_ns > now_ns:
+                    if not ctx.stopping and ahead.may_build((now_ns - t0_ns) / 1e9):
+                        ahead.build_next()  # in the slack before this send: not counted as generator lag
+                        gevent.sleep(0)  # the units just started send first
+                        continue
+                    gevent.sleep((sched_ns - now_ns) / 1e9)
+                ahead.pending.popleft()
                 if ctx.stopping or not ctx.take_unit():
                     break
-                if cap is not None and ctx.in_flight >= cap:
-                    ctx.skip_arrival()  # over the profile's in-flight cap: counted, not sent
-                    continue
-                self.requests.spawn(self._run, unit, first, sched_ns, t0_epoch + offset)
+                self._start(a, sched_ns, t0_epoch)
             self.requests.join()  # drain: units already started finish normally
         except gevent.GreenletExit:
             self.requests.kill(block=True)  # interrupted: in-flight requests are recorded as cancelled
@@ -205,3 +256,11 @@ class OpenLoopUser(User):
             for c in self.idle:
                 c.close()
         raise StopUser()
+
+    def _start(self, a: Arrival, sched_ns: int, t0_epoch: float) -> None:
+        """Start one arrival's unit, unless the profile's in-flight cap is reached (counted, not sent)."""
+        cap = self.ctx.profile.load.max_in_flight
+        if cap is not None and self.ctx.in_flight >= cap:
+            self.ctx.skip_arrival()
+            return
+        self.requests.spawn(self._run, a.unit, a.first, sched_ns, t0_epoch + a.offset)

@@ -165,6 +165,11 @@ class Track:
                 inc["usage_cached_tokens"] = rec.cached_tokens_server or 0
                 if rec.completion_tokens_server != rec.completion_tokens_client:
                     inc["token_mismatch_requests"] = 1
+                if (
+                    rec.prompt_tokens_server is not None
+                    and rec.prompt_tokens_server != rec.prompt_tokens_client
+                ):
+                    inc["token_input_mismatch_requests"] = 1
         second = int(end)
         token_seconds = self._output_tokens_by_second(rec, n_out, start) if ok else ()
         for agg in self._both:

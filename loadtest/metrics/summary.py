@@ -74,6 +74,7 @@ def build_metrics(agg: Aggregate) -> dict[str, Any]:
             "usage_input_total": int(t.get("usage_input_tokens", 0)) if usage_reports else None,
             "usage_cached_total": int(t.get("usage_cached_tokens", 0)) if usage_reports else None,
             "mismatched_requests": int(t.get("token_mismatch_requests", 0)),
+            "input_mismatched_requests": int(t.get("token_input_mismatch_requests", 0)),
         },
         "latency_ms": latency,
         "itl_merged": itl_merged(int(t.get("itl_merged_gaps", 0)), latency["itl"]["count"]),

@@ -371,19 +371,25 @@ def _token_check(metrics: Mapping[str, Any], rules: ValidityRules) -> Check | No
     reports = int(_get(metrics, "tokens", "usage_reports") or 0)
     if not reports:
         return None
-    mismatched = int(_get(metrics, "tokens", "mismatched_requests") or 0)
-    share = mismatched / reports
+    output = int(_get(metrics, "tokens", "mismatched_requests") or 0)
+    inputs = int(_get(metrics, "tokens", "input_mismatched_requests") or 0)
+    share = max(output, inputs) / reports
     ok = share <= rules.max_token_mismatch
     return Check(
         "token_agreement",
         ok,
-        f"{mismatched} of {reports} requests ({share * 100:.3g} %) disagree with the server's usage count "
-        f"({'≤' if ok else '>'} {rules.max_token_mismatch * 100:g} %)",
+        f"{_disagreeing(output, inputs, reports)} ({share * 100:.3g} %) disagree with the server's usage "
+        f"count ({'≤' if ok else '>'} {rules.max_token_mismatch * 100:g} %)",
         "tokens",
         share,
         rules.max_token_mismatch,
         blocking=False,
     )
+
+
+def _disagreeing(output: int, inputs: int, reports: int) -> str:
+    """Which counts disagree: 'input: 3, output: 0 of 29 requests'."""
+    return f"input: {inputs}, output: {output} of {reports} requests"
 
 
 def _reason(c: Check) -> str:

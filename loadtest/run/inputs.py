@@ -238,12 +238,18 @@ def _apply_client_policy(settings: RunSettings, profile: Profile, options: RunOp
     settings.retries = retries
 
 
+SCHEDULE_TAIL_S = 1.0
+"""A schedule that ends by itself issues until this long after its last arrival: the dispatcher's clock
+starts when its user does, a little after the run's, so a window ending at the last arrival misses it."""
+
+
 def run_duration(options: RunOptions, profile: Profile, workload: Workload) -> float:
-    """--duration, else the length of a schedule that ends by itself (trace, stages), else the profile's."""
+    """--duration, else the length of a schedule that ends by itself (trace, stages) plus its tail, so
+    that its last arrival is sent; else the profile's."""
     if options.duration:
         return parse_duration(options.duration)
     span = workload.schedule_span_s
-    return span + 0.001 if span is not None else profile.duration_s
+    return span + SCHEDULE_TAIL_S if span is not None else profile.duration_s
 
 
 def with_judging(profile: Profile, options: RunOptions) -> Profile:

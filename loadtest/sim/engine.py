@@ -34,7 +34,8 @@ class EngineCounters:
 
     steps: int = 0
     scheduled_tokens: int = 0
-    generated_tokens: int = 0
+    generated_tokens: int = 0  # vllm:generation_tokens, counted per step as vLLM does
+    prompt_tokens: int = 0  # vllm:prompt_tokens: a request's prompt, counted at the step of its first token
     busy_engine_s: float = 0.0  # modelled engine seconds, before speedup
     late_steps: int = 0  # steps that started behind their deadline and were re-anchored
     preemptions: int = 0  # vllm:num_preemptions
@@ -214,6 +215,7 @@ class Engine:
             c.steps += 1
             c.scheduled_tokens += sum(s.n_new for s in batch)
             c.generated_tokens += len(emitted)
+            c.prompt_tokens += sum(r.prompt_tokens for r in emitted if r.num_output == 1)
             c.busy_engine_s += t_engine
             for req in emitted:
                 req.deliver(req.num_output - 1)

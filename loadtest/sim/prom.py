@@ -47,6 +47,12 @@ class Hist:
         return out
 
 
+def engine_counter(engine: Any, name: str) -> float | None:
+    """A counter of the engine's ``counters`` by name; None where the engine keeps none."""
+    v = getattr(getattr(engine, "counters", None), name, None)
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
 def engine_value(engine: Any, name: str) -> float:
     """An engine counter or gauge by name (on the engine or its counters), 0 where absent."""
     for obj in (engine, getattr(engine, "counters", None)):
@@ -59,7 +65,14 @@ def engine_value(engine: Any, name: str) -> float:
 class SimMetrics(Collector):
     """Server-observed counters and histograms plus engine gauges read at scrape time. The latency
     histograms use vLLM's names and bounds and observe the engine's true times (arrival at the HTTP
-    handler, each token handed to the transport); queue and prefill times are not exposed."""
+    handler, each token handed to the transport); queue and prefill times are not exposed. The token
+    counters advance per engine step, as vLLM's do (generation tokens as they are sampled, a prompt at
+    its first token), so a server tokens/s series moves while long requests run; an engine without
+    such counters falls back to the totals of finished requests."""
+
+    prompt_per_step = (
+        True  # the engine's counters.prompt_tokens is vLLM's (whole prompts at their first token)
+    )
 
     def __init__(self, engine: Any, model_name: str) -> None:
         self.engine = engine
@@ -125,8 +138,18 @@ class SimMetrics(Collector):
         yield self._counter(
             "vllm:prefix_cache_hits", "Prefix-cache hit tokens.", engine_value(e, "prefix_hits")
         )
-        yield self._counter("vllm:prompt_tokens", "Prefill tokens processed.", self.prompt_tokens)
-        yield self._counter("vllm:generation_tokens", "Generation tokens served.", self.generation_tokens)
+        prompt = engine_counter(e, "prompt_tokens") if self.prompt_per_step else None
+        generated = engine_counter(e, "generated_tokens")
+        yield self._counter(
+            "vllm:prompt_tokens",
+            "Prefill tokens processed.",
+            self.prompt_tokens if prompt is None else prompt,
+        )
+        yield self._counter(
+            "vllm:generation_tokens",
+            "Generation tokens served.",
+            self.generation_tokens if generated is None else generated,
+        )
         ok = CounterMetricFamily(
             "vllm:request_success", "Finished requests.", labels=["model_name", "finished_reason"]
         )

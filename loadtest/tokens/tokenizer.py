@@ -149,19 +149,20 @@ class Tokenizer:
     def encode_request(
         self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None = None
     ) -> list[int]:
-        """Prompt ids of a chat request, tools included: the templated messages, then the JSON of the
-        tool definitions and of each assistant tool call (how templates render them, as JSON text).
-        The workload counts prompts and the embedded engine prefills them with this same function."""
-        ids = self.encode_chat(messages)
-        for extra in _tool_texts(messages, tools):
-            ids += self.encode(extra)
-        return ids
+        """Prompt ids of a chat request, tools included where chat templates render them
+        (``tools_in_place``): the tool definitions' JSON at the head of the first user message, each
+        assistant tool call's JSON in its own message. The workload counts prompts and the embedded
+        engine prefills them with this same function."""
+        placed, rest = tools_in_place(messages, tools)
+        ids = self.encode_chat(placed)
+        return ids + self.encode(rest) if rest else ids
 
     def count_request(
         self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None = None
     ) -> int:
         """``len(encode_request(...))`` without building the ids."""
-        return self.count_chat(messages) + sum(self.count(t) for t in _tool_texts(messages, tools))
+        placed, rest = tools_in_place(messages, tools)
+        return self.count_chat(placed) + (self.count(rest) if rest else 0)
 
     def count_chat(self, messages: Sequence[dict[str, Any]]) -> int:
         """Prompt tokens of a chat request: the templated prompt, special tokens included.
@@ -236,11 +237,25 @@ def _harmony(messages: Sequence[dict[str, Any]]) -> str:
     return "".join(parts) + "<|start|>assistant"
 
 
-def _tool_texts(messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None) -> list[str]:
-    """The JSON texts a request's tools and tool calls add to its prompt (``json.dumps``, key order kept)."""
-    texts = [json.dumps(list(tools))] if tools else []
-    texts += [json.dumps(list(m["tool_calls"])) for m in messages if m.get("tool_calls")]
-    return texts
+def tools_in_place(
+    messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None
+) -> tuple[list[dict[str, Any]], str]:
+    """The messages with tools rendered where chat templates put them, as JSON text (``json.dumps``,
+    key order kept); Llama 3.1's template puts the tool definitions at the head of the first user
+    message and each tool call in its assistant message (docs/sources.md §7). So a conversation's
+    prompt grows at its end only and a prefix cache keeps the tools. Returns the messages and the
+    tools' text no user message took ("" when placed)."""
+    tools_text = json.dumps(list(tools)) if tools else ""
+    out: list[dict[str, Any]] = []
+    for m in messages:
+        if calls := m.get("tool_calls"):
+            m = {k: v for k, v in m.items() if k != "tool_calls"}
+            m["content"] = _text_of(m.get("content")) + json.dumps(list(calls))
+        elif tools_text and m.get("role") == "user":
+            m = {**m, "content": tools_text + "\n\n" + _text_of(m.get("content"))}
+            tools_text = ""
+        out.append(m)
+    return out, tools_text
 
 
 def _text_of(content: Any) -> str:

@@ -9,7 +9,8 @@ Supported formats (`TRACE_FORMATS`; `read_trace(path)` sniffs the first line whe
 - ``burstgpt``: BurstGPT CSV, ``Timestamp`` (s), ``Model``, ``Request tokens``, ``Response tokens``,
   ``Total tokens``, ``Log Type``; rows with 0 response tokens are failed requests and are kept.
 - ``bailian``: Qwen-Bailian JSONL, ``chat_id, parent_chat_id, timestamp (s), input_length,
-  output_length, type, turn, hash_ids``; session = root chat_id of the conversation.
+  output_length, type, turn, hash_ids``; session = root chat_id of the conversation; ``hash_ids``
+  are 16-token blocks (``trace_block_tokens`` gives each format's block size).
 - ``loadtest``: this project's own JSONL, one object per line::
 
       {"t": 0.25, "input_tokens": 812, "output_tokens": 96,
@@ -29,7 +30,7 @@ from loadtest.traces.bailian import read_bailian
 from loadtest.traces.burstgpt import read_burstgpt
 from loadtest.traces.empirical import QUANTILE_GRID, empirical_points, empirical_spec
 from loadtest.traces.errors import TraceFormatError
-from loadtest.traces.formats import TRACE_FORMATS, read_trace, sniff_format
+from loadtest.traces.formats import TRACE_FORMATS, read_trace, sniff_format, trace_block_tokens
 from loadtest.traces.mooncake import read_mooncake
 from loadtest.traces.native import read_loadtest
 from loadtest.traces.record import BLOCK_TOKENS, TraceRecord
@@ -53,6 +54,7 @@ __all__ = [
     "read_trace",
     "rescale",
     "sniff_format",
+    "trace_block_tokens",
     "trace_stats",
     "window",
 ]

@@ -14,7 +14,7 @@ from loadtest.traces.burstgpt import read_burstgpt
 from loadtest.traces.errors import TraceFormatError
 from loadtest.traces.mooncake import read_mooncake
 from loadtest.traces.native import read_loadtest
-from loadtest.traces.record import TraceRecord
+from loadtest.traces.record import BLOCK_TOKENS, FORMAT_BLOCK_TOKENS, TraceRecord
 
 Reader = Callable[[Path], list[TraceRecord]]
 
@@ -69,3 +69,9 @@ def read_trace(path: Path | str, format: str = "auto") -> list[TraceRecord]:
             f"unknown trace format {name!r}; expected auto or one of {sorted(TRACE_FORMATS)}"
         ) from None
     return reader(path)
+
+
+def trace_block_tokens(path: Path | str, format: str = "auto") -> int:
+    """Tokens per ``hash_ids`` block in a trace of ``format`` (auto: sniffed), 512 where it has none."""
+    name = sniff_format(Path(path)) if format == "auto" else format
+    return FORMAT_BLOCK_TOKENS.get(name, BLOCK_TOKENS)

@@ -7,6 +7,10 @@ from dataclasses import dataclass
 BLOCK_TOKENS = 512
 """Tokens per hash block in Mooncake-style traces (Qwen-Bailian traces use 16)."""
 
+FORMAT_BLOCK_TOKENS = {"mooncake": 512, "bailian": 16, "loadtest": BLOCK_TOKENS}
+"""Tokens per hash block by trace format (docs/traces.md): Mooncake's 512, Qwen-Bailian's 16 (its
+README: "16 tokens per block"); this project's own JSONL follows Mooncake."""
+
 
 @dataclass(frozen=True, slots=True)
 class TraceRecord:

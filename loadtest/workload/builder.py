@@ -16,7 +16,7 @@ from loadtest.client.record import RequestRecord
 from loadtest.profile.schema import Profile, Scenario
 from loadtest.schedule.arrivals import arrival_offsets, stage_offsets, trace_offsets
 from loadtest.tokens.tokenizer import Tokenizer, get_tokenizer
-from loadtest.traces import TraceRecord, read_trace, rescale, window
+from loadtest.traces import BLOCK_TOKENS, TraceRecord, read_trace, rescale, trace_block_tokens, window
 from loadtest.workload.api_requests import build_request
 from loadtest.workload.images import image_part, user_content
 from loadtest.workload.lengths import sample_length, sample_seconds
@@ -88,6 +88,8 @@ def _session_request(call: SessionCall, sc: Scenario, profile: Profile, suffix: 
     body: dict[str, Any] = {"messages": call.messages, "max_tokens": call.max_tokens}
     if call.tools:
         body["tools"] = call.tools
+        if call.answer_in_text:  # a turn ends with the agent's answer to the user, not another call
+            body["tool_choice"] = "none"
     _length_controls(body, call.max_tokens, sc)
     return PreparedRequest(
         request_id=f"{sc.name}-{suffix}",
@@ -135,10 +137,11 @@ class Workload:
         for s in self.scenarios:
             acc += s.weight / total
             self._cumulative.append(acc)
-        self.prefixes = PrefixBank(self.seed, self.tokenizer, nonce=self.nonce)
+        self.trace: list[TraceRecord] | None = self._load_trace()
+        self.block_tokens = self._trace_block_tokens()
+        self.prefixes = self._prefix_bank(self.nonce)
         self._system: dict[str, str] = {s.name: self._system_prompt(s) for s in self.scenarios}
         self._overhead: dict[str, int] = {}
-        self.trace: list[TraceRecord] | None = self._load_trace()
 
     # ---- what to send ----
     def scenario_for(self, index: int) -> Scenario:
@@ -199,6 +202,14 @@ class Workload:
         if spec.max_requests is not None:
             records = records[: spec.max_requests]
         return records
+
+    def _trace_block_tokens(self) -> int:
+        """Tokens per hash-id block: the trace format's own (Bailian 16, Mooncake 512)."""
+        spec = self.profile.load.trace
+        return BLOCK_TOKENS if spec is None else trace_block_tokens(Path(spec.path), spec.format)
+
+    def _prefix_bank(self, nonce: int | None) -> PrefixBank:
+        return PrefixBank(self.seed, self.tokenizer, block_tokens=self.block_tokens, nonce=nonce)
 
     def salt_lead(self, sc: Scenario, key: int | str) -> str:
         """The salt that follows a request's shared prefix: the per-query salt (``salt: true``) or the
@@ -343,7 +354,7 @@ class Workload:
             return
         saved = self.nonce, self.prefixes
         self.nonce = FINGERPRINT_NONCE
-        self.prefixes = PrefixBank(self.seed, self.tokenizer, nonce=FINGERPRINT_NONCE)
+        self.prefixes = self._prefix_bank(FINGERPRINT_NONCE)
         try:
             yield
         finally:

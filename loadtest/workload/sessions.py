@@ -37,6 +37,7 @@ class SessionCall:
     prompt_tokens: int = 0
     turn: int = 0
     call: int = 0
+    answer_in_text: bool = False  # an agent turn's last call: the tools stay, the answer is text
 
 
 class ChatSession:
@@ -218,7 +219,15 @@ class AgentSession:
             return None
         self._awaiting = True
         return SessionCall(
-            messages, self.tools, max_tokens, self.expect_reasoning, think, n, self.turn, self.call
+            messages,
+            self.tools,
+            max_tokens,
+            self.expect_reasoning,
+            think,
+            n,
+            self.turn,
+            self.call,
+            answer_in_text=self.call == self._n_calls - 1,
         )
 
     def record_answer(self, text: str | None, tool_calls: Sequence[dict[str, Any]] | None = None) -> None:

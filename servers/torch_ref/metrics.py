@@ -29,6 +29,8 @@ class TorchRefMetrics(SimMetrics):
     ``vllm:prompt_tokens_total``, ``vllm:time_to_first_token_seconds``...) plus
     ``vllm:gpu_cache_usage_perc`` (the name before vLLM V1) and ``vllm:iteration_steps_total``."""
 
+    prompt_per_step = False  # its counters.prompt_tokens counts computed prefill tokens, not prompts
+
     def collect(self) -> Iterator[Any]:
         yield from super().collect()
         e = self.engine
