@@ -37,6 +37,7 @@ class SessionCall:
     prompt_tokens: int = 0
     turn: int = 0
     call: int = 0
+    reference: str | None = None  # a dataset's reference answer for this call (quality checks)
 
 
 class ChatSession:
