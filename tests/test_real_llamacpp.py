@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 from real_engines import LlamaCppServer, print_figures, run_load
 
+from loadtest.tokens.tokenizer import get_tokenizer
+
 pytestmark = [pytest.mark.real_engine, pytest.mark.timeout(600)]
 
 
@@ -60,3 +62,37 @@ def test_interrupted_requests_are_empty_and_fail_the_run(tmp_path: Path) -> None
     assert empty, [(r["outcome"], r["error"]) for r in records][:5]
     assert run["metrics"]["latency_ms"]["e2e"]["count"] == run["metrics"]["requests"]["ok"]
     assert "empty" in run["verdict"]["reasons"][0], run["verdict"]["reasons"]
+
+
+def test_a_sharegpt_dataset_runs_with_its_sessions_on_llamacpp(tmp_path: Path) -> None:
+    """Real prompts on a real server: the sample conversations' system turns, histories and later turns
+    are accepted by llama.cpp's chat template, and each answer is capped at the reference's length."""
+    data = Path(__file__).resolve().parents[1] / "traffic_profiles" / "datasets" / "sharegpt.json"
+    prof = tmp_path / "p.yaml"
+    prof.write_text(
+        json.dumps(
+            {
+                "name": "llamacpp-dataset",
+                "dataset": {"path": str(data), "output_tokens": "reference"},
+                "load": {"concurrency": 1},
+                "duration_s": 10,
+            }
+        )
+    )
+    with LlamaCppServer(tmp_path / "server.log", interrupt_requests=False) as srv:
+        res, run, records = run_load(["--profile", str(prof), "--host", srv.url], tmp_path / "o")
+        server_log = srv.tail()
+    assert res.returncode == 0, (res.stdout + res.stderr)[-3000:] + server_log
+    assert records and all(r["outcome"] == "ok" for r in records), [r["error"] for r in records][:3]
+    assert all(r["finish_reason"] in ("stop", "length") for r in records)
+    later = [r for r in records if "." in r["id"] and not r["id"].endswith(".1")]
+    assert later, [r["id"] for r in records]  # a conversation's later turns went out, with their history
+    tokenizer = run["tokens"]["tokenizer"]["name"]  # the client's count (a guess here: no SmolLM2 tokenizer)
+    tok = get_tokenizer(tokenizer)
+    answers = [
+        t["value"] for c in json.loads(data.read_text()) for t in c["conversations"] if t["from"] == "gpt"
+    ]
+    assert {r["requested_output_tokens"] for r in records} <= {
+        tok.count(a) for a in answers
+    }  # reference lengths
+    print_figures("llama.cpp dataset", run, records)

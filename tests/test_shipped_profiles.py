@@ -32,6 +32,7 @@ SHIPPED = [
     "multi-turn-chat",
     "shared-prefix-chat",
     "vision-chat",
+    "sharegpt-chat",
 ]
 
 # docs/sources.md §1: p99 TTFT / p99 TPOT limits in ms (Server, Interactive) and max output tokens.

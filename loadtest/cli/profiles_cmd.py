@@ -9,6 +9,8 @@ import yaml
 
 from loadtest.profile.loader import ProfileError, load_profile, shipped_profiles
 from loadtest.profile.schema import Profile
+from loadtest.tokens.tokenizer import get_tokenizer
+from loadtest.workload.dataset import load_dataset
 
 EXIT_OK, EXIT_INVALID = 0, 2
 
@@ -16,7 +18,17 @@ EXIT_OK, EXIT_INVALID = 0, 2
 def describe_scenarios(profile: Profile) -> str:
     """Scenario names with their kind and share of the traffic."""
     shares = profile.scenario_weights()
-    return ", ".join(f"{s.name} ({s.kind}, {shares[s.name]:.0%})" for s in profile.scenarios)
+    return ", ".join(
+        f"{s.name} ({'dataset' if s.dataset is not None else s.kind}, {shares[s.name]:.0%})"
+        for s in profile.scenarios
+    )
+
+
+def check_datasets(profile: Profile) -> None:
+    """Read every dataset the profile names (ValueError: the file, the field and the fix)."""
+    for i, sc in enumerate(profile.scenarios):
+        if sc.dataset is not None:
+            load_dataset(sc, i, get_tokenizer(profile.tokenizer), sc.api or profile.api, profile.seed)
 
 
 def _list() -> int:
@@ -52,10 +64,14 @@ def _validate(files: list[str]) -> int:
     rc = EXIT_OK
     for f in files:
         try:
-            load_profile(f)
+            profile, path = load_profile(f)
+            check_datasets(profile)
             print(f"OK {f}")
         except ProfileError as e:
             print(e, file=sys.stderr)
+            rc = EXIT_INVALID
+        except ValueError as e:  # a dataset (or the tokenizer it is counted with) that cannot be used
+            print(f"{path}: {e}", file=sys.stderr)
             rc = EXIT_INVALID
     return rc
 

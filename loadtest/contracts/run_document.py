@@ -249,8 +249,19 @@ class Tool(_Section):
     version: str
 
 
-class Workload(_Section):
+class DatasetInfo(_Section):
+    """A dataset scenario's file as the run used it (docs/datasets.md)."""
+
+    file: str  # the file's name (where it lies is not part of the workload)
+    sha256: str  # of its content (a save_to_disk folder: of its Arrow files)
+    rows: int  # conversations or rows read
+    conversations: int  # used, after the filters and the sample
+    requests: int  # in those conversations (a multi-turn one counts each user turn)
+
+
+class Workload(_OptionalSection):
     fingerprint: str
+    datasets: dict[str, DatasetInfo] | None = None  # by scenario, when the profile has dataset scenarios
 
 
 class Files(_Section):

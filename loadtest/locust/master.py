@@ -44,6 +44,7 @@ from loadtest.locust.shipping import RecordSink
 from loadtest.metrics.judged import record_from_line
 from loadtest.metrics.recorder import Recorder, RunAggregates
 from loadtest.profile.loader import load_profile
+from loadtest.profile.schema import Profile
 from loadtest.results.record_log import read_lines
 from loadtest.workload.builder import Workload
 
@@ -83,6 +84,7 @@ def settings_payload(settings: RunSettings, index: int = 0) -> Settings:
         and isinstance(data["load"].get("trace"), dict)
     ):
         data["load"]["trace"]["path"] = trace.path  # resolved against the master's profile folder
+    _absolute_datasets(data, profile)
     return Settings(
         index=index,
         settings=settings.to_json(),
@@ -90,6 +92,19 @@ def settings_payload(settings: RunSettings, index: int = 0) -> Settings:
         profile_name=path.stem,
         fingerprint=Workload(profile, settings.seed).fingerprint(),
     )
+
+
+def _absolute_datasets(data: dict[str, Any], profile: Profile) -> None:
+    """Each scenario's dataset path in ``data`` as the master resolved it (a worker's copy of the
+    profile lies in another folder), in the scenario list or the flat form."""
+    listed = data.get("scenarios")
+    if isinstance(listed, list):
+        specs = [s.get("dataset") if isinstance(s, dict) else None for s in listed]
+    else:
+        specs = [data.get("dataset")]
+    for spec, sc in zip(specs, profile.scenarios, strict=False):
+        if isinstance(spec, dict) and sc.dataset is not None:
+            spec["path"] = sc.dataset.path
 
 
 class MasterSession:

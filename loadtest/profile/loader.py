@@ -128,6 +128,8 @@ def parse_profile(data: Any, path: Path) -> Profile:
     for i, sc in enumerate(profile.scenarios):
         if sc.raw is not None:  # api: raw: the recorded bodies, relative to the profile like a trace
             sc.raw.file = str(_inside(path, sc.raw.file, f"scenarios[{i}].raw.file"))
+        if sc.dataset is not None:  # a prompt dataset, relative to the profile like a trace
+            sc.dataset.path = str(_inside(path, sc.dataset.path, f"scenarios[{i}].dataset.path"))
     if profile.tokenizer.lower() not in TOKENIZER_ALIASES:
         # not a bundled encoding: a tokenizer file or folder, found like a trace, inside the profile's folder
         profile.tokenizer = str(_inside(path, profile.tokenizer, "tokenizer"))

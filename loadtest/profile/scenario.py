@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from loadtest.profile.base import NAME_PATTERN, Strict, rule_error
+from loadtest.profile.dataset import DatasetSpec
 from loadtest.profile.dists import Dist, Length
 from loadtest.profile.request import Api, RawSpec
 
@@ -63,6 +64,22 @@ def _length_optional(sc: Scenario, key: str) -> bool:
     return sc.raw is not None or (sc.api in ("embeddings", "rerank") and key == "output_tokens")
 
 
+# Scenario keys that make synthetic text: a dataset's prompts are sent as they are (docs/datasets.md).
+_NOT_WITH_DATASET = ("input_tokens", "output_tokens", "salt", "system_prompt_tokens", "prefix", "images")
+
+
+def _check_dataset(sc: Scenario) -> None:
+    if sc.kind != "chat":
+        raise rule_error(
+            f"a dataset scenario is kind chat (multi-turn conversations become sessions by themselves; kind is {sc.kind})",
+            "kind",
+        )
+    for key in _NOT_WITH_DATASET:
+        if key in sc.model_fields_set and getattr(sc, key) not in (None, False, 0):
+            fix = "set output lengths with dataset.output_tokens" if key == "output_tokens" else "remove it"
+            raise rule_error(f"a dataset scenario sends the dataset's prompts as they are: {fix}", key)
+
+
 class Scenario(Strict):
     """A weighted part of the traffic mix."""
 
@@ -82,9 +99,13 @@ class Scenario(Strict):
     images: ImageSpec | None = None
     raw: RawSpec | None = None  # api: raw: the recorded bodies to replay
     inputs_per_request: int = Field(default=1, ge=1, le=2048)  # embeddings: batched inputs; rerank: documents
+    dataset: DatasetSpec | None = None  # real prompts from a file (docs/datasets.md)
 
     @model_validator(mode="after")
     def _by_kind(self) -> Scenario:
+        if self.dataset is not None:
+            _check_dataset(self)
+            return self
         for key in ("input_tokens", "output_tokens"):
             given = getattr(self, key) is not None
             if self.kind != "trace" and not given and not _length_optional(self, key):

@@ -10,6 +10,7 @@ from pydantic import BeforeValidator, Field, StringConstraints, field_validator,
 
 from loadtest.profile.base import NAME_PATTERN, Strict, rule_error
 from loadtest.profile.client import ClientSpec, RetrySpec
+from loadtest.profile.dataset import DatasetSpec
 from loadtest.profile.dists import (
     DIST_TAGS,
     Dist,
@@ -33,6 +34,7 @@ __all__ = [
     "FLAT_KEYS",
     "AgentSpec",
     "ClientSpec",
+    "DatasetSpec",
     "RunSalt",
     "Dist",
     "Empirical",
@@ -184,6 +186,13 @@ class Profile(Strict):
                     "kind trace needs load.trace (the trace file to replay)", "scenarios", i, "kind"
                 )
             check_api(s, s.api or self.api, i)
+            if s.dataset is not None and (s.api or self.api) not in ("chat", "completions"):
+                raise rule_error(
+                    f"a dataset scenario sends chat or completions requests (api is {s.api or self.api})",
+                    "scenarios",
+                    i,
+                    "api",
+                )
             if (s.api or self.api) == "completions":
                 if s.images is not None:
                     raise rule_error(

@@ -24,7 +24,11 @@ def build_run_document(
     aggregates: RunAggregates,
     record_files: list[str],
     notes: list[str] | None = None,
+    datasets: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
+    workload: dict[str, Any] = {"fingerprint": fingerprint}
+    if datasets:
+        workload["datasets"] = datasets
     return {
         "schema_version": SCHEMA_VERSION,
         "tool": {"name": "loadtest", "version": __version__},
@@ -34,7 +38,7 @@ def build_run_document(
         "interrupted_reason": interrupted_reason,
         "config": config,
         "endpoint": endpoint,
-        "workload": {"fingerprint": fingerprint},
+        "workload": workload,
         "metrics": build_metrics(aggregates.all),
         "scenarios": {name: build_metrics(agg) for name, agg in sorted(aggregates.scenarios.items())},
         "histograms": {n: hdr.encode(h) for n, h in aggregates.all.hists.items() if h.get_total_count()},

@@ -105,6 +105,7 @@ def finalize(run: FinishedRun) -> Finalized:
         aggregates=outcome.aggregates,
         record_files=outcome.record_files,
         notes=_notes(run),
+        datasets=workload.dataset_summary(),
     )
     judging = profile.judging
     per_scenario = len(profile.scenarios) > 1

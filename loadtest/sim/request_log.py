@@ -1,4 +1,4 @@
-"""The last requests' extra headers and body fields, so a test can see what a client really sent."""
+"""The last requests' extra headers, body fields and text digests, so a test can see what a client really sent."""
 
 from __future__ import annotations
 
@@ -15,13 +15,40 @@ AUTH_HEADERS = frozenset({"authorization", "api-key", "x-api-key"})
 BULKY_FIELDS = frozenset({"messages", "input", "prompt", "tools", "system", "query", "documents"})
 
 
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _text_digests(body: dict[str, Any] | None) -> dict[str, Any]:
+    """sha256 of each message's text (with its role) and of a text prompt: the text checked, not kept."""
+    out: dict[str, Any] = {}
+    messages = body.get("messages") if body is not None else None
+    if isinstance(messages, list):
+        out["messages"] = [
+            {"role": str(m.get("role")), "sha256": _sha256(_text(m.get("content")))}
+            for m in messages
+            if isinstance(m, dict)
+        ]
+    prompt = body.get("prompt") if body is not None else None
+    if isinstance(prompt, str):
+        out["prompt_sha256"] = _sha256(prompt)
+    return out
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, list):
+        return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+    return content if isinstance(content, str) else ""
+
+
 def _redact(value: str) -> str:
     scheme, _, rest = value.partition(" ")
     return f"{scheme} <{len(rest)} chars>" if rest else f"<{len(value)} chars>"
 
 
 class RequestLog:
-    """A bounded list of ``{path, headers, body, sha256}`` per request (bulky fields left out)."""
+    """A bounded list of ``{path, headers, body, sha256}`` per request (bulky fields left out; a chat
+    body adds ``messages``: each message's role and text sha256; a completions body ``prompt_sha256``)."""
 
     def __init__(self, size: int = 512) -> None:
         self._items: deque[dict[str, Any]] = deque(maxlen=size)
@@ -41,6 +68,7 @@ class RequestLog:
                 "headers": headers,
                 "body": fields,
                 "sha256": hashlib.sha256(raw).hexdigest(),
+                **_text_digests(body),
             }
         )
 

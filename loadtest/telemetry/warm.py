@@ -15,7 +15,7 @@ REUSE_KINDS = {"multi_turn": "multi-turn sessions resend their history", "agent"
 
 def expected_reuse(profile: dict[str, Any] | None) -> str | None:
     """Why the profile itself asks for prefix reuse (shared prefixes, sessions, agents, traces, raw
-    replays), or None when it asks for none. A shared system prompt alone does not count."""
+    replays, datasets), or None when it asks for none. A shared system prompt alone does not count."""
     for sc in (profile or {}).get("scenarios") or []:
         if not isinstance(sc, dict):
             continue
@@ -26,6 +26,8 @@ def expected_reuse(profile: dict[str, Any] | None) -> str | None:
             return f"scenario {name}: {REUSE_KINDS[sc['kind']]}"
         if sc.get("raw"):
             return f"scenario {name} replays recorded requests"
+        if sc.get("dataset"):  # sent as written, unsalted: repeats across runs and when a run cycles
+            return f"scenario {name} sends a dataset's prompts as written (docs/datasets.md)"
     return None
 
 

@@ -18,6 +18,7 @@ from loadtest.schedule.arrivals import arrival_offsets, stage_offsets, trace_off
 from loadtest.tokens.tokenizer import Tokenizer, get_tokenizer
 from loadtest.traces import BLOCK_TOKENS, TraceRecord, read_trace, rescale, trace_block_tokens, window
 from loadtest.workload.api_requests import build_request
+from loadtest.workload.dataset import Dataset, DatasetRequest, DatasetSession, load_dataset
 from loadtest.workload.images import image_part, user_content
 from loadtest.workload.lengths import sample_length, sample_seconds
 from loadtest.workload.prefix import PrefixBank
@@ -62,7 +63,11 @@ class SessionUnit(Unit):
     """A multi-turn chat or an agent: each call carries the server's actual previous answers."""
 
     def __init__(
-        self, session: ChatSession | AgentSession, scenario: Scenario, profile: Profile, index: int
+        self,
+        session: ChatSession | AgentSession | DatasetSession,
+        scenario: Scenario,
+        profile: Profile,
+        index: int,
     ) -> None:
         self.session = session
         self.scenario = scenario.name
@@ -100,6 +105,7 @@ def _session_request(call: SessionCall, sc: Scenario, profile: Profile, suffix: 
         scenario=sc.name,
         stream=profile.stream,
         session=f"{sc.name}-{suffix.split('.', 1)[0]}",
+        reference=call.reference,
     )
 
 
@@ -142,6 +148,12 @@ class Workload:
         self.prefixes = self._prefix_bank(self.nonce)
         self._system: dict[str, str] = {s.name: self._system_prompt(s) for s in self.scenarios}
         self._overhead: dict[str, int] = {}
+        # Each dataset scenario's conversations, read now (errors name the scenario's dataset field).
+        self.datasets: dict[str, Dataset] = {
+            s.name: load_dataset(s, i, self.tokenizer, s.api or profile.api, self.seed)
+            for i, s in enumerate(self.scenarios)
+            if s.dataset is not None
+        }
 
     # ---- what to send ----
     def scenario_for(self, index: int) -> Scenario:
@@ -155,6 +167,8 @@ class Workload:
 
     def unit(self, index: int) -> Unit:
         sc = self.scenario_for(index)
+        if sc.dataset is not None:
+            return self._dataset_unit(sc, index)
         if sc.kind == "multi_turn":
             return SessionUnit(self._chat_session(sc, index), sc, self.profile, index)
         if sc.kind == "agent":
@@ -283,6 +297,36 @@ class Workload:
             stream=self.profile.stream,
         )
 
+    def _dataset_unit(self, sc: Scenario, index: int) -> Unit:
+        """Conversation ``index`` (cycling) of the scenario's dataset: one request, or a session."""
+        assert sc.dataset is not None
+        convs = self.datasets[sc.name].conversations
+        conv = convs[index % len(convs)]
+        if len(conv) > 1:
+            session = DatasetSession(conv, sc.dataset, self.seed, f"{sc.name}:{index}", sc.reasoning)
+            return SessionUnit(session, sc, self.profile, index)
+        return SingleUnit(self._dataset_request(sc, conv[0], index))
+
+    def _dataset_request(self, sc: Scenario, r: DatasetRequest, index: int) -> PreparedRequest:
+        """A dataset's prompt as it is (no salt: it would change the text; docs/datasets.md)."""
+        api = sc.api or self.profile.api
+        body: dict[str, Any] = {"max_tokens": r.output_tokens}
+        _length_controls(body, r.output_tokens, sc)
+        if api == "chat":
+            body["messages"] = [dict(m) for m in r.messages]
+        else:
+            body["prompt"] = r.prompt
+        return PreparedRequest(
+            request_id=f"{self.seed:x}-{index}",
+            api=api,
+            body=body,
+            prompt_tokens=r.prompt_tokens,
+            requested_output_tokens=r.output_tokens,
+            scenario=sc.name,
+            stream=self.profile.stream,
+            reference=r.reference,
+        )
+
     def _chat_overhead(self, sc: Scenario, system_messages: list[dict[str, Any]]) -> int:
         """Template and system-prompt tokens around the user's text (the same for every request)."""
         n = self._overhead.get(sc.name)
@@ -329,6 +373,22 @@ class Workload:
             nonce=self.nonce,
         )
 
+    def dataset_summary(self) -> dict[str, dict[str, Any]]:
+        """run.json ``workload.datasets``: per dataset scenario its file's name and sha256, rows read,
+        conversations and requests used."""
+        out = {}
+        for sc in self.scenarios:
+            ds = self.datasets.get(sc.name)
+            if ds is not None and sc.dataset is not None:
+                out[sc.name] = {
+                    "file": Path(sc.dataset.path).name,
+                    "sha256": ds.sha256,
+                    "rows": ds.rows,
+                    "conversations": len(ds.conversations),
+                    "requests": sum(len(c) for c in ds.conversations),
+                }
+        return out
+
     def fingerprint(self, n: int = 64) -> str:
         """A hash of the resolved profile and the first ``n`` units' first requests: equal means same traffic.
 
@@ -340,6 +400,8 @@ class Workload:
             h.update(
                 json.dumps([(r.timestamp_s, r.input_tokens, r.output_tokens) for r in self.trace]).encode()
             )
+        for name, ds in sorted(self.datasets.items()):  # the content, not where the file lies
+            h.update(f"{name}:{ds.sha256}".encode())
         with self._fixed_nonce():
             for i in range(n):
                 r = self.request(i)
@@ -377,6 +439,8 @@ def _without_locations(profile: Profile) -> dict[str, Any]:
     for sc in doc.get("scenarios") or []:
         if sc.get("raw") and sc["raw"].get("file"):
             sc["raw"]["file"] = Path(sc["raw"]["file"]).name
+        if sc.get("dataset"):
+            sc["dataset"].pop("path", None)  # hashed by content: a renamed copy is the same traffic
     if doc.get("tokenizer") and ("/" in doc["tokenizer"] or doc["tokenizer"].endswith(".json")):
         doc["tokenizer"] = Path(doc["tokenizer"]).name
     return doc

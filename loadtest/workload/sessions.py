@@ -38,6 +38,7 @@ class SessionCall:
     turn: int = 0
     call: int = 0
     answer_in_text: bool = False  # an agent turn's last call: the tools stay, the answer is text
+    reference: str | None = None  # a dataset's reference answer for this call (quality checks)
 
 
 class ChatSession:
