@@ -34,7 +34,8 @@ class PreparedRequest:
     extra_headers: dict[str, str] = field(default_factory=dict)
     session: str | None = None  # the multi-turn/agent session it belongs to (sticky balancing)
     path: str | None = None  # raw mode: the path the recorded body is sent to, unchanged
-    reference: str | None = None  # a dataset's reference answer, for the quality checks (none: no match check)
+    # a dataset's reference answer, for the quality checks (none: no match check)
+    reference: str | None = None
 
 
 @dataclass(slots=True)
@@ -94,6 +95,8 @@ class OpenAIClient:
         adapter = adapter_for(req.api)
         body = adapter.body(self, req)
         headers = self.request_headers(req, rec)
+        if rec is not None:
+            rec.body_sent = body
         if adapter.accept:
             headers["Accept"] = adapter.accept
         return build_request(self.endpoint, "POST", adapter.path(self.endpoint, req), body, headers)
