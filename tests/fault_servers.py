@@ -49,6 +49,10 @@ BEHAVIOURS = (
     "drip_headers",  # a status line, then one header byte every 0.3 s: the headers never end
     "drip_body",  # the headers, then one byte of an event every 0.3 s: never a read timeout, never an end
     "bursty_stream",  # one event per write every 10 ms, and three times 3 events in one write after 40 ms
+    "empty_content",  # a complete stream with no content whose usage claims 4 output tokens
+    "bad_json",  # content that is not JSON (cut off), answering a JSON-mode request
+    "bad_tool_call",  # a tool call whose arguments are cut-off JSON (finish_reason tool_calls)
+    "key_in_answer",  # content that echoes the request's Authorization header back
 )
 DRIP_S = 0.3
 BURSTY_TOKENS, BURSTY_MERGED = 19, 9  # bursty_stream: token events, and gaps ending in a 3-event write
@@ -102,6 +106,7 @@ class FaultServer:
         self.models_as_stream = models_as_stream
         self.heads: list[str] = []  # every scheduled request's header block, as received
         self.accept_encoding: list[str] = []  # each scheduled request's Accept-Encoding
+        self.bodies: dict[str, bytes] = {}  # each scheduled request's body, by its X-Request-Id
         for b in schedule:
             if b not in BEHAVIOURS:
                 raise ValueError(f"unknown behaviour {b!r}")
@@ -230,6 +235,7 @@ class FaultServer:
             self.authorization.append(headers.get("authorization", ""))
             self.heads.append(head)
             self.accept_encoding.append(headers.get("accept-encoding", ""))
+            self.bodies[headers.get("x-request-id", f"anon-{self._n}")] = body
         rid = headers.get("x-request-id")
         if self.require_uuid and rid is not None and not _is_uuid(rid):
             return self._error(conn, 400, f"Invalid request id: {rid} (must be a UUID)")
@@ -450,6 +456,45 @@ class FaultServer:
         payload = json.dumps(msg).encode()
         conn.sendall(self._head(401, "application/json", len(payload)) + payload)
         return True
+
+    def _answer_events(self, deltas: list[dict], finish: str, n: int) -> list[bytes]:
+        """Chunks with the given deltas, a finish reason, usage claiming ``n`` output tokens, [DONE]."""
+        events = [
+            _event({"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": d}]}) for d in deltas
+        ]
+        events.append(_event(_delta("", finish)))
+        usage = {"prompt_tokens": 10, "completion_tokens": n, "total_tokens": 10 + n}
+        events.append(_event({"object": "chat.completion.chunk", "choices": [], "usage": usage}))
+        return [*events, b"data: [DONE]\n\n"]
+
+    def _b_empty_content(self, conn: socket.socket, _h: dict[str, str]) -> bool:
+        return self._stream(conn, self._answer_events([{"role": "assistant"}], "stop", 4))
+
+    def _b_bad_json(self, conn: socket.socket, _h: dict[str, str]) -> bool:
+        deltas = [{"content": '{"answer": '}, {"content": '"hel'}, {"content": "lo"}, {"content": " wor"}]
+        return self._stream(conn, self._answer_events(deltas, "stop", 4))
+
+    def _b_bad_tool_call(self, conn: socket.socket, _h: dict[str, str]) -> bool:
+        call = {
+            "index": 0,
+            "id": "call_1",
+            "type": "function",
+            "function": {"name": "get_weather", "arguments": ""},
+        }
+        parts = ['{"city"', ': "Par', "is", ", Fr"]
+        deltas = [{"tool_calls": [call]}] + [
+            {"tool_calls": [{"index": 0, "function": {"arguments": a}}]} for a in parts
+        ]
+        return self._stream(conn, self._answer_events(deltas, "tool_calls", 4))
+
+    def _b_key_in_answer(self, conn: socket.socket, h: dict[str, str]) -> bool:
+        deltas = [
+            {"content": " your"},
+            {"content": " key"},
+            {"content": f" {h.get('authorization', '')}"},
+            {"content": " ok"},
+        ]
+        return self._stream(conn, self._answer_events(deltas, "stop", 4))
 
 
 def _is_uuid(text: str) -> bool:

@@ -455,7 +455,7 @@ def test_precedence() -> None:
     v = judge(metrics, hists, SLOS, ValidityRules(min_duration_s=10_000), {"cpu_max_percent": 99})
     assert v.status == "invalid" and v.exit_code == 11
     assert v.reasons[0].startswith("invalid")
-    assert EXIT_CODES == {"pass": 0, "slo_missed": 10, "invalid": 11, "error_rate": 12}
+    assert EXIT_CODES == {"pass": 0, "slo_missed": 10, "invalid": 11, "error_rate": 12, "quality_failed": 13}
     # A failing endpoint outranks an invalid run: the generator is not blamed for the endpoint's errors.
     metrics, hists = make_run(errors=100, duration_s=30.0)
     v = judge(metrics, hists, SLOS, ValidityRules(min_duration_s=600), {"cpu_max_percent": 99})

@@ -10,6 +10,7 @@ from loadtest.cli.endpoint_flags import HostAction, add_endpoint_check_option, a
 from loadtest.cli.endpoint_options import add_endpoint_options
 from loadtest.cli.export_cmd import add_parser as add_export_parser
 from loadtest.cli.run_options import (
+    add_capture_options,
     add_generator_health_option,
     add_max_requests_option,
     add_progress_option,
@@ -72,6 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SPEC",
         help="SLOs to judge, e.g. ttft_p99=2s,tpot_p99=80ms,error_rate=0.5%% (merged over the profile's)",
     )
+    add_capture_options(run)
     run.add_argument(
         "--warmup",
         metavar="S|auto",

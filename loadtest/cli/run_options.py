@@ -70,6 +70,24 @@ def add_progress_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_capture_options(parser: argparse.ArgumentParser) -> None:
+    """``--capture N`` / ``--capture-rate R``: request/response samples into capture.jsonl (docs/quality.md)."""
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument(
+        "--capture",
+        type=int,
+        metavar="N",
+        help="write the first N requests (body sent, answer received, outcome; the API key redacted) to "
+        "capture.jsonl in the run folder (default: the profile's capture, else none)",
+    )
+    group.add_argument(
+        "--capture-rate",
+        type=float,
+        metavar="R",
+        help="capture a seeded sample, the fraction R (0 < R ≤ 1) of the requests, at most 1000",
+    )
+
+
 def fail(error: LoadtestError) -> int:
     """``loadtest: error: <its line>`` on stderr; the exit code it carries."""
     print(f"loadtest: error: {error}", file=sys.stderr)
@@ -100,6 +118,8 @@ def run_options(args: argparse.Namespace, **given: Any) -> RunOptions:
         "read_timeout": getattr(args, "read_timeout", None),
         "total_timeout": getattr(args, "total_timeout", None),
         "retries": getattr(args, "retries", None),
+        "capture": getattr(args, "capture", None),
+        "capture_rate": getattr(args, "capture_rate", None),
         "out": getattr(args, "out", None),
         "force": getattr(args, "force", False),
     }

@@ -94,6 +94,8 @@ class OpenAIClient:
         adapter = adapter_for(req.api)
         body = adapter.body(self, req)
         headers = self.request_headers(req, rec)
+        if rec is not None:
+            rec.body_sent = body
         if adapter.accept:
             headers["Accept"] = adapter.accept
         if adapter.default_headers:

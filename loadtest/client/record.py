@@ -69,6 +69,9 @@ class RequestRecord:
     # What the server answered (kept in memory for multi-turn sessions; not written to the log).
     answer_text: str = ""
     tool_calls_text: str = ""
+    body_sent: bytes = b""  # the request body as sent (capture.jsonl only; not written to the log)
+    # The answer checks an ok answer failed (client/quality.py); None: none failed, or not checked.
+    quality_failed: list[str] | None = None
 
     def mark_empty(self, carried_output: bool, what: str) -> bool:
         """Classify a complete answer as ``empty`` when tokens were asked for (or no limit set) and it
@@ -161,6 +164,7 @@ class RequestRecord:
             endpoint=self.endpoint,
             inputs=self.inputs or UNSET,  # written only when non-zero
             merged_gaps=self.merged_gaps or UNSET,
+            quality_failed=self.quality_failed or UNSET,  # written only when a check failed
         )
 
     @classmethod
@@ -204,6 +208,7 @@ class RequestRecord:
             endpoint=line.endpoint,
             inputs=line.n_inputs,
             merged_gaps=line.n_merged_gaps,
+            quality_failed=line.failed_checks or None,
         )
 
 

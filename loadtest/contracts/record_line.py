@@ -50,11 +50,19 @@ class RecordLine(msgspec.Struct):
     # Token gaps whose later event arrived in one read with another token event (docs/metrics.md,
     # "Merged gaps"); written only when non-zero.
     merged_gaps: int | UnsetType = UNSET
+    # The answer checks an ok answer failed (client/quality.py: empty, finish_reason, length, json,
+    # match); written only when one failed.
+    quality_failed: list[str] | UnsetType = UNSET
 
     @property
     def n_inputs(self) -> int:
         """``inputs`` as a number (0 when the line has none)."""
         return self.inputs if isinstance(self.inputs, int) else 0
+
+    @property
+    def failed_checks(self) -> list[str]:
+        """``quality_failed`` as a list (empty when the line has none)."""
+        return self.quality_failed if isinstance(self.quality_failed, list) else []
 
     @property
     def n_merged_gaps(self) -> int:

@@ -379,6 +379,27 @@ class PrefixCache(_OptionalSection):
     warning: str | None = None
 
 
+class QualityCheck(_Section):
+    """One answer check over the run's ok answers."""
+
+    failed: int
+    pass_rate: float | None
+    first_failed: str | None  # the record id of the first request that failed it
+
+
+class Quality(_Section):
+    """The answer checks of the ok answers (docs/quality.md): the share passing every ``gate`` check,
+    judged against ``min`` (the quality_min SLO, else the default floor)."""
+
+    checked: int
+    passed: int
+    pass_rate: float | None
+    min: float
+    min_source: str  # slo | default
+    gate: list[str]
+    checks: dict[str, QualityCheck]
+
+
 class StoppedEarly(_Section):
     """The endpoint failed wholesale and the run was stopped (docs/ci.md)."""
 
@@ -413,6 +434,7 @@ class RunDocument(_OptionalSection):
     generator_health: GeneratorHealth | None = None
     goodput: Goodput | None = None
     economics: Economics | None = None
+    quality: Quality | None = None
     verdict: Verdict | None = None
     telemetry: Telemetry | None = None
     prefix_cache: PrefixCache | None = None

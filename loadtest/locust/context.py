@@ -16,13 +16,16 @@ from locust.env import Environment
 
 from loadtest.client.apis import configure_client
 from loadtest.client.balancer import balanced_client
-from loadtest.client.openai import OpenAIClient, Timeouts
+from loadtest.client.openai import OpenAIClient, PreparedRequest, Timeouts
+from loadtest.client.quality import failed_checks
 from loadtest.client.record import RequestRecord
 from loadtest.client.secrets import install_redaction, load_api_key
 from loadtest.locust.settings import RunSettings
 from loadtest.metrics.recorder import Recorder
 from loadtest.metrics.slo import RequestSlo, merge_slos
 from loadtest.profile.client import RetrySpec
+from loadtest.profile.quality import CaptureSpec
+from loadtest.results.capture import CaptureLog
 from loadtest.results.record_log import RecordLog
 from loadtest.workload.builder import Workload
 
@@ -95,6 +98,11 @@ class RunContext:
         self._api_key = load_api_key(settings.api_key_env, settings.api_key_file)
         install_redaction(self._api_key)
         self.retries = RetrySpec.model_validate(settings.retries or {})
+        self._extra_body = dict(self.profile.request.extra_body)  # what the answer checks read with the body
+        self.capture_spec = (
+            CaptureSpec.model_validate(settings.capture) if settings.capture else self.profile.capture
+        )
+        self.capture: CaptureLog | None = None  # open_capture: where this process's capture file goes
         self._closed_counter = itertools.count()
         self.env: Environment | None = None
         self.in_flight = 0
@@ -170,12 +178,31 @@ class RunContext:
         """An open-loop arrival not sent because load.max_in_flight was reached (counted in run.json)."""
         self.recorder.note("skipped_arrivals")
 
+    def open_capture(self, folder: Path, name: str) -> None:
+        """Capture into ``folder/name`` when the run captures (``capture`` in the profile, --capture)."""
+        if self.capture_spec is not None:
+            secrets = (self._api_key,) if self._api_key else ()
+            self.capture = CaptureLog(
+                folder / name,
+                self.capture_spec,
+                self.worker_index,
+                self.n_workers,
+                self.settings.seed,
+                secrets,
+            )
+
+    def judge_answer(self, rec: RequestRecord, req: PreparedRequest) -> None:
+        """The answer checks of an ok record (client/quality.py): the ones it failed into the record."""
+        rec.quality_failed = failed_checks(rec, req, self._extra_body, self.profile.quality) or None
+
     def finish(self, rec: RequestRecord) -> None:
-        """Account one finished (or cancelled) request: metrics, record log, Locust's own stats."""
+        """Account one finished (or cancelled) request: metrics, record log, capture, Locust's own stats."""
         self.recorder.add(rec)
         if self.request_slo is not None and rec.outcome != "cancelled":
             self.recorder.judge_request(rec, self.request_slo.is_good_record(rec))
         self.log.write(rec)
+        if self.capture is not None:
+            self.capture.offer(rec)
         if (
             self.streak.add(rec)
             and self.failing is None
@@ -206,6 +233,8 @@ class RunContext:
         self._cpu_sampler.kill(block=False)
         self.recorder.flush()
         self.log.close()
+        if self.capture is not None:
+            self.capture.close()
 
 
 def unit_share(total: int | None, index: int, n: int) -> int | None:

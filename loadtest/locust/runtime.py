@@ -19,6 +19,7 @@ import logging
 import signal
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import gevent
@@ -37,6 +38,7 @@ from loadtest.locust.progress import ProgressPrinter
 from loadtest.locust.settings import RunSettings
 from loadtest.metrics.recorder import RunAggregates
 from loadtest.profile.schema import Profile
+from loadtest.results.capture import CAPTURE_FILE
 
 log = logging.getLogger("loadtest")
 
@@ -107,6 +109,7 @@ def drain(ctx: RunContext, timeout: float) -> None:
 def run_local(settings: RunSettings) -> RunOutcome:
     """Everything in this process."""
     ctx = RunContext(settings, 0, 1, "records.jsonl")
+    ctx.open_capture(Path(settings.out_dir), CAPTURE_FILE)
     env = Environment(user_classes=[user_class(ctx.profile)], host=settings.host)
     ctx.env = env
     env.loadtest = ctx  # type: ignore[attr-defined]  # our context rides on locust's Environment

@@ -34,6 +34,7 @@ class RunSettings:
     read_timeout: float = 300.0
     total_timeout: float = 0.0  # 0 = none
     retries: dict | None = None  # the profile's client.retries (RetrySpec fields), --retries applied
+    capture: dict | None = None  # --capture / --capture-rate (CaptureSpec fields) over the profile's capture
     verify_tls: bool = True
     embedded: bool = False
     tokenizer: str | None = None  # overrides the profile's

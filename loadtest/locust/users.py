@@ -56,6 +56,7 @@ def send_and_account(
         if not rec.scheduled_ns:  # killed before send() filled anything in
             rec.scheduled_ns, rec.scheduled_epoch = sched_ns, sched_epoch
             rec.scenario, rec.api = req.scenario, req.api
+        ctx.judge_answer(rec, req)
         ctx.finish(rec)
     return rec
 

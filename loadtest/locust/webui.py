@@ -21,7 +21,7 @@ from loadtest.contracts.run_document import Verdict, read_run_document
 from loadtest.locust.settings import RunSettings
 from loadtest.metrics.hdr import fast_percentiles
 from loadtest.metrics.recorder import Aggregate
-from loadtest.metrics.slo import AnySlo, ErrorRateSlo, merge_slos
+from loadtest.metrics.slo import AnySlo, ErrorRateSlo, QualitySlo, merge_slos
 from loadtest.profile.loader import resolve_profile_path
 from loadtest.profile.schema import Profile
 from loadtest.workload.salt import new_run_nonce
@@ -99,6 +99,9 @@ def slo_rows(slos: list[AnySlo], agg: Aggregate, requests: dict[str, Any]) -> li
             counted = requests["completed"] - requests["cancelled"]
             met = None if not counted else value <= s.limit
             rows.append({"key": s.key, "limit": s.limit, "value": value, "unit": "fraction", "met": met})
+            continue
+        if isinstance(s, QualitySlo):  # judged from the record log at the end of the run
+            rows.append({"key": s.key, "limit": s.limit, "value": None, "unit": "fraction", "met": None})
             continue
         (us,) = fast_percentiles(agg.hists[s.metric], (s.percentile,))
         value = _ms(us)

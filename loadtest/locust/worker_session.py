@@ -39,6 +39,7 @@ from loadtest.locust.runtime import drain, send
 from loadtest.locust.settings import RunSettings
 from loadtest.locust.shipping import ShippedLog
 from loadtest.locust.users import ClosedLoopUser, OpenLoopUser
+from loadtest.results.capture import worker_capture_file
 
 log = logging.getLogger("loadtest")
 
@@ -78,6 +79,9 @@ def _setup_worker(
     settings = replace(settings, profile_ref=str(profile_file), out_dir=str(folder))
     # RunContext opens its own log; this process ships lines instead (the local copy is optional).
     ctx = RunContext(settings, index, settings.processes, os.devnull)
+    capture_dir = local if local is not None else (run_dir_copy.parent if run_dir_copy is not None else None)
+    if capture_dir is not None:  # its own file, written as requests end: a killed worker loses none
+        ctx.open_capture(capture_dir, worker_capture_file(index))
     null_log = ctx.log
     os.close(null_log._fd)
     null_log._fd = -1

@@ -21,7 +21,8 @@ ALLOWED_FORMS = (
     "<metric>_p<percentile>=<duration> with metric one of "
     + ", ".join(SLO_METRICS)
     + " and duration like 2s, 80ms, 1.5 s, 500us or a bare number of ms (e.g. ttft_p99=2s); "
-    "error_rate=<percent> like 0.5% (or a bare fraction such as 0.005)"
+    "error_rate=<percent> like 0.5% (or a bare fraction such as 0.005); "
+    "quality_min=<percent> like 99% (the least share of ok requests passing every answer check)"
 )
 
 
@@ -98,11 +99,27 @@ class ErrorRateSlo:
         return "error_rate"
 
 
-AnySlo = Slo | ErrorRateSlo
+@dataclass(frozen=True, slots=True)
+class QualitySlo:
+    """The share of ok requests that pass every answer check (client/quality.py) must be ≥ ``limit``."""
+
+    limit: float
+
+    @property
+    def key(self) -> str:
+        return "quality_min"
+
+
+AnySlo = Slo | ErrorRateSlo | QualitySlo
 
 
 def _parse_one(key: str, value: Any) -> AnySlo:
     key = key.strip()
+    if key == "quality_min":
+        try:
+            return QualitySlo(parse_percent(value))
+        except ValueError as e:
+            raise ValueError(f"SLO {key!r}: {e}. Allowed forms: {ALLOWED_FORMS}") from None
     if key == "error_rate":
         try:
             return ErrorRateSlo(parse_percent(value))

@@ -1,4 +1,4 @@
-"""Run verdict: endpoint, validity, generator-health, SLO and token checks, exit codes and JUnit XML."""
+"""Run verdict: endpoint, quality, validity, generator-health, SLO and token checks, exit codes and JUnit XML."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from loadtest.client.failures import commonest_from_metrics, failing_text, pct
 from loadtest.metrics import early_stopping as es
 from loadtest.metrics.slo import AnySlo, ErrorRateSlo, Slo, parse_slos
 
-CheckKind = Literal["endpoint", "validity", "health", "slo", "tokens"]
-Status = Literal["pass", "slo_missed", "invalid", "error_rate"]
+CheckKind = Literal["endpoint", "quality", "validity", "health", "slo", "tokens"]
+Status = Literal["pass", "slo_missed", "invalid", "error_rate", "quality_failed"]
 # judging.generator_health / --generator-health: "fail" (an unhealthy generator makes the run invalid)
 # or "warn" (the health checks are made and reported, but never block: a shared, busy CI runner).
 GeneratorHealth = Literal["fail", "warn"]
@@ -29,18 +29,23 @@ EXIT_CODES: dict[str, int] = {
     "slo_missed": 10,  # a latency percentile SLO is over its limit
     "invalid": 11,  # too short, too few queries, generator overloaded, or not enough evidence
     "error_rate": 12,  # the endpoint failed: no successful requests, error rate over its limit, stopped early
+    "quality_failed": 13,  # the answers failed the quality gate: empty, malformed JSON, no match (quality_min)
 }
 # When several apply, the first wins. A failing endpoint is the cause of whatever else fails (an
 # overloaded generator spinning on fast errors, no samples to judge), so it comes first; then an
-# invalid run, which proves nothing, so its SLO results do not count.
-PRECEDENCE: tuple[Status, ...] = ("error_rate", "invalid", "slo_missed")
+# invalid run, which proves nothing, so its SLO results do not count. Garbage answers come right after
+# a failing endpoint: an overloaded generator or a short run does not make answers empty or malformed.
+PRECEDENCE: tuple[Status, ...] = ("error_rate", "quality_failed", "invalid", "slo_missed")
 OVERLOADED = "the load generator, not the endpoint, limited this run"
 # The error-rate limit when neither the profile's slos nor --slo give one: a CI gate never passes an
 # endpoint that fails more than 1 in 100 requests. An explicit error_rate (even 100%) replaces it.
 DEFAULT_ERROR_RATE = 0.01
-# Failed checks are listed (reasons) by cause: the endpoint, then validity and evidence, then the
-# generator's health, then the SLOs, then flags that never fail a run.
-CAUSE_ORDER: dict[str, int] = {"endpoint": 0, "validity": 1, "health": 2, "slo": 3, "tokens": 4}
+# The quality floor when no quality_min SLO gives one: at least 99 % of the ok answers pass every answer
+# check (loadtest/client/quality.py). An explicit quality_min (even 0%) replaces it.
+DEFAULT_QUALITY_MIN = 0.99
+# Failed checks are listed (reasons) by cause: the endpoint, then the answers' quality, then validity and
+# evidence, then the generator's health, then the SLOs, then flags that never fail a run.
+CAUSE_ORDER: dict[str, int] = {"endpoint": 0, "quality": 1, "validity": 2, "health": 3, "slo": 4, "tokens": 5}
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,7 +101,7 @@ class Verdict:
 
     @property
     def exit_code(self) -> int:
-        """0 pass, 10 SLO missed, 11 run invalid, 12 error rate over limit (see EXIT_CODES)."""
+        """0 pass, 10 SLO missed, 11 run invalid, 12 error rate over limit, 13 quality (see EXIT_CODES)."""
         return EXIT_CODES[self.status]
 
     @property
@@ -392,7 +397,14 @@ def _disagreeing(output: int, inputs: int, reports: int) -> str:
     return f"input: {inputs}, output: {output} of {reports} requests"
 
 
+def quality_reason(detail: str) -> str:
+    """The verdict's sentence for a failed quality gate."""
+    return f"quality gate failed: {detail}"
+
+
 def _reason(c: Check) -> str:
+    if c.kind == "quality":
+        return quality_reason(c.detail)
     if c.kind == "endpoint":
         if c.name == "stopped_early":
             return f"stopped early: {c.detail}"
@@ -420,6 +432,8 @@ def _reason(c: Check) -> str:
 def _status_of(c: Check) -> Status:
     if c.kind == "endpoint":
         return "error_rate"
+    if c.kind == "quality":
+        return "quality_failed"
     if c.kind in ("validity", "health"):
         return "invalid"
     return "slo_missed"
@@ -494,8 +508,18 @@ def judge(
     tok = _token_check(metrics, rules)
     if tok is not None:
         checks.append(tok)
-    reasons = _reasons([c for c in checks if not c.passed])
-    reasons += [e.reason for e in extra_checks if not e.check.passed]
+    own_failed = [c for c in checks if not c.passed]
+    reasons = _reasons(own_failed)
+    # A blocking extra check of a cause ranked before validity (the quality gate) follows the endpoint's
+    # reasons; the other extras follow the verdict's own reasons.
+    lead = [
+        e
+        for e in extra_checks
+        if not e.check.passed and e.check.blocking and CAUSE_ORDER[e.check.kind] < CAUSE_ORDER["validity"]
+    ]
+    at = sum(1 for c in own_failed if c.kind == "endpoint" and c.blocking)
+    reasons[at:at] = [e.reason for e in lead]
+    reasons += [e.reason for e in extra_checks if not e.check.passed and e not in lead]
     for note in notes:
         if note not in reasons:
             reasons.append(note)

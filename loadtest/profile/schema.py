@@ -26,6 +26,7 @@ from loadtest.profile.dists import (
     UniformDist,
 )
 from loadtest.profile.load import Load, Stage, TraceLoad
+from loadtest.profile.quality import CaptureSpec, QualitySpec
 from loadtest.profile.request import Api, RequestSpec, check_api, push_api
 from loadtest.profile.scenario import AgentSpec, ImageSpec, PrefixSpec, Scenario, SessionSpec
 
@@ -33,6 +34,7 @@ __all__ = [
     "DIST_TAGS",
     "FLAT_KEYS",
     "AgentSpec",
+    "CaptureSpec",
     "ClientSpec",
     "DatasetSpec",
     "RunSalt",
@@ -50,6 +52,7 @@ __all__ = [
     "NormalDist",
     "PrefixSpec",
     "Profile",
+    "QualitySpec",
     "RetrySpec",
     "Scenario",
     "SessionSpec",
@@ -59,7 +62,7 @@ __all__ = [
     "UniformDist",
 ]
 
-SLO_KEY_PATTERN = r"^[a-z][a-z0-9_]*(_p\d+(\.\d+)?)?$|^error_rate$"
+SLO_KEY_PATTERN = r"^[a-z][a-z0-9_]*(_p\d+(\.\d+)?)?$|^error_rate$|^quality_min$"
 _SLO_VALUE = re.compile(r"^\d+(\.\d+)?\s*(us|µs|ms|s|%)?$")
 
 # Scenario fields a profile may give at its top level instead of a scenarios list (the flat form).
@@ -146,6 +149,8 @@ class Profile(Strict):
     judging: Judging = Field(default_factory=Judging)
     client: ClientSpec = Field(default_factory=ClientSpec)
     request: RequestSpec = Field(default_factory=RequestSpec)  # auth scheme, headers, extra body fields
+    capture: CaptureSpec | None = None  # request/response samples into capture.jsonl (off by default)
+    quality: QualitySpec = Field(default_factory=QualitySpec)  # the answer checks' settings
 
     @model_validator(mode="before")
     @classmethod

@@ -132,6 +132,7 @@ def format_summary(run: RunDocument) -> str:
             f"{fmt_num(thr.tps_per_user, 1, NA)} tok/s per user",
         ),
         *_goodput_lines(run),
+        *_quality_lines(run),
         "",
         *_latency_table(run),
         *_server_table(run),
@@ -140,6 +141,19 @@ def format_summary(run: RunDocument) -> str:
         *_warm_lines(run),
     ]
     return "\n".join(line.rstrip() for line in lines) + "\n"
+
+
+def _quality_lines(run: RunDocument) -> list[str]:
+    """The quality gate's pass rate and each check that failed, when run.json has a quality section."""
+    q = run.quality
+    if q is None or not q.checked:
+        return []
+    failed = [f"{name} {c.failed:,}" for name, c in q.checks.items() if c.failed]
+    text = (
+        f"{fmt_pct(q.pass_rate, NA)} of {fmt_int(q.checked)} ok answers passed every check "
+        f"(gate ≥ {q.min * 100:g} %{'' if q.min_source == 'slo' else ', the default'})"
+    )
+    return _kv("Quality", text + (f"; failed: {', '.join(failed)}" if failed else ""))
 
 
 def _goodput_lines(run: RunDocument) -> list[str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -10,11 +11,13 @@ import jinja2
 import msgspec
 from markupsafe import Markup
 
+from loadtest.contracts.capture_line import CaptureLine
 from loadtest.contracts.run_document import RunDocument, read_run_document, to_data
 from loadtest.economics.html import extra_sections
 from loadtest.fmt import NA, fmt_int, fmt_ms, fmt_num, fmt_pct, short_hash
 from loadtest.report import charts, facts
 from loadtest.report import run_sections as sections
+from loadtest.report.quality import load_samples, quality_sections
 from loadtest.results.log_stats import LogSummary, summarize_log
 from loadtest.results.mlperf_summary import write_summary
 from loadtest.results.record_log import record_files
@@ -130,7 +133,9 @@ def _log_info(run_dir: Path | None, paths: list[Path], log: LogSummary | None) -
     return f"{log.records:,} records read from {names}{skipped}."
 
 
-def _context(run: RunDocument, log: LogSummary | None, log_info: str) -> dict[str, Any]:
+def _context(
+    run: RunDocument, log: LogSummary | None, log_info: str, samples: Sequence[CaptureLine] = ()
+) -> dict[str, Any]:
     cfg = run.config
     cdf = charts.latency_cdf_figure(run.histograms)
     cdf_chart = sections.Chart(
@@ -174,7 +179,7 @@ def _context(run: RunDocument, log: LogSummary | None, log_info: str) -> dict[st
         "server_latency": sections.server_latency_section(run),
         "warm_cache": facts.warm_warning(run),
         "prefix_cache_text": sections.prefix_cache_text(run),
-        "extra_sections": _extra_sections(run),
+        "extra_sections": _extra_sections(run) + quality_sections(run, samples),
         "engine_json": sections.engine_json(run),
         "notes": list(run.notes),
         "log_info": log_info,
@@ -194,6 +199,7 @@ VERDICT_LABELS = {
     "slo_missed": "SLO MISSED",
     "invalid": "RUN INVALID",
     "error_rate": "ENDPOINT FAILING",  # exit 12: no success, error rate over its limit, or stopped early
+    "quality_failed": "QUALITY FAILED",  # exit 13: the answers failed the quality gate (quality_min)
 }
 
 
@@ -205,8 +211,11 @@ def verdict_reasons(run: RunDocument) -> list[str]:
     return reasons
 
 
-def render_html(run: RunDocument, log: LogSummary | None = None, log_info: str = "") -> str:
-    """The report page for a run.json document and (optionally) its summarized record log."""
+def render_html(
+    run: RunDocument, log: LogSummary | None = None, log_info: str = "", samples: Sequence[CaptureLine] = ()
+) -> str:
+    """The report page for a run.json document and (optionally) its summarized record log and captured
+    samples."""
     verdict = run.verdict
     label = VERDICT_LABELS.get(verdict.status, verdict.status) if verdict else ""
     if verdict and facts.is_interrupted(run):
@@ -215,7 +224,7 @@ def render_html(run: RunDocument, log: LogSummary | None = None, log_info: str =
         _env()
         .get_template(TEMPLATE)
         .render(
-            **_context(run, log, log_info or _log_info(None, [], log)),
+            **_context(run, log, log_info or _log_info(None, [], log), samples),
             verdict=verdict,
             verdict_label=label,
             verdict_reasons=verdict_reasons(run),
@@ -248,6 +257,6 @@ def render_run_report(run_dir: Path) -> Path:
     run = read_run_document(run_dir)
     log, info = load_log(run_dir, run)
     out = run_dir / Path(run.files.report or REPORT_NAME).name
-    out.write_text(render_html(run, log, info), encoding="utf-8")
+    out.write_text(render_html(run, log, info, load_samples(run_dir)), encoding="utf-8")
     write_summary(run_dir, run)
     return out

@@ -11,12 +11,14 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from loadtest.contracts.run_document import RunDocumentError, read_run_document
+from loadtest.results.capture import capture_files, read_capture
 from loadtest.results.columns import LogBatch, LogReader
 from loadtest.results.log_stats import LogStats, LogSummary
 
 FORMATS = ("csv", "parquet")
 REQUESTS_NAME = "requests"
 SERIES_NAME = "series"
+SAMPLES_NAME = "samples"  # the captured requests (capture*.jsonl), when the run captured
 _INT = pa.int64()
 _FLOAT = pa.float64()
 _STR = pa.string()
@@ -46,6 +48,22 @@ REQUEST_COLUMNS: tuple[tuple[str, pa.DataType, str], ...] = (
     ("error", _STR, "error message (failed requests)"),
 )
 REQUEST_SCHEMA = pa.schema([(n, t) for n, t, _ in REQUEST_COLUMNS])
+SAMPLE_COLUMNS: tuple[tuple[str, pa.DataType, str], ...] = (
+    ("id", _STR, "request id (the record log's id)"),
+    ("wire_id", _STR, "the X-Request-Id the request carried"),
+    ("scenario", _STR, "scenario name"),
+    ("api", _STR, "the request's API"),
+    ("outcome", _STR, "outcome class"),
+    ("status", _INT, "HTTP status (0: none)"),
+    ("finish_reason", _STR, "finish_reason the server sent"),
+    ("quality_failed", _STR, "the answer checks it failed, comma-separated"),
+    ("request", _STR, "the body sent (JSON text, the API key redacted; cut when listed in cut)"),
+    ("answer", _STR, "the answer text received"),
+    ("tool_calls", _STR, "the tool-call arguments received"),
+    ("cut", _STR, "the texts cut at the capture's max_chars, comma-separated"),
+)
+SAMPLE_SCHEMA = pa.schema([(n, t) for n, t, _ in SAMPLE_COLUMNS])
+SAMPLE_BATCH = 1000
 
 
 class ExportError(Exception):
@@ -137,8 +155,40 @@ def _first_scheduled(run_dir: Path) -> float | None:
         return None
 
 
+def _sample_table(rows: list[Any]) -> pa.Table:
+    cols: dict[str, Any] = {n: [] for n, _, _ in SAMPLE_COLUMNS}
+    for r in rows:
+        for name in ("id", "wire_id", "scenario", "api", "outcome", "status", "finish_reason"):
+            cols[name].append(getattr(r, name))
+        for name in ("request", "answer", "tool_calls"):
+            cols[name].append(getattr(r, name))
+        cols["quality_failed"].append(",".join(r.quality_failed))
+        cols["cut"].append(",".join(r.cut))
+    return pa.table(cols, schema=SAMPLE_SCHEMA)
+
+
+def export_samples(run_dir: Path, formats: tuple[str, ...], out: Path) -> list[Path]:
+    """samples.<fmt>: the run's captured requests, when it captured (none: no file)."""
+    paths = capture_files(run_dir)
+    if not paths:
+        return []
+    writers = _Writers(out, SAMPLES_NAME, formats, SAMPLE_SCHEMA)
+    try:
+        rows: list[Any] = []
+        for line in read_capture(paths):
+            rows.append(line)
+            if len(rows) >= SAMPLE_BATCH:
+                writers.write(_sample_table(rows))
+                rows = []
+        writers.write(_sample_table(rows))
+    finally:
+        writers.close()
+    return writers.paths
+
+
 def export_run(run_dir: Path, paths: list[Path], formats: tuple[str, ...], out: Path) -> list[Path]:
-    """Write requests.<fmt> and series.<fmt> for each format into ``out``; return the files written."""
+    """Write requests.<fmt>, series.<fmt> and (a run that captured) samples.<fmt> for each format into
+    ``out``; return the files written."""
     if not paths:
         raise ExportError(f"{run_dir} has no record log (records*.jsonl): nothing to export")
     out.mkdir(parents=True, exist_ok=True)
@@ -157,4 +207,4 @@ def export_run(run_dir: Path, paths: list[Path], formats: tuple[str, ...], out: 
         series.write(table)
     finally:
         series.close()
-    return writers.paths + series.paths
+    return writers.paths + series.paths + export_samples(run_dir, formats, out)

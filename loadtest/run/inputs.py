@@ -19,6 +19,7 @@ from loadtest.errors import UsageError
 from loadtest.locust.settings import RunSettings
 from loadtest.metrics.slo import AnySlo, merge_slos
 from loadtest.profile.loader import load_profile
+from loadtest.profile.quality import CaptureSpec
 from loadtest.profile.schema import Profile
 from loadtest.run.options import EndpointOptions, RunOptions
 from loadtest.traces import TraceFormatError
@@ -115,6 +116,7 @@ def prepare_settings(options: RunOptions, profile_path: Path, *, host: str = "")
     install_redaction(api_key)
     profile, _ = settings.profile()
     _apply_client_policy(settings, profile, options)
+    settings.capture = capture_rule(profile, options)
     settings.seed = profile.seed if options.seed is None else options.seed
     try:
         # checks the tokenizer and reads any trace now; the run nonce is the one every worker gets
@@ -250,6 +252,23 @@ def run_duration(options: RunOptions, profile: Profile, workload: Workload) -> f
         return parse_duration(options.duration)
     span = workload.schedule_span_s
     return span + SCHEDULE_TAIL_S if span is not None else profile.duration_s
+
+
+def capture_rule(profile: Profile, options: RunOptions) -> dict[str, Any] | None:
+    """The capture rule (CaptureSpec fields): --capture N or --capture-rate R over the profile's
+    ``capture`` (its max_chars kept); None: no capture."""
+    base = profile.capture.model_dump() if profile.capture is not None else {}
+    if options.capture is None and options.capture_rate is None:
+        return base or None
+    if options.capture is not None and options.capture < 1:
+        raise UsageError(f"--capture {options.capture}: give a number of requests ≥ 1")
+    if options.capture_rate is not None and not 0 < options.capture_rate <= 1:
+        raise UsageError(f"--capture-rate {options.capture_rate}: give a fraction 0 < R ≤ 1 (e.g. 0.01)")
+    rule = {**base, "first": options.capture, "sample": options.capture_rate}
+    try:
+        return CaptureSpec.model_validate(rule).model_dump()
+    except ValueError as e:
+        raise UsageError(f"--capture / --capture-rate: {e}") from e
 
 
 def with_judging(profile: Profile, options: RunOptions) -> Profile:

@@ -40,6 +40,8 @@ class RunOptions:
     read_timeout: float | None = None
     total_timeout: float | None = None
     retries: int | None = None
+    capture: int | None = None  # --capture N: the first N requests into capture.jsonl
+    capture_rate: float | None = None  # --capture-rate R: a seeded sample of them
     out: str | None = None  # the run folder (default: reports/<timestamp>-<profile>/)
     force: bool = False  # the run folder may hold an earlier run: its files are replaced
 

@@ -1,6 +1,6 @@
 """run.json sections that come from a run's extras, one provider each: the token count's description,
-several endpoints (per-endpoint figures, a failing replica), embeddings, rerank, economics, the server's
-telemetry. A provider is fed the record log batch by batch (``add``), then gives its contribution
+several endpoints (per-endpoint figures, a failing replica), embeddings, rerank, economics, answer
+quality (the quality gate), the server's telemetry. A provider is fed the record log batch by batch (``add``), then gives its contribution
 (``contribute``: its data, its checks and its notes) before the verdict is judged from every check."""
 
 from __future__ import annotations
@@ -11,14 +11,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from loadtest.client.quality import CHECKED_APIS, QUALITY_CHECKS, gate_checks
 from loadtest.contracts.record_line import RecordLine
 from loadtest.economics.cost import endpoint_record, run_economics
 from loadtest.economics.spec import EndpointSpec
 from loadtest.locust.settings import RunSettings
 from loadtest.metrics.judged import record_from_line
 from loadtest.metrics.recorder import Recorder
+from loadtest.metrics.slo import AnySlo, QualitySlo
 from loadtest.metrics.summary import build_metrics
-from loadtest.metrics.verdict import Check, ExtraCheck
+from loadtest.metrics.verdict import DEFAULT_QUALITY_MIN, Check, ExtraCheck, quality_reason
+from loadtest.profile.quality import QualitySpec
 from loadtest.run.tokens import tokens_section
 from loadtest.telemetry import TelemetryPoller, findings
 from loadtest.workload.builder import Workload
@@ -239,6 +242,92 @@ class RerankProvider(Provider):
     def contribute(self, doc: Mapping[str, Any]) -> Contribution:
         section = self.rerank()
         return Contribution(metrics={"rerank": section} if section is not None else {})
+
+
+CHECK_WORDS = {
+    "empty": "empty output",
+    "finish_reason": "an unexpected finish reason",
+    "length": "an output length out of range",
+    "json": "malformed JSON (JSON mode or a tool call)",
+    "match": "no match with the reference answer",
+}
+
+
+class QualityProvider(Provider):
+    """run.json ``quality``: the ok answers' check results (the record log's ``quality_failed``), overall
+    and per check; a blocking ``quality_min`` check (kind ``quality``) against the SLO or the default floor."""
+
+    def __init__(self, spec: QualitySpec, slos: Sequence[AnySlo]) -> None:
+        self.gate = gate_checks(spec)
+        self.slo = next((s for s in slos if isinstance(s, QualitySlo)), None)
+        self.checked = self.failed = 0
+        self.per_check: Counter[str] = Counter()
+        self.first: dict[str, str] = {}
+
+    def add(self, lines: Sequence[RecordLine]) -> None:
+        gate = self.gate
+        for ln in lines:
+            if ln.outcome != "ok" or ln.api not in CHECKED_APIS:
+                continue
+            self.checked += 1
+            failed = ln.failed_checks
+            if not failed:
+                continue
+            self.per_check.update(failed)
+            for name in failed:
+                self.first.setdefault(name, ln.id)
+            if any(name in gate for name in failed):
+                self.failed += 1
+
+    def section(self) -> dict[str, Any]:
+        n = self.checked
+
+        def rate(failed: int) -> float | None:
+            return round((n - failed) / n, 6) if n else None
+
+        return {
+            "checked": n,
+            "passed": n - self.failed,
+            "pass_rate": rate(self.failed),
+            "min": self.slo.limit if self.slo is not None else DEFAULT_QUALITY_MIN,
+            "min_source": "slo" if self.slo is not None else "default",
+            "gate": list(self.gate),
+            "checks": {
+                name: {
+                    "failed": self.per_check[name],
+                    "pass_rate": rate(self.per_check[name]),
+                    "first_failed": self.first.get(name),
+                }
+                for name in QUALITY_CHECKS
+            },
+        }
+
+    def check(self, section: Mapping[str, Any]) -> ExtraCheck | None:
+        """The gate: None when no ok answer was checked (the endpoint checks say why)."""
+        rate, limit = section["pass_rate"], section["min"]
+        if rate is None:
+            return None
+        passed = rate >= limit
+        source = (
+            ""
+            if self.slo is not None
+            else ", the default floor: set quality_min in the profile's slos or --slo"
+        )
+        detail = (
+            f"{_pct(rate)} of {self.checked} ok answers passed every answer check "
+            f"(need ≥ {limit * 100:g} %{source})"
+        )
+        worst = [(name, self.per_check[name]) for name in self.gate if self.per_check[name]]
+        if worst:
+            name, count = max(worst, key=lambda nc: nc[1])
+            detail += f"; {count} failed {name} ({CHECK_WORDS[name]}), first {self.first[name]}"
+        check = Check("quality_min", passed, detail, "quality", rate, limit)
+        return ExtraCheck(check, quality_reason(detail))
+
+    def contribute(self, doc: Mapping[str, Any]) -> Contribution:
+        section = self.section()
+        gate = self.check(section)
+        return Contribution(sections={"quality": section}, checks=[gate] if gate is not None else [])
 
 
 class EconomicsProvider(Provider):

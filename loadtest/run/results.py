@@ -30,6 +30,7 @@ from loadtest.run.providers import (
     EmbeddingsProvider,
     EndpointsProvider,
     Provider,
+    QualityProvider,
     RerankProvider,
     TelemetryProvider,
     TokensProvider,
@@ -111,7 +112,12 @@ def finalize(run: FinishedRun) -> Finalized:
     per_scenario = len(profile.scenarios) > 1
     tokens = TokensProvider(settings, workload)
     extras: list[Provider] = [EndpointsProvider(settings.hosts, settings.balance)] if settings.hosts else []
-    extras += [EmbeddingsProvider(), RerankProvider(), EconomicsProvider()]
+    extras += [
+        EmbeddingsProvider(),
+        RerankProvider(),
+        EconomicsProvider(),
+        QualityProvider(profile.quality, run.slos),
+    ]
     server = TelemetryProvider(run.telemetry, outcome.started_epoch or None)
 
     # Pass one over the record log: failures, the judged window's columns, the providers' figures.

@@ -433,6 +433,9 @@ def _without_locations(profile: Profile) -> dict[str, Any]:
     doc = profile.model_dump(mode="json")
     # How the verdict treats the generator's health is not traffic: warn and fail runs compare alike.
     (doc.get("judging") or {}).pop("generator_health", None)
+    # Neither are what is captured nor how answers are checked (profile/quality.py).
+    doc.pop("capture", None)
+    doc.pop("quality", None)
     trace = (doc.get("load") or {}).get("trace")
     if trace and trace.get("path"):
         trace["path"] = Path(trace["path"]).name
