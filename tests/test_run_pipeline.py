@@ -108,7 +108,7 @@ def test_failures_and_providers_add_up_batch_by_batch() -> None:
             mine["latency_ms"]["ttft"]["p99"],
         )
     assert sum(r["requests"] for r in rows) == len(lines)
-    figures = emb.embeddings()
+    figures = emb.section()
     assert figures is not None
     ok = [ln for ln in lines if (ln.api == "embeddings" or ln.n_inputs) and ln.outcome == "ok" and ln.e2e_us]
     assert figures["requests_ok"] == len(ok) and figures["inputs_total"] == 4 * len(ok)

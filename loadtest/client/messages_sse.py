@@ -5,9 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import msgspec
-import numpy as np
 
-from loadtest.client.sse import _BOM, _data_of, _normalize_newlines
+from loadtest.client.sse import _BOM, _data_of, _normalize_newlines, split_events
 
 
 class Usage(msgspec.Struct, gc=False):
@@ -105,18 +104,8 @@ class MessagesStream:
 def _payloads(res: MessagesStream, chunks: list[bytes], times: list[int]) -> tuple[list[bytes], list[int]]:
     """Each event's data and the time of the read holding its last byte (one split, one searchsorted)."""
     buf = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-    parts = buf.split(b"\n\n")
-    tail = parts.pop()
-    if tail.strip():
-        parts.append(tail)
-        res.incomplete_tail = True
-    if len(chunks) == 1:
-        ev_times = [times[0]] * len(parts)
-    else:
-        ends = np.cumsum(np.fromiter((len(p) + 2 for p in parts), dtype=np.int64, count=len(parts))) - 1
-        chunk_ends = np.cumsum(np.fromiter(map(len, chunks), dtype=np.int64, count=len(chunks)))
-        idx = np.minimum(np.searchsorted(chunk_ends, ends, side="right"), len(chunks) - 1)
-        ev_times = np.asarray(times, dtype=np.int64)[idx].tolist()
+    parts, ev_times, incomplete = split_events(chunks, times, buf)
+    res.incomplete_tail = res.incomplete_tail or incomplete
     payloads: list[bytes] = []
     payload_times: list[int] = []
     for part, t in zip(parts, ev_times, strict=True):

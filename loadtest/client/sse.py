@@ -98,23 +98,28 @@ def _data_of(event: bytes) -> bytes | None:
     return b"\n".join(data) if data else None
 
 
+def split_events(chunks: list[bytes], times: list[int], buf: bytes) -> tuple[list[bytes], list[int], bool]:
+    """The body's events (split at blank lines), the time of the read holding each one's last byte,
+    and whether bytes after the last blank line were kept as an event that never ended."""
+    parts = buf.split(b"\n\n")
+    tail = parts.pop()  # bytes after the last blank line: an event that never ended
+    incomplete = bool(tail.strip())
+    if incomplete:
+        parts.append(tail)
+    if len(chunks) == 1:
+        return parts, [times[0]] * len(parts), incomplete
+    ends = np.cumsum(np.fromiter((len(p) + 2 for p in parts), dtype=np.int64, count=len(parts))) - 1
+    chunk_ends = np.cumsum(np.fromiter(map(len, chunks), dtype=np.int64, count=len(chunks)))
+    idx = np.minimum(np.searchsorted(chunk_ends, ends, side="right"), len(chunks) - 1)
+    ev_times: list[int] = np.asarray(times, dtype=np.int64)[idx].tolist()
+    return parts, ev_times, incomplete
+
+
 def _general_split(
     res: StreamResult, chunks: list[bytes], times: list[int], buf: bytes
 ) -> tuple[list[_Chunk | None], list[int]]:
     """Any valid SSE: comments, multi-line data, other fields, an unterminated last event, bad JSON."""
-    parts = buf.split(b"\n\n")
-    tail = parts.pop()  # bytes after the last blank line: an event that never ended
-    if tail.strip():
-        parts.append(tail)
-        res.incomplete_tail = True
-    # Time of each event = arrival of the read holding its last byte.
-    if len(chunks) == 1:
-        ev_times = [times[0]] * len(parts)
-    else:
-        ends = np.cumsum(np.fromiter((len(p) + 2 for p in parts), dtype=np.int64, count=len(parts))) - 1
-        chunk_ends = np.cumsum(np.fromiter(map(len, chunks), dtype=np.int64, count=len(chunks)))
-        idx = np.minimum(np.searchsorted(chunk_ends, ends, side="right"), len(chunks) - 1)
-        ev_times = np.asarray(times, dtype=np.int64)[idx].tolist()
+    parts, ev_times, res.incomplete_tail = split_events(chunks, times, buf)
     payloads: list[bytes] = []
     payload_times: list[int] = []
     for part, t in zip(parts, ev_times, strict=True):

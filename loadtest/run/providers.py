@@ -152,8 +152,12 @@ def failing_replicas(per: Mapping[str, Any]) -> list[tuple[int, str]]:
     return out
 
 
-class EmbeddingsProvider(Provider):
-    """``metrics.embeddings``: inputs, inputs/s and request latency of embeddings requests (no TTFT/TPOT)."""
+class _LatencyOnlyProvider(Provider):
+    """A ``metrics`` section for an API with no tokens out (no TTFT/TPOT): requests, the inputs they
+    carried (the record line's ``inputs``), inputs/s, input tokens and request latency percentiles."""
+
+    KEY = ""  # the metrics key
+    INPUTS = ""  # what the section calls the inputs ("inputs", "documents")
 
     def __init__(self) -> None:
         self._seen = 0
@@ -161,56 +165,12 @@ class EmbeddingsProvider(Provider):
         self._latency_ms = array("d")  # ok requests'
         self._inputs = self._input_tokens = 0
 
-    def add(self, lines: Sequence[RecordLine]) -> None:
-        for ln in lines:
-            if ln.api == "rerank" or not (ln.api == "embeddings" or ln.n_inputs):
-                continue
-            end = ln.t + (ln.e2e_us or 0) / 1e6
-            if self._seen:
-                self._start, self._end = min(self._start, ln.t), max(self._end, end)
-            else:
-                self._start, self._end = ln.t, end
-            self._seen += 1
-            if ln.outcome == "ok" and ln.e2e_us is not None:
-                self._latency_ms.append(ln.e2e_us / 1000)
-                self._inputs += ln.n_inputs
-                self._input_tokens += ln.prompt_tokens
-
-    def embeddings(self) -> dict[str, Any] | None:
-        if not self._seen:
-            return None
-        dur = self._end - self._start
-        lat = sorted(self._latency_ms)
-
-        def q(p: float) -> float | None:
-            return round(lat[min(len(lat) - 1, int(p * len(lat)))], 3) if lat else None
-
-        return {
-            "requests_ok": len(lat),
-            "inputs_total": self._inputs,
-            "inputs_per_s": round(self._inputs / dur, 3) if dur > 0 else 0.0,
-            "input_tokens_total": self._input_tokens,
-            "latency_ms": {"p50": q(0.5), "p90": q(0.9), "p99": q(0.99)},
-        }
-
-    def contribute(self, doc: Mapping[str, Any]) -> Contribution:
-        emb = self.embeddings()
-        return Contribution(metrics={"embeddings": emb} if emb is not None else {})
-
-
-class RerankProvider(Provider):
-    """``metrics.rerank``: requests, documents, documents/s and request latency of rerank requests (no
-    tokens out: no TTFT/TPOT), as ``metrics.embeddings`` is made."""
-
-    def __init__(self) -> None:
-        self._seen = 0
-        self._start = self._end = 0.0
-        self._latency_ms = array("d")  # ok requests'
-        self._documents = self._input_tokens = 0
+    def selects(self, ln: RecordLine) -> bool:
+        raise NotImplementedError
 
     def add(self, lines: Sequence[RecordLine]) -> None:
         for ln in lines:
-            if ln.api != "rerank":
+            if not self.selects(ln):
                 continue
             end = ln.t + (ln.e2e_us or 0) / 1e6
             self._start = min(self._start, ln.t) if self._seen else ln.t
@@ -218,10 +178,14 @@ class RerankProvider(Provider):
             self._seen += 1
             if ln.outcome == "ok" and ln.e2e_us is not None:
                 self._latency_ms.append(ln.e2e_us / 1000)
-                self._documents += ln.n_inputs
+                self._inputs += ln.n_inputs
                 self._input_tokens += ln.prompt_tokens
 
-    def rerank(self) -> dict[str, Any] | None:
+    def extra(self) -> dict[str, Any]:
+        """Keys the section has before the common ones."""
+        return {}
+
+    def section(self) -> dict[str, Any] | None:
         if not self._seen:
             return None
         dur = self._end - self._start
@@ -231,17 +195,38 @@ class RerankProvider(Provider):
             return round(lat[min(len(lat) - 1, int(p * len(lat)))], 3) if lat else None
 
         return {
-            "requests": self._seen,
+            **self.extra(),
             "requests_ok": len(lat),
-            "documents_total": self._documents,
-            "documents_per_s": round(self._documents / dur, 3) if dur > 0 else 0.0,
+            f"{self.INPUTS}_total": self._inputs,
+            f"{self.INPUTS}_per_s": round(self._inputs / dur, 3) if dur > 0 else 0.0,
             "input_tokens_total": self._input_tokens,
             "latency_ms": {"p50": q(0.5), "p90": q(0.9), "p99": q(0.99)},
         }
 
     def contribute(self, doc: Mapping[str, Any]) -> Contribution:
-        section = self.rerank()
-        return Contribution(metrics={"rerank": section} if section is not None else {})
+        section = self.section()
+        return Contribution(metrics={self.KEY: section} if section is not None else {})
+
+
+class EmbeddingsProvider(_LatencyOnlyProvider):
+    """``metrics.embeddings``: inputs, inputs/s and request latency of embeddings requests."""
+
+    KEY, INPUTS = "embeddings", "inputs"
+
+    def selects(self, ln: RecordLine) -> bool:
+        return ln.api != "rerank" and (ln.api == "embeddings" or bool(ln.n_inputs))
+
+
+class RerankProvider(_LatencyOnlyProvider):
+    """``metrics.rerank``: requests, documents, documents/s and request latency of rerank requests."""
+
+    KEY, INPUTS = "rerank", "documents"
+
+    def selects(self, ln: RecordLine) -> bool:
+        return ln.api == "rerank"
+
+    def extra(self) -> dict[str, Any]:
+        return {"requests": self._seen}
 
 
 CHECK_WORDS = {
