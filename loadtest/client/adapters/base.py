@@ -52,6 +52,41 @@ class ApiAdapter(Protocol):
         ...
 
 
+class RoutedAdapter:
+    """What most adapters share: the path under the endpoint's API prefix, a streamed answer when the
+    request asks for one, and the body as ``openai_body`` with the ``stream`` flag."""
+
+    names: tuple[str, ...] = ()
+    route = ""
+    accept: str | None = None
+    capped_by_tokens = True
+    default_headers: tuple[tuple[str, str], ...] = ()
+
+    def path(self, endpoint: Endpoint, req: PreparedRequest) -> str:
+        return endpoint.api_prefix + self.route
+
+    def streams(self, req: PreparedRequest) -> bool:
+        return bool(req.stream)
+
+    def body(self, client: OpenAIClient, req: PreparedRequest) -> bytes:
+        body = openai_body(client, req)
+        body["stream"] = self.streams(req)
+        return json_encoder.encode(body)
+
+
+class JsonAdapter(RoutedAdapter):
+    """An API answered with one JSON object, never streamed, whose size does not follow max tokens."""
+
+    accept: str | None = "application/json"
+    capped_by_tokens = False
+
+    def streams(self, req: PreparedRequest) -> bool:
+        return False
+
+    def body(self, client: OpenAIClient, req: PreparedRequest) -> bytes:
+        return json_encoder.encode(openai_body(client, req))
+
+
 def openai_body(client: OpenAIClient, req: PreparedRequest) -> dict[str, Any]:
     """A copy of the request's body with the profile's extra fields and the client's model."""
     body = dict(req.body)

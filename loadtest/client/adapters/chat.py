@@ -8,13 +8,14 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from loadtest.client.adapters.base import (
+    RoutedAdapter,
     done_time,
     is_context_length_error,
     json_decoder,
     json_encoder,
     openai_body,
 )
-from loadtest.client.http import Endpoint, Response
+from loadtest.client.http import Response
 from loadtest.client.secrets import snippet
 from loadtest.client.sse import parse_stream
 
@@ -23,20 +24,11 @@ if TYPE_CHECKING:
     from loadtest.client.record import RequestRecord
 
 
-class ChatAdapter:
+class ChatAdapter(RoutedAdapter):
     """Chat completions; ``route`` is the path under the endpoint's API prefix."""
 
     names: tuple[str, ...] = ("chat",)
     route = "/chat/completions"
-    accept: str | None = None
-    capped_by_tokens = True
-    default_headers: tuple[tuple[str, str], ...] = ()
-
-    def path(self, endpoint: Endpoint, req: PreparedRequest) -> str:
-        return endpoint.api_prefix + self.route
-
-    def streams(self, req: PreparedRequest) -> bool:
-        return req.stream
 
     def body(self, client: OpenAIClient, req: PreparedRequest) -> bytes:
         body = openai_body(client, req)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from loadtest.client.adapters.base import done_time, json_encoder, json_object, openai_body
-from loadtest.client.http import Endpoint, Response
+from loadtest.client.adapters.base import JsonAdapter, done_time, json_object
+from loadtest.client.http import Response
 from loadtest.client.secrets import snippet
 
 if TYPE_CHECKING:
@@ -13,21 +13,9 @@ if TYPE_CHECKING:
     from loadtest.client.record import RequestRecord
 
 
-class EmbeddingsAdapter:
+class EmbeddingsAdapter(JsonAdapter):
     names: tuple[str, ...] = ("embeddings",)
     route = "/embeddings"
-    accept: str | None = "application/json"
-    capped_by_tokens = False  # a vector list does not grow with max tokens
-    default_headers: tuple[tuple[str, str], ...] = ()
-
-    def path(self, endpoint: Endpoint, req: PreparedRequest) -> str:
-        return endpoint.api_prefix + self.route
-
-    def streams(self, req: PreparedRequest) -> bool:
-        return False
-
-    def body(self, client: OpenAIClient, req: PreparedRequest) -> bytes:
-        return json_encoder.encode(openai_body(client, req))
 
     def classify(
         self, client: OpenAIClient, rec: RequestRecord, req: PreparedRequest, resp: Response

@@ -6,8 +6,13 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from loadtest.client.adapters.base import done_time, is_context_length_error, json_encoder, openai_body
-from loadtest.client.http import Endpoint, Response
+from loadtest.client.adapters.base import (
+    RoutedAdapter,
+    done_time,
+    is_context_length_error,
+    json_encoder,
+)
+from loadtest.client.http import Response
 from loadtest.client.messages_sse import (
     Message,
     MessagesStream,
@@ -25,24 +30,11 @@ if TYPE_CHECKING:
 ANTHROPIC_VERSION = "2023-06-01"  # the API version header every request carries (docs/sources.md §9)
 
 
-class MessagesAdapter:
+class MessagesAdapter(RoutedAdapter):
     names: tuple[str, ...] = ("messages",)
     route = "/messages"
-    accept: str | None = None
-    capped_by_tokens = True
     # sent unless the profile's request.headers name the header (its value wins)
     default_headers: tuple[tuple[str, str], ...] = (("anthropic-version", ANTHROPIC_VERSION),)
-
-    def path(self, endpoint: Endpoint, req: PreparedRequest) -> str:
-        return endpoint.api_prefix + self.route
-
-    def streams(self, req: PreparedRequest) -> bool:
-        return req.stream
-
-    def body(self, client: OpenAIClient, req: PreparedRequest) -> bytes:
-        body = openai_body(client, req)
-        body["stream"] = self.streams(req)
-        return json_encoder.encode(body)
 
     def classify(
         self, client: OpenAIClient, rec: RequestRecord, req: PreparedRequest, resp: Response

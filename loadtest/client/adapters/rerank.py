@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from loadtest.client.adapters.base import done_time, json_encoder, openai_body
-from loadtest.client.http import Endpoint, Response
+from loadtest.client.adapters.base import JsonAdapter, done_time
+from loadtest.client.http import Response
 from loadtest.client.secrets import snippet
 
 if TYPE_CHECKING:
@@ -35,21 +35,9 @@ class _Answer(msgspec.Struct, gc=False):
 _decoder = msgspec.json.Decoder(_Answer)
 
 
-class RerankAdapter:
+class RerankAdapter(JsonAdapter):
     names: tuple[str, ...] = ("rerank",)
     route = "/rerank"
-    accept: str | None = "application/json"
-    capped_by_tokens = False  # a score list does not grow with max tokens
-    default_headers: tuple[tuple[str, str], ...] = ()
-
-    def path(self, endpoint: Endpoint, req: PreparedRequest) -> str:
-        return endpoint.api_prefix + self.route
-
-    def streams(self, req: PreparedRequest) -> bool:
-        return False
-
-    def body(self, client: OpenAIClient, req: PreparedRequest) -> bytes:
-        return json_encoder.encode(openai_body(client, req))
 
     def classify(
         self, client: OpenAIClient, rec: RequestRecord, req: PreparedRequest, resp: Response

@@ -7,8 +7,13 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from loadtest.client.adapters.base import done_time, json_decoder, json_encoder, json_object, openai_body
-from loadtest.client.http import Endpoint, Response
+from loadtest.client.adapters.base import (
+    RoutedAdapter,
+    done_time,
+    json_decoder,
+    json_object,
+)
+from loadtest.client.http import Response
 from loadtest.client.secrets import snippet
 
 if TYPE_CHECKING:
@@ -16,23 +21,9 @@ if TYPE_CHECKING:
     from loadtest.client.record import RequestRecord
 
 
-class ResponsesAdapter:
+class ResponsesAdapter(RoutedAdapter):
     names: tuple[str, ...] = ("responses",)
     route = "/responses"
-    accept: str | None = None
-    capped_by_tokens = True
-    default_headers: tuple[tuple[str, str], ...] = ()
-
-    def path(self, endpoint: Endpoint, req: PreparedRequest) -> str:
-        return endpoint.api_prefix + self.route
-
-    def streams(self, req: PreparedRequest) -> bool:
-        return bool(req.stream)
-
-    def body(self, client: OpenAIClient, req: PreparedRequest) -> bytes:
-        body = openai_body(client, req)
-        body["stream"] = self.streams(req)
-        return json_encoder.encode(body)
 
     def classify(
         self, client: OpenAIClient, rec: RequestRecord, req: PreparedRequest, resp: Response
