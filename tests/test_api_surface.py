@@ -123,7 +123,12 @@ def test_embeddings_faults_are_classified_like_chat(tmp_path: Path) -> None:
     assert run["metrics"]["requests"]["by_outcome"]["http_5xx"] == run["metrics"]["requests"]["completed"]
 
 
-def test_raw_replay_sends_recorded_bodies_unchanged(engine: SimProcess, tmp_path: Path) -> None:
+@pytest.mark.parametrize("processes", [[], ["--processes", "2"]], ids=["one-process", "two-workers"])
+def test_raw_replay_sends_recorded_bodies_unchanged(
+    engine: SimProcess, tmp_path: Path, processes: list[str]
+) -> None:
+    """Byte for byte as recorded; with --processes the workers' profile copies (in other folders) find
+    the bodies file the profile names relative to itself."""
     bodies = [
         {
             "messages": [{"role": "user", "content": "hello there"}],
@@ -149,7 +154,7 @@ def test_raw_replay_sends_recorded_bodies_unchanged(engine: SimProcess, tmp_path
     raw = json.loads(prof.read_text())
     del raw["input_tokens"], raw["output_tokens"]
     prof.write_text(json.dumps(raw))
-    run = _run(prof, tmp_path / "run", engine.base_url, "--slo", "e2e_p50=30s")
+    run = _run(prof, tmp_path / "run", engine.base_url, "--slo", "e2e_p50=30s", *processes)
     assert run["verdict"]["status"] == "pass" and run["metrics"]["requests"]["failed"] == 0
     want = {hashlib.sha256(ln.encode()).hexdigest() for ln in lines}
     assert want <= {r["sha256"] for r in _sent(engine)}  # byte for byte as recorded: no model/stream added

@@ -102,6 +102,57 @@ def test_malformed_json_for_json_mode_and_tool_calls_fails_the_gate(tmp_path: Pa
     assert code == 13 and all(r["quality_failed"] == ["json"] for r in _ok_lines(out)), log[-2000:]
 
 
+AGENT = {
+    "name": "agent",
+    "kind": "agent",
+    "input_tokens": {"dist": "fixed", "value": 40},
+    "output_tokens": {"dist": "fixed", "value": 24},
+    "agent": {
+        "prefix_tokens": 200,
+        "tools": 2,
+        "turns": {"dist": "fixed", "value": 1},
+        "calls_per_turn": {"dist": "fixed", "value": 3},
+        "tool_result_tokens": {"dist": "fixed", "value": 20},
+        "think_time_s": {"dist": "fixed", "value": 0},
+    },
+}
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_tool_calls_and_reasoning_are_checked_and_captured_streamed_or_whole(
+    tmp_path: Path, stream: bool
+) -> None:
+    """The embedded engine answers agent calls with tool calls (whole answers too) and reasoning: both
+    reach the JSON check and capture.jsonl, whichever way the answer came."""
+    prof = tmp_path / "p.yaml"
+    prof.write_text(
+        json.dumps(
+            {
+                "name": "agent-quality",
+                "stream": stream,
+                "seed": 2,
+                "load": {"concurrency": 2},
+                "judging": {"generator_health": "warn"},
+                "scenarios": [{**AGENT, "reasoning": True}],
+            }
+        )
+    )
+    out = tmp_path / "out"
+    res = run_cli(
+        ["run", "--profile", str(prof), "--engine-speedup", "5", "--duration", "2", "--out", str(out)]
+        + ["--capture", "200"]
+    )
+    assert res.returncode == 0, (res.stdout + res.stderr)[-2000:]
+    run = _run_json(out)
+    assert run["quality"]["checked"] == run["metrics"]["requests"]["ok"] > 0
+    assert run["quality"]["pass_rate"] == 1.0, run["quality"]
+    lines = [json.loads(x) for x in (out / "capture.jsonl").read_text().splitlines()]
+    calls = [c for c in lines if c["finish_reason"] == "tool_calls"]
+    assert calls and all(json.loads(c["tool_calls"]) for c in calls)  # the arguments, as JSON
+    assert all(c["reasoning"] for c in lines), [c["id"] for c in lines if not c["reasoning"]]
+    assert all(not c["answer"] for c in calls)  # the call is not mistaken for answer text
+
+
 def test_an_explicit_quality_min_replaces_the_default_floor(tmp_path: Path) -> None:
     with FaultServer(["empty_content"]) as srv:
         code, log, out = _run(tmp_path, srv.base_url, "--slo", "quality_min=0%")
@@ -220,7 +271,8 @@ def test_the_per_request_checks() -> None:
     assert failed_checks(_rec("", "tool_calls", tools='{"a": "}{"}{"b": [1]}'), _req(), {}, spec) == []
     assert failed_checks(_rec("", "tool_calls", tools='{"a": 1}{"b": '), _req(), {}, spec) == ["json"]
     assert failed_checks(_rec("a", "tool_calls"), _req(), {}, spec) == ["finish_reason"]
-    assert failed_checks(_rec("", "tool_calls"), _req(), {}, spec) == []  # a whole answer's tool call
+    # a tool finish with no call and no text: nothing came back
+    assert failed_checks(_rec("", "tool_calls"), _req(), {}, spec) == ["empty", "finish_reason"]
     # the reference match
     exact, contains = QualitySpec(match="exact", ignore_case=True), QualitySpec(match="contains")
     assert failed_checks(_rec(" Paris "), _req("paris"), {}, exact) == []

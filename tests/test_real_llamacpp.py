@@ -96,3 +96,36 @@ def test_a_sharegpt_dataset_runs_with_its_sessions_on_llamacpp(tmp_path: Path) -
         tok.count(a) for a in answers
     }  # reference lengths
     print_figures("llama.cpp dataset", run, records)
+
+
+def test_a_parquet_prompt_file_runs_on_llamacpp_with_the_dataset_text(tmp_path: Path) -> None:
+    """Plain prompts from Parquet through the completions API: every prompt sent is a dataset row's text,
+    and llama.cpp answers each one."""
+    import pyarrow.parquet as pq
+
+    data = Path(__file__).resolve().parents[1] / "traffic_profiles" / "datasets" / "prompts.parquet"
+    prompts = {row["prompt"] for row in pq.read_table(data).to_pylist()}
+    prof = tmp_path / "p.yaml"
+    prof.write_text(
+        json.dumps(
+            {
+                "name": "llamacpp-parquet",
+                "api": "completions",
+                "dataset": {"path": str(data), "output_tokens": "dataset"},
+                "load": {"concurrency": 1},
+                "duration_s": 8,
+            }
+        )
+    )
+    with LlamaCppServer(tmp_path / "server.log", interrupt_requests=False) as srv:
+        res, run, records = run_load(
+            ["--profile", str(prof), "--host", srv.url, "--capture", "1000"], tmp_path / "o"
+        )
+        server_log = srv.tail()
+    assert res.returncode == 0, (res.stdout + res.stderr)[-3000:] + server_log
+    assert records and all(r["outcome"] == "ok" for r in records), [r["error"] for r in records][:3]
+    captured = [json.loads(x) for x in (tmp_path / "o" / "capture.jsonl").read_text().splitlines() if x]
+    assert len(captured) == len(records)
+    assert {json.loads(c["request"])["prompt"] for c in captured} <= prompts
+    assert all(c["answer"] for c in captured)
+    print_figures("llama.cpp parquet", run, records)

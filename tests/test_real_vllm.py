@@ -11,6 +11,7 @@ import json
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from real_engines import CLI, PIN_GENERATOR, ROOT, ServedVllm, pid_alive, print_figures, run_load
@@ -159,3 +160,83 @@ def test_a_sweep_with_the_default_profile_is_cold_at_every_point(vllm: ServedVll
         rate = p["prefix_cache_hit_rate"]
         assert rate is not None and rate < 0.2, (p["label"], rate)
         assert p["warm_cache"] is False, p["label"]
+
+
+DATASETS = ROOT / "traffic_profiles" / "datasets"
+
+
+def _captured(out: Path) -> list[dict[str, Any]]:
+    return [
+        json.loads(line) for p in sorted(out.glob("capture*.jsonl")) for line in p.read_text().splitlines()
+    ]
+
+
+def test_a_parquet_prompt_file_reaches_vllm_as_written(vllm: ServedVllm, tmp_path: Path) -> None:
+    """Completions with `echo`: vLLM streams back the prompt it received, so the server itself shows
+    that every prompt is the dataset's text, byte for byte; its prompt token count equals the client's."""
+    import pyarrow.parquet as pq
+
+    rows = pq.read_table(DATASETS / "prompts.parquet").to_pylist()
+    prof = tmp_path / "p.yaml"
+    prof.write_text(
+        json.dumps(
+            {
+                "name": "vllm-parquet",
+                "api": "completions",
+                "dataset": {"path": str(DATASETS / "prompts.parquet"), "output_tokens": "dataset"},
+                "ignore_eos": True,
+                "request": {"extra_body": {"echo": True}},
+                "load": {"concurrency": 2},
+                "duration_s": 8,
+            }
+        )
+    )
+    env_state = {"LOADTEST_STATE_DIR": str(vllm.state_dir)}
+    res, run, records = run_load(
+        ["--profile", str(prof), "--host", vllm.url, "--capture", "1000"], tmp_path / "o", env=env_state
+    )
+    assert records and all(r["outcome"] == "ok" for r in records), (res.stderr[-2000:], records[:2])
+    prompts = {row["prompt"] for row in rows}
+    captured = _captured(tmp_path / "o")
+    assert len(captured) == len(records)
+    for c in captured:
+        sent = json.loads(c["request"])["prompt"]
+        assert sent in prompts, sent[:80]  # the dataset's text, not a length-fitted stand-in
+        assert c["answer"].startswith(sent), (sent[:60], c["answer"][:120])  # what vLLM received
+    assert {r["prompt_tokens"] for r in records} and all(
+        r["prompt_tokens"] == r["usage_prompt_tokens"] for r in records
+    )
+    print_figures("vllm parquet", run, records)
+
+
+def test_a_sharegpt_file_reaches_vllm_with_its_turns_and_counts(vllm: ServedVllm, tmp_path: Path) -> None:
+    """Chat from ShareGPT conversations: every message sent is the dataset's, and vLLM's prompt token
+    count (its chat template over those messages) equals the client's for every request."""
+    convs = json.loads((DATASETS / "sharegpt.json").read_text())
+    turns = {t["value"] for c in convs for t in c["conversations"] if t["from"] in ("human", "system")}
+    prof = tmp_path / "p.yaml"
+    prof.write_text(
+        json.dumps(
+            {
+                "name": "vllm-sharegpt",
+                "dataset": {"path": str(DATASETS / "sharegpt.json"), "output_tokens": "reference"},
+                "ignore_eos": True,
+                "load": {"concurrency": 2},
+                "duration_s": 8,
+            }
+        )
+    )
+    env_state = {"LOADTEST_STATE_DIR": str(vllm.state_dir)}
+    res, run, records = run_load(
+        ["--profile", str(prof), "--host", vllm.url, "--capture", "1000"], tmp_path / "o", env=env_state
+    )
+    assert records and all(r["outcome"] == "ok" for r in records), (res.stderr[-2000:], records[:2])
+    for c in _captured(tmp_path / "o"):
+        messages = json.loads(c["request"])["messages"]
+        sent = {m["content"] for m in messages if m["role"] in ("user", "system")}
+        assert sent <= turns, sorted(sent - turns)[:1]
+    assert all(r["prompt_tokens"] == r["usage_prompt_tokens"] for r in records), [
+        (r["prompt_tokens"], r["usage_prompt_tokens"]) for r in records
+    ][:5]
+    assert any("." in r["id"] and not r["id"].endswith(".1") for r in records)  # later turns went out
+    print_figures("vllm sharegpt", run, records)

@@ -57,14 +57,17 @@ def _native(path: Path) -> Path:
     return path
 
 
-def _replay(tmp_path: Path, sim: SimProcess, trace: dict[str, Any], name: str = "replay") -> Path:
-    """Run a trace-replay profile against ``sim``; the run folder."""
+def _replay(
+    tmp_path: Path, sim: SimProcess, trace: dict[str, Any], name: str = "replay", *extra: str
+) -> Path:
+    """Run a trace-replay profile against ``sim`` (``extra``: more options); the run folder."""
     prof = tmp_path / f"{name}.yaml"
     prof.write_text(
         json.dumps({"name": name, "load": {"trace": trace}, "scenarios": [{"name": name, "kind": "trace"}]})
     )
     out = tmp_path / f"out-{name}"
-    res = run_cli(["run", "--profile", str(prof), "--host", sim.base_url, "--out", str(out)], timeout=180)
+    argv = ["run", "--profile", str(prof), "--host", sim.base_url, "--out", str(out), *extra]
+    res = run_cli(argv, timeout=180)
     assert res.returncode in (0, 1), res.stderr
     assert (out / "run.json").is_file(), res.stderr
     return out
@@ -104,6 +107,16 @@ def test_every_record_of_a_trace_is_sent(tmp_path: Path, engine: SimProcess, fmt
     assert all(r["outcome"] == "ok" for r in recs)  # none cut off by the run's end
     run = json.loads((out / "run.json").read_text())
     assert run["config"]["duration_s"] > want[-1].timestamp_s
+
+
+def test_workers_replay_a_trace_the_profile_names_relative_to_itself(
+    tmp_path: Path, engine: SimProcess
+) -> None:
+    """--processes 2: the workers' profile copies lie in other folders; every record is still sent."""
+    path = _native(tmp_path / "l.jsonl")
+    out = _replay(tmp_path, engine, {"path": "l.jsonl", "format": "loadtest"}, "rel", "--processes", "2")
+    recs = read_lines(sorted(out.glob("records*.jsonl")))
+    assert len(recs) == len(read_trace(path, "loadtest")) and {r["worker"] for r in recs} == {0, 1}
 
 
 def _shared_ids(a: tuple[int, ...], b: tuple[int, ...]) -> int:

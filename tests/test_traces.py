@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import importlib.util
+import json
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -440,3 +441,20 @@ def test_empirical_table_reproduces_trace_quantiles(
             assert close or lo <= got <= hi, (
                 f"{trace} {col} p{q * 100:g}: {got:.1f} vs {want:.1f} [{lo}, {hi}]"
             )
+
+
+def test_derived_stats_count_a_bailian_trace_in_its_own_16_token_blocks(tmp_path: Path) -> None:
+    """Two requests of 64 tokens sharing their first two 16-token blocks: a quarter of the blocks (and
+    of the tokens) reused; counted in Mooncake's 512-token blocks it would read as whole-prompt reuse."""
+    rows = [
+        {"chat_id": 0, "parent_chat_id": -1, "timestamp": 0.0, "input_length": 64, "output_length": 8,
+         "type": "text", "turn": 1, "hash_ids": [1, 2, 3, 4]},
+        {"chat_id": 1, "parent_chat_id": -1, "timestamp": 1.0, "input_length": 64, "output_length": 8,
+         "type": "text", "turn": 1, "hash_ids": [1, 2, 5, 6]},
+    ]  # fmt: skip
+    path = tmp_path / "qwen_bailian.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    _, doc = _load_tool().derive_one(path)
+    assert doc["source"]["format"] == "bailian"
+    assert doc["stats"]["prefix_reuse_share"] == 0.25
+    assert doc["stats"]["prefix_reuse_token_share"] == 0.25

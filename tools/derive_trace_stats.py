@@ -10,7 +10,14 @@ from typing import Any
 
 import yaml
 
-from loadtest.traces import TraceFormatError, empirical_spec, read_trace, sniff_format, trace_stats
+from loadtest.traces import (
+    TraceFormatError,
+    empirical_spec,
+    read_trace,
+    sniff_format,
+    trace_block_tokens,
+    trace_stats,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_TRACES = REPO.parent / "shared" / "traces"
@@ -82,7 +89,7 @@ def derive_one(path: Path) -> tuple[str, dict[str, Any]]:
     """Read one trace and build its derived document."""
     fmt = sniff_format(path)
     records = read_trace(path, fmt)
-    stats = _round(trace_stats(records))
+    stats = _round(trace_stats(records, trace_block_tokens(path, fmt)))  # the format's block size
     doc = {
         "name": trace_name(path, fmt),
         "source": {

@@ -101,8 +101,7 @@ def _length_failed(rec: RequestRecord, ignore_eos: bool, tolerance: float) -> tu
     tool = bool(rec.tool_calls_text)
     finish_ok = (
         reason in (None, "stop")
-        # a whole (non-streamed) answer's tool call is not kept as text: no content stands for it
-        or (reason in TOOL_FINISHES and (tool or not rec.answer_text.strip()))
+        or (reason in TOOL_FINISHES and tool)  # a tool finish carries a call
         or (reason == "length" and ignore_eos and asked is not None)
     )
     if not asked:
@@ -142,7 +141,7 @@ def failed_checks(
     failed: list[str] = []
     text, tools = rec.answer_text, rec.tool_calls_text
     reasoning = rec.reasoning_tokens_client or rec.reasoning_tokens_server
-    if not text.strip() and not tools.strip() and not reasoning and rec.finish_reason not in TOOL_FINISHES:
+    if not text.strip() and not tools.strip() and not reasoning:
         failed.append("empty")
     ignore_eos = bool(_asked(req, extra_body, "ignore_eos"))
     bad_finish, bad_length = _length_failed(rec, ignore_eos, spec.length_tolerance)

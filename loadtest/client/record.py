@@ -69,6 +69,7 @@ class RequestRecord:
     # What the server answered (kept in memory for multi-turn sessions; not written to the log).
     answer_text: str = ""
     tool_calls_text: str = ""
+    reasoning_text: str = ""  # the reasoning (thinking) text, kept for capture.jsonl only
     body_sent: bytes = b""  # the request body as sent (capture.jsonl only; not written to the log)
     # The answer checks an ok answer failed (client/quality.py); None: none failed, or not checked.
     quality_failed: list[str] | None = None

@@ -7,7 +7,7 @@ import msgspec
 
 class CaptureLine(msgspec.Struct):
     """One captured request: its ids (the record log's ``id`` and ``wire_id``), the body sent (JSON text,
-    exactly as sent, the API key redacted), the answer and tool-call text received, how it ended, the
+    exactly as sent, the API key redacted), the answer, tool-call and reasoning text received, how it ended, the
     answer checks it failed. A text longer than the capture's ``max_chars`` is cut there and named in
     ``cut``; ``request_chars`` / ``answer_chars`` are the full lengths."""
 
@@ -25,7 +25,10 @@ class CaptureLine(msgspec.Struct):
     answer: str = ""
     answer_chars: int = 0
     tool_calls: str = ""
-    cut: list[str] = msgspec.field(default_factory=list)  # which of request, answer, tool_calls were cut
+    reasoning: str = ""  # the reasoning (thinking) text received, when the model sent any
+    cut: list[str] = msgspec.field(
+        default_factory=list
+    )  # which of request, answer, tool_calls, reasoning were cut
 
 
 CAPTURE_ENCODER = msgspec.json.Encoder()

@@ -43,7 +43,6 @@ from loadtest.locust.settings import RunSettings
 from loadtest.locust.shipping import RecordSink
 from loadtest.metrics.judged import record_from_line
 from loadtest.metrics.recorder import Recorder, RunAggregates
-from loadtest.profile.loader import load_profile
 from loadtest.profile.schema import Profile
 from loadtest.results.record_log import read_lines
 from loadtest.workload.builder import Workload
@@ -77,14 +76,7 @@ def settings_payload(settings: RunSettings, index: int = 0) -> Settings:
     """What worker ``index`` needs to run: settings, the profile's content (trace path absolute), the fingerprint."""
     profile, path = settings.profile()
     data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    trace = load_profile(settings.profile_ref)[0].load.trace
-    if (
-        trace is not None
-        and isinstance(data.get("load"), dict)
-        and isinstance(data["load"].get("trace"), dict)
-    ):
-        data["load"]["trace"]["path"] = trace.path  # resolved against the master's profile folder
-    _absolute_datasets(data, profile)
+    _absolute_files(data, profile)
     return Settings(
         index=index,
         settings=settings.to_json(),
@@ -94,17 +86,24 @@ def settings_payload(settings: RunSettings, index: int = 0) -> Settings:
     )
 
 
-def _absolute_datasets(data: dict[str, Any], profile: Profile) -> None:
-    """Each scenario's dataset path in ``data`` as the master resolved it (a worker's copy of the
-    profile lies in another folder), in the scenario list or the flat form."""
+def _absolute_files(data: dict[str, Any], profile: Profile) -> None:
+    """Every file the profile names (trace, raw bodies, datasets, a tokenizer folder) in ``data`` as the
+    master resolved it: a worker's copy of the profile lies in another folder, in the scenario list or
+    the flat form."""
+    load = data.get("load")
+    if profile.load.trace is not None and isinstance(load, dict) and isinstance(load.get("trace"), dict):
+        load["trace"]["path"] = profile.load.trace.path
+    if isinstance(data.get("tokenizer"), str):
+        data["tokenizer"] = profile.tokenizer  # a bundled name, or the resolved file or folder
     listed = data.get("scenarios")
-    if isinstance(listed, list):
-        specs = [s.get("dataset") if isinstance(s, dict) else None for s in listed]
-    else:
-        specs = [data.get("dataset")]
-    for spec, sc in zip(specs, profile.scenarios, strict=False):
-        if isinstance(spec, dict) and sc.dataset is not None:
-            spec["path"] = sc.dataset.path
+    raw_scenarios = listed if isinstance(listed, list) else [data]
+    for raw, sc in zip(raw_scenarios, profile.scenarios, strict=False):
+        if not isinstance(raw, dict):
+            continue
+        if sc.dataset is not None and isinstance(raw.get("dataset"), dict):
+            raw["dataset"]["path"] = sc.dataset.path
+        if sc.raw is not None and isinstance(raw.get("raw"), dict):
+            raw["raw"]["file"] = sc.raw.file
 
 
 class MasterSession:

@@ -55,6 +55,7 @@ def capture_line(rec: RequestRecord, max_chars: int, secrets: tuple[str, ...] = 
         answer=_cut(answer, max_chars, "answer", cut),
         answer_chars=len(answer),
         tool_calls=_cut(tools, max_chars, "tool_calls", cut),
+        reasoning=_cut(redact_echoes(rec.reasoning_text, secrets), max_chars, "reasoning", cut),
         cut=cut,
     )
 

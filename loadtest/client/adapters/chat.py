@@ -61,6 +61,7 @@ def classify_choices_stream(client: OpenAIClient, rec: RequestRecord, resp: Resp
     rec.finish_reason = s.finish_reason
     rec.answer_text = s.answer_text
     rec.tool_calls_text = s.tool_text
+    rec.reasoning_text = s.reasoning_text
     rec.done_ns = done_time(resp)
     rec.completion_tokens_client = tokenizer.count(s.answer_text + s.tool_text) + (
         rec_reason := tokenizer.count(s.reasoning_text)
@@ -107,22 +108,32 @@ def classify_choices_object(client: OpenAIClient, rec: RequestRecord, resp: Resp
         rec.outcome = "protocol_error" if not (isinstance(obj, dict) and "error" in obj) else "stream_error"
         rec.error = f"not an OpenAI completion object: {snippet(resp.body)}"
         return
-    text = ""
+    text, reasoning, tools = "", "", ""
     for c in obj.get("choices") or []:
         msg = c.get("message") or {}
-        text += (msg.get("content") or "") + (msg.get("reasoning_content") or msg.get("reasoning") or "")
-        text += c.get("text") or ""
+        text += (msg.get("content") or "") + (c.get("text") or "")
+        reasoning += msg.get("reasoning_content") or msg.get("reasoning") or ""
+        tools += "".join(_tool_arguments(call) for call in msg.get("tool_calls") or [])
         rec.finish_reason = c.get("finish_reason") or rec.finish_reason
     rec.first_token_ns = rec.done_ns
     rec.first_answer_ns = rec.done_ns
-    rec.answer_text = text
-    rec.completion_tokens_client = client.tokenizer.count(text)
+    rec.answer_text, rec.tool_calls_text, rec.reasoning_text = text, tools, reasoning
+    rec.reasoning_tokens_client = client.tokenizer.count(reasoning) if reasoning else 0
+    rec.completion_tokens_client = client.tokenizer.count(text + tools) + rec.reasoning_tokens_client
     usage = obj.get("usage") or {}
     rec.prompt_tokens_server = usage.get("prompt_tokens")
     rec.completion_tokens_server = usage.get("completion_tokens")
     rec.cached_tokens_server = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
-    if not rec.mark_empty(bool(text) or _has_tool_call(obj), "answer"):
+    rec.reasoning_tokens_server = (usage.get("completion_tokens_details") or {}).get("reasoning_tokens")
+    if not rec.mark_empty(bool(text or reasoning or tools) or _has_tool_call(obj), "answer"):
         rec.outcome = "ok"
+
+
+def _tool_arguments(call: Any) -> str:
+    """A whole answer's tool call as the stream would have given it: its function's arguments text."""
+    fn = call.get("function") if isinstance(call, dict) else None
+    args = fn.get("arguments") if isinstance(fn, dict) else None
+    return args if isinstance(args, str) else json_encoder.encode(args).decode() if args is not None else ""
 
 
 def _has_tool_call(obj: dict[str, Any]) -> bool:

@@ -59,7 +59,7 @@ def _usage(rec: RequestRecord, u: Usage | None) -> None:
 
 
 def _count(client: OpenAIClient, rec: RequestRecord, answer: str, tools: str, reasoning: str) -> None:
-    rec.answer_text, rec.tool_calls_text = answer, tools
+    rec.answer_text, rec.tool_calls_text, rec.reasoning_text = answer, tools, reasoning
     rec.reasoning_tokens_client = client.tokenizer.count(reasoning) if reasoning else 0
     rec.completion_tokens_client = client.tokenizer.count(answer + tools) + rec.reasoning_tokens_client
 

@@ -52,7 +52,7 @@ def _finish_reason(response: dict[str, Any]) -> str:
 
 
 def _count(client: OpenAIClient, rec: RequestRecord, answer: str, reasoning: str) -> None:
-    rec.answer_text = answer
+    rec.answer_text, rec.reasoning_text = answer, reasoning
     rec.reasoning_tokens_client = client.tokenizer.count(reasoning) if reasoning else 0
     rec.completion_tokens_client = client.tokenizer.count(answer) + rec.reasoning_tokens_client
 
