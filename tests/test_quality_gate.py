@@ -151,6 +151,13 @@ def test_tool_calls_and_reasoning_are_checked_and_captured_streamed_or_whole(
     assert calls and all(json.loads(c["tool_calls"]) for c in calls)  # the arguments, as JSON
     assert all(c["reasoning"] for c in lines), [c["id"] for c in lines if not c["reasoning"]]
     assert all(not c["answer"] for c in calls)  # the call is not mistaken for answer text
+    res = run_cli(["export", str(out), "--format", "csv", "--out", str(tmp_path / "x")])
+    assert res.returncode == 0, res.stderr
+    with open(tmp_path / "x" / "samples.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["tool_calls"], r["reasoning"]) for r in rows] == [
+        (c["tool_calls"], c["reasoning"]) for c in lines
+    ]
 
 
 def test_an_explicit_quality_min_replaces_the_default_floor(tmp_path: Path) -> None:

@@ -60,6 +60,7 @@ SAMPLE_COLUMNS: tuple[tuple[str, pa.DataType, str], ...] = (
     ("request", _STR, "the body sent (JSON text, the API key redacted; cut when listed in cut)"),
     ("answer", _STR, "the answer text received"),
     ("tool_calls", _STR, "the tool-call arguments received"),
+    ("reasoning", _STR, "the reasoning text received"),
     ("cut", _STR, "the texts cut at the capture's max_chars, comma-separated"),
 )
 SAMPLE_SCHEMA = pa.schema([(n, t) for n, t, _ in SAMPLE_COLUMNS])
@@ -160,7 +161,7 @@ def _sample_table(rows: list[Any]) -> pa.Table:
     for r in rows:
         for name in ("id", "wire_id", "scenario", "api", "outcome", "status", "finish_reason"):
             cols[name].append(getattr(r, name))
-        for name in ("request", "answer", "tool_calls"):
+        for name in ("request", "answer", "tool_calls", "reasoning"):
             cols[name].append(getattr(r, name))
         cols["quality_failed"].append(",".join(r.quality_failed))
         cols["cut"].append(",".join(r.cut))

@@ -11,13 +11,15 @@ client side is pinned to CPU 0 and is, in turn:
   event), the same streams against the same server in the same invocation.
 
 Both parts run against the ``batched`` server (each response, 250 one-token events, in one write) and the
-``paced`` one (TTFT 100 ms, then one event every 20 ms, each its own write). Every figure is printed as
+``paced`` one (TTFT 100 ms, then one event every 20 ms, each its own write); paced, each client runs
+the streams that take about half of its core (``loadtest run`` 800, the baseline 400), so the two are
+compared at the same CPU share, as load generators are run. Every figure is printed as
 ``name: value unit``; the ratios are what to compare across machines. The ``open`` part runs the whole
 `loadtest run` open loop (Poisson arrivals, 500 req/s, 50-token batched answers) and prints the arrival
 rate the schedule asked for and the rate the requests were sent at in the window, and the schedule lag.
 
     .venv/bin/python tests/bench/bench_run_capacity.py [--duration 10] [--warmup 3] [--concurrency 16] \
-        [--paced-concurrency 400] [--open-rate 500] [--framing chunked|coalesced|content-length] \
+        [--paced-concurrency 400] [--paced-run-concurrency 800] [--open-rate 500] [--framing chunked|coalesced|content-length] \
         [--only batched|paced|open]
 """
 
@@ -223,21 +225,31 @@ def measure_gevent(url: str, concurrency: int, duration: float, warmup: float, r
     return out
 
 
-def part(name: str, mode: str, framing: str, concurrency: int, args: argparse.Namespace, tokens: int) -> None:
+def part(
+    name: str,
+    mode: str,
+    framing: str,
+    streams: tuple[int, int],
+    args: argparse.Namespace,
+    tokens: int,
+) -> None:
+    """One part: a whole ``loadtest run`` with ``streams[0]`` streams, then the baseline with ``streams[1]``."""
     extra = ["--framing", framing] if mode == "batched" else ["--tokens", str(PACED_TOKENS)]
     ramp = PACED_TTFT_MS / 1e3 + PACED_TOKENS * PACED_ITL_MS / 1e3 if mode == "paced" else 0.0
+    run_streams, base_streams = streams
     with tempfile.TemporaryDirectory(prefix="bench-run-capacity-") as d:
         with ServerProcess(mode, *extra) as srv:
             run = measure_run(
-                srv.base_url.removesuffix("/v1"), concurrency, args.duration, args.warmup, tokens, Path(d)
+                srv.base_url.removesuffix("/v1"), run_streams, args.duration, args.warmup, tokens, Path(d)
             )
         with ServerProcess(mode, *extra) as srv:
             base = measure_gevent(
-                srv.base_url.removesuffix("/v1"), concurrency, args.duration, args.warmup, ramp
+                srv.base_url.removesuffix("/v1"), base_streams, args.duration, args.warmup, ramp
             )
     run_rate = run["events"] / run["cpu_s"]
     base_rate = base["events"] / base["cpu_s"]
-    line(f"{name}_streams", concurrency, "streams")
+    line(f"{name}_run_streams", run_streams, "streams")
+    line(f"{name}_gevent_streams", base_streams, "streams")
     line(f"{name}_run_events_per_cpu_s", run_rate, "events/s")
     line(f"{name}_run_cpu_util", run["cpu_s"] / run["wall_s"] * 100, "%", "{:.1f}")
     line(f"{name}_gevent_events_per_cpu_s", base_rate, "events/s")
@@ -255,7 +267,19 @@ def main() -> None:
     ap.add_argument("--duration", type=float, default=10.0, help="measurement window per part, s")
     ap.add_argument("--warmup", type=float, default=3.0, help="seconds before the window opens")
     ap.add_argument("--concurrency", type=int, default=16, help="streams against the batched server")
-    ap.add_argument("--paced-concurrency", type=int, default=400, help="streams against the paced server")
+    ap.add_argument(
+        "--paced-concurrency",
+        type=int,
+        default=400,
+        help="the baseline's streams against the paced server (about half its core)",
+    )
+    ap.add_argument(
+        "--paced-run-concurrency",
+        type=int,
+        default=800,
+        help="loadtest run's streams against the paced server (about half its core: the clients are "
+        "compared at the same share of a core, where each is a realistic load generator)",
+    )
     ap.add_argument("--framing", choices=("chunked", "coalesced", "content-length"), default="chunked")
     ap.add_argument(
         "--open-rate", type=float, default=500.0, help="arrivals per second of the open-loop part"
@@ -264,10 +288,16 @@ def main() -> None:
     args = ap.parse_args()
     if args.only in (None, "batched"):
         part(
-            f"batched_{args.framing.replace('-', '_')}", "batched", args.framing, args.concurrency, args, 250
+            f"batched_{args.framing.replace('-', '_')}",
+            "batched",
+            args.framing,
+            (args.concurrency, args.concurrency),
+            args,
+            250,
         )
     if args.only in (None, "paced"):
-        part("paced", "paced", "chunked", args.paced_concurrency, args, PACED_TOKENS)
+        streams = (args.paced_run_concurrency, args.paced_concurrency)
+        part("paced", "paced", "chunked", streams, args, PACED_TOKENS)
     if args.only in (None, "open"):
         open_part(args)
 
