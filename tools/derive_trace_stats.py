@@ -10,6 +10,8 @@ from typing import Any
 
 import yaml
 
+from loadtest.metrics.run_length import evidence_duration_s
+from loadtest.metrics.slo import Slo, parse_slos
 from loadtest.traces import (
     TraceFormatError,
     empirical_spec,
@@ -174,6 +176,15 @@ SHIPPED = {
 }
 
 
+def default_duration_s(doc: dict[str, Any], extra: dict[str, Any]) -> int:
+    """The shipped profile's default length: whole minutes, long enough that its arrivals (the trace's
+    rate and spread) prove its strictest SLO percentile by early stopping (docs/verdict.md)."""
+    p = max(s.p for s in parse_slos(extra["slos"]) if isinstance(s, Slo))
+    cv = 1.0 if extra.get("poisson") else doc["arrival"]["cv"]
+    seconds = evidence_duration_s(p, doc["arrival"]["rate"], cv)
+    return int(-(-seconds // 60) * 60)
+
+
 def shipped_profile(name: str, doc: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
     """The shipped profile built from one trace's derived statistics, or None for traces without one."""
     if name not in SHIPPED:
@@ -195,7 +206,7 @@ def shipped_profile(name: str, doc: dict[str, Any]) -> tuple[str, dict[str, Any]
         "api": "chat",
         "tokenizer": "llama3",
         "seed": 0,
-        "duration_s": 60,
+        "duration_s": default_duration_s(doc, extra),
         "load": (
             {"rate": doc["arrival"]["rate"], "arrival": "poisson"}
             if extra.get("poisson")
