@@ -163,3 +163,73 @@ def open_in_chromium(page: Path, shot: Path, profile_dir: Path, expect_plots: in
         return found
     finally:
         cdp.close()
+
+
+class LivePage:
+    """A page kept open in headless chromium (a live one, e.g. the UI's dashboard): evaluate, wait, screenshot."""
+
+    def __init__(self, url: str, profile_dir: Path, width: int = 1280, height: int = 900) -> None:
+        self.cdp = _Cdp(profile_dir)
+        try:
+            target = self.cdp.call("Target.createTarget", url="about:blank")["targetId"]
+            self.sid = self.cdp.call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
+            for domain in ("Runtime", "Log", "Page"):
+                self.cdp.call(f"{domain}.enable", self.sid)
+            self.cdp.call(
+                "Emulation.setDeviceMetricsOverride",
+                self.sid,
+                width=width,
+                height=height,
+                deviceScaleFactor=1,
+                mobile=False,
+            )
+            self.cdp.call("Page.navigate", self.sid, url=url)
+            self.cdp.wait_event("Page.loadEventFired")
+        except BaseException:
+            self.cdp.close()
+            raise
+
+    def __enter__(self) -> LivePage:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.cdp.close()
+
+    def evaluate(self, expression: str) -> Any:
+        """The JSON value of a JavaScript expression in the page."""
+        res = self.cdp.call("Runtime.evaluate", self.sid, expression=f"JSON.stringify({expression})")
+        value = res["result"].get("value")
+        return None if value is None else json.loads(value)
+
+    def wait_for(self, expression: str, timeout: float = 30) -> Any:
+        """Poll until the expression is truthy; its value (TimeoutError with the last value otherwise)."""
+        deadline = time.monotonic() + timeout
+        value = None
+        while time.monotonic() < deadline:
+            value = self.evaluate(expression)
+            if value:
+                return value
+            time.sleep(0.2)
+        raise TimeoutError(f"{expression} stayed {value!r} for {timeout} s")
+
+    def screenshot(self, shot: Path) -> bytes:
+        """A full-page PNG written to ``shot``; its bytes."""
+        size = self.cdp.call("Page.getLayoutMetrics", self.sid)["cssContentSize"]
+        clip = {"x": 0, "y": 0, "width": size["width"], "height": size["height"], "scale": 1}
+        png = self.cdp.call(
+            "Page.captureScreenshot", self.sid, format="png", captureBeyondViewport=True, clip=clip
+        )
+        data = base64.b64decode(png["data"])
+        shot.parent.mkdir(parents=True, exist_ok=True)
+        shot.write_bytes(data)
+        return data
+
+    def errors(self) -> list[dict[str, Any]]:
+        """The page's uncaught exceptions and console errors so far."""
+        self.cdp.call("Runtime.evaluate", self.sid, expression="1")  # drain late events
+        return [
+            e["params"]
+            for e in self.cdp.events
+            if e.get("method") == "Runtime.exceptionThrown"
+            or (e.get("method") == "Runtime.consoleAPICalled" and e["params"]["type"] in ("error", "assert"))
+        ]

@@ -114,7 +114,6 @@ def _serve(
     settings, profile, api_key = prepared.settings, prepared.profile, prepared.api_key
     # Locust's web UI parses sys.argv for its own options on every page load: hide ours from it.
     sys.argv = sys.argv[:1]
-    _offer_profiles_in_start_form(profile, settings.profile_ref)
     options = get_parser().parse_args([])
     closed = not profile.load.open_loop
     options.num_users = int(profile.load.concurrency or 1) if closed else settings.processes
@@ -134,12 +133,14 @@ def _serve(
             embedded = endpoint.engine_info is not None and st.host == settings.host
             polling[0] = start_for_run(st.host, override=args.metrics_url, embedded=embedded, api_key=api_key)
 
-    def finish(st: RunSettings, prof: Any, workload: Any, outcome: Any, out: Path) -> int:
+    def finish(st: RunSettings, prof: Any, workload: Any, outcome: Any, out: Path, notes: list[str]) -> int:
         run_slos = merge_slos(prof.slos, args.slo)  # the profile chosen for this run may have its own
         prof = with_judging(prof, run_opts)  # --generator-health over the chosen profile's
         telemetry, polling[0] = polling[0], None
         results = finalize(
-            FinishedRun(st, prof, workload, run_slos, outcome, out, endpoint, telemetry=telemetry)
+            FinishedRun(
+                st, prof, workload, run_slos, outcome, out, endpoint, telemetry=telemetry, early_notes=notes
+            )
         )
         for line in results.lines:
             print(line)
@@ -155,6 +156,7 @@ def _serve(
         finish,
         args.drain_timeout,
         on_start=start_telemetry,
+        profile_choices=_profile_choices(profile),
     )
     web_ui = env.create_web_ui(args.web_host, args.web_port, delayed_start=True, web_login=auth is not None)
     ui.install(auth)
@@ -170,10 +172,15 @@ def _serve(
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         gevent.signal_handler(sig, on_signal, sig)
-    users = "concurrent streams (closed loop)" if closed else "ignored: the profile's schedule sets the load"
+    users = (
+        "concurrent streams (closed loop; run.json records it as the run's load)"
+        if closed
+        else "ignored: the profile's schedule sets the load"
+    )
     print(
-        f"loadtest ui: http://{args.web_host}:{args.web_port}/  (LLM metrics: /llm)\n"
+        f"loadtest ui: http://{args.web_host}:{args.web_port}/  (live LLM dashboard: /llm)\n"
         f"profile {profile.name}: {profile.load.describe()}; the user count means {users}; "
+        "another profile: the start form's Advanced options → Profile; "
         f"model {settings.model}; runs write {reports_root}/<timestamp>-{profile.name}/",
         flush=True,
     )
@@ -187,31 +194,17 @@ def _serve(
     return EXIT_OK
 
 
-def _offer_profiles_in_start_form(profile: Any, profile_ref: str) -> None:
-    """Add a profile choice to Locust's start form: the shipped profiles with the same load model
-    (closed or open loop) as the one the UI started with, since that fixes the Locust user class."""
-    from locust import events as locust_events
-
+def _profile_choices(profile: Any) -> list[str]:
+    """The start form's "Profile" choices: the profile the UI started with, then the shipped profiles of
+    the same load model (closed or open loop), since that fixes the Locust user class."""
     from loadtest.profile.loader import shipped_profiles
 
     open_loop = profile.load.open_loop
-    loop = "open" if open_loop else "closed"
-    choices = []
+    choices = [profile.name]
     for name in shipped_profiles():
         try:
-            if load_profile(name)[0].load.open_loop == open_loop:
+            if name != profile.name and load_profile(name)[0].load.open_loop == open_loop:
                 choices.append(name)
         except ProfileError:
             continue
-    default = profile.name if profile.name in choices else profile_ref
-    if default not in choices:
-        choices.insert(0, default)
-
-    @locust_events.init_command_line_parser.add_listener
-    def _profile_arg(parser: Any, **_kw: Any) -> None:
-        parser.add_argument(
-            "--llm-profile",
-            choices=choices,
-            default=default,
-            help=f"Traffic profile of the next run ({loop} loop, like the one the UI started with)",
-        )
+    return choices

@@ -220,8 +220,10 @@ class RunContext:
             self.on_failing(self.failing)
         if self.env is not None:
             e2e = ((rec.done_ns or rec.sent_ns or rec.scheduled_ns) - rec.scheduled_ns) / 1e6
+            # Locust's Statistics and Charts tabs show this time: the type says it is the E2E latency
+            # (from the scheduled time) and the size the output tokens; TTFT, ITL, TPOT are on the LLM views.
             self.env.events.request.fire(
-                request_type=rec.api.upper(),
+                request_type=f"{rec.api.upper()} E2E (size: output tokens)",
                 name=rec.scenario,
                 response_time=e2e,
                 response_length=rec.output_tokens,
