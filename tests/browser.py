@@ -109,8 +109,19 @@ class _Cdp:
         os.close(self.r)
 
 
-def open_in_chromium(page: Path, shot: Path, profile_dir: Path, expect_plots: int) -> dict[str, Any]:
-    """Load a local page; wait for ``expect_plots`` plotly charts; screenshot; report requests, errors, charts."""
+def open_in_chromium(
+    page: Path,
+    shot: Path,
+    profile_dir: Path,
+    expect_plots: int,
+    evaluate: str | None = None,
+    first_screen: Path | None = None,
+) -> dict[str, Any]:
+    """Load a local page; wait for ``expect_plots`` plotly charts; screenshot; report requests, errors, charts.
+
+    ``evaluate``: a JavaScript expression whose value (JSON-serializable) comes back as ``found["value"]``,
+    evaluated once the charts are drawn; ``first_screen``: also a screenshot of the first viewport (1280 × 900).
+    """
     cdp = _Cdp(profile_dir)
     try:
         target = cdp.call("Target.createTarget", url="about:blank")["targetId"]
@@ -142,6 +153,14 @@ def open_in_chromium(page: Path, shot: Path, profile_dir: Path, expect_plots: in
             if found["plots"] >= expect_plots and found["svgs"] >= expect_plots:
                 break
             time.sleep(0.2)
+        if evaluate is not None:
+            found["value"] = json.loads(
+                cdp.call("Runtime.evaluate", sid, expression=f"JSON.stringify({evaluate})")["result"]["value"]
+            )
+        if first_screen is not None:
+            first = cdp.call("Page.captureScreenshot", sid, format="png")
+            first_screen.parent.mkdir(parents=True, exist_ok=True)
+            first_screen.write_bytes(base64.b64decode(first["data"]))
         size = cdp.call("Page.getLayoutMetrics", sid)["cssContentSize"]
         clip = {"x": 0, "y": 0, "width": size["width"], "height": size["height"], "scale": 1}
         png = cdp.call("Page.captureScreenshot", sid, format="png", captureBeyondViewport=True, clip=clip)

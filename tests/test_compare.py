@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -23,6 +24,7 @@ from loadtest.contracts.sweep_document import (
     SweepPoint,
     write_sweep_document,
 )
+from loadtest.report.compare_report import CHANGE_COLOURS
 from loadtest.sweep.model import point_entry
 from tests.browser import ARTIFACTS, CHROMIUM, open_in_chromium
 from tests.conftest import CLI, run_cli, write_profile
@@ -147,6 +149,9 @@ def test_h200_beats_h100_with_significant_deltas(runs: dict[str, Path], tmp_path
     r = _compare(str(runs["h100"]), str(runs["h200"]), "--names", "H100,H200", "--out", str(tmp_path))
     assert r.returncode == 0, r.stderr
     assert "H200 vs H100" in r.stdout
+    # The console line says which way each change goes: H200's higher throughput is better.
+    line = next(ln for ln in r.stdout.splitlines() if ln.startswith("H200 vs H100 (baseline): better on "))
+    assert re.search(r"Output tokens/s \+\d+\.\d % \(better\)", line), line
     doc = json.loads((tmp_path / "compare.json").read_text())
     assert doc["workload"]["same"] and not doc["workload"]["allowed_different"]
     rows = _rows(doc)
@@ -276,6 +281,15 @@ def test_bootstrap_intervals_cover_and_detect() -> None:
     assert itl and itl[50.0].value == pa[50.0].value
 
 
+COMPARE_PROBE = """(() => {
+  const h = document.getElementById('headline').getBoundingClientRect();
+  const g = document.querySelector('#delta-chart .js-plotly-plot') ||
+    [...document.querySelectorAll('.js-plotly-plot')].find(p => (p.layout.title.text || '').startsWith('Change'));
+  return {headline: {bottom: h.bottom, text: document.getElementById('headline').innerText},
+          deltas: g.data.map(t => ({colors: t.marker.color, words: t.customdata, x: t.x}))};
+})()"""
+
+
 @pytest.mark.skipif(CHROMIUM is None, reason="needs a headless chromium")
 def test_compare_html_in_headless_chromium(runs: dict[str, Path], tmp_path: Path) -> None:
     out = tmp_path / "report"
@@ -286,8 +300,23 @@ def test_compare_html_in_headless_chromium(runs: dict[str, Path], tmp_path: Path
     for bad in ('src="http', "src='http", 'href="http', "href='http", 'src="//', "src='//", 'href="//'):
         assert bad not in low, bad
     shot = ARTIFACTS / "compare.png"
-    page = open_in_chromium(out / "compare.html", shot, tmp_path / "chromium", expect_plots=5)
+    page = open_in_chromium(
+        out / "compare.html", shot, tmp_path / "chromium", expect_plots=5, evaluate=COMPARE_PROBE
+    )
     assert page["errors"] == [], page["errors"]
+    # The headline on the first screen; the delta bars coloured by what each change means, not by input.
+    probe = page["value"]
+    assert (
+        0 < probe["headline"]["bottom"] < 900
+        and "H200 vs H100 (baseline): better on " in probe["headline"]["text"]
+    )
+    bars = [b for t in probe["deltas"] for b in zip(t["colors"], t["words"], t["x"], strict=True)]
+    assert bars and all(c == CHANGE_COLOURS[w] for c, w, _ in bars), bars
+    words = {w for _, w, _ in bars}
+    assert "better" in words and len({c for c, _, _ in bars}) == len(words)
+    # H200's faster decode: throughput up (better) and TPOT down (better), both green.
+    doc = json.loads((out / "compare.json").read_text())
+    assert sum(1 for _, w, _ in bars if w == "better") >= 2 and doc["baseline"] == 0
     assert [u for u in page["requests"] if not u.startswith("data:")] == [page["url"]]
     assert page["cards"] == 2
     titles = page["titles"]

@@ -264,7 +264,27 @@ def mix_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )
     assert res.returncode in (0, 10, 11, 12), res.stderr
     assert "Traceback" not in res.stderr
+    (tmp / "stdout.txt").write_text(res.stdout)
     return out
+
+
+def test_console_ends_with_the_reasons_then_the_verdict_headline(mix_run: Path) -> None:
+    """The run's last lines: each reason of run.json as a ``  - `` item (wrapped under 101 columns),
+    then the verdict line with its headline, last."""
+    run = json.loads((mix_run / "run.json").read_text())
+    lines = (mix_run.parent / "stdout.txt").read_text().rstrip("\n").splitlines()
+    verdict, reasons = run["verdict"], run["verdict"]["reasons"]
+    assert verdict["status"] != "pass" and reasons  # the injected faults fail the run
+    label = {"slo_missed": "SLO MISSED", "invalid": "RUN INVALID", "error_rate": "ENDPOINT FAILING"}
+    assert lines[-1].startswith(f"verdict: {label[verdict['status']]} ({len(verdict['checks'])} checks, ")
+    assert len(lines[-1]) < 140 and "; fix:" not in lines[-1]  # a headline, not the reasons
+    start = len(lines) - 1
+    while lines[start - 1].startswith(("  - ", "    ")):
+        start -= 1
+    assert lines[start - 1].startswith("report:")  # the reasons follow the file lines
+    items = " ".join(lines[start:-1])
+    assert items.startswith("  - ") and all(len(ln) <= 100 for ln in lines[start:-1])
+    assert [r.split()[:4] for r in items.split("  - ")[1:]] == [r.split()[:4] for r in reasons]
 
 
 def _section(html: str, sid: str) -> str:
@@ -478,12 +498,59 @@ def test_report_renders_in_headless_chromium(telemetry_run: Path, tmp_path: Path
     charts = html.count("Plotly.newPlot(")
     assert charts == 10
     shot = ARTIFACTS / "run-report.png"
-    seen = open_in_chromium(page, shot, tmp_path / "chromium", expect_plots=charts)
+    first = ARTIFACTS / "run-report-first-screen.png"
+    seen = open_in_chromium(
+        page, shot, tmp_path / "chromium", expect_plots=charts, evaluate=LAYOUT_PROBE, first_screen=first
+    )
     assert [u for u in seen["requests"] if not u.startswith("data:")] == [seen["url"]]  # only the file
     assert seen["errors"] == [], seen["errors"]
     assert seen["plots"] == charts
     assert all(n >= 1 for n in seen["traces"])
     assert shot.stat().st_size > 50_000 and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert first.stat().st_size > 10_000
+    laid = seen["value"]
+    # What was tested and the verdict with its reasons: on the first screen (1280 × 900), in that order.
+    run = json.loads((telemetry_run / "run.json").read_text())
+    tested, verdict = laid["tested"], laid["verdict"]
+    assert 0 <= tested["top"] < tested["bottom"] <= verdict["top"] < verdict["bottom"] <= 900, laid
+    for label in ("Endpoint", "Model", "Load", "Ran", "Date"):
+        assert label in tested["text"]
+    assert run["endpoint"]["url"] in tested["text"] and run["config"]["model"] in tested["text"]
+    assert run["created"][:10] in tested["text"]
+    assert all(r.split(";")[0] in verdict["text"] for r in run["verdict"]["reasons"])
+    # No legend under plotly's modebar; a right-hand axis has round ticks.
+    assert not [c for c in laid["charts"] if c["overlap"]], laid["charts"]
+    assert sum(1 for c in laid["charts"] if c["legend"]) >= 5
+    right = [c["y2"] for c in laid["charts"] if c["id"] == "throughput"][0]
+    assert len(right) >= 3 and all(_round_tick(t) for t in right), right
+    # The CDF's log axis starts where its data starts, not decades below.
+    lo = 10 ** laid["cdf_range"][0]
+    assert lo >= 0.5 * laid["cdf_start"] and lo <= laid["cdf_start"], laid
+
+
+# Bounding boxes of the first screen's header parts, and per chart: the modebar against the legend, the
+# right axis's tick labels; the CDF's x range (log10 ms) and its smallest drawn latency (ms) at ≥ 0.1 %.
+LAYOUT_PROBE = """(() => {
+  const box = e => { const b = e.getBoundingClientRect();
+    return {top: b.top, bottom: b.bottom, left: b.left, right: b.right, text: e.innerText}; };
+  const hit = (a, b) => a && b && a.left < b.right && b.left < a.right && a.top < b.bottom && b.top < a.bottom;
+  const charts = [...document.querySelectorAll('.js-plotly-plot')].map(g => {
+    const m = g.querySelector('.modebar'), l = g.querySelector('g.legend');
+    return {id: g.closest('figure') ? g.closest('figure').id : '', legend: !!l,
+            overlap: !!(m && l && hit(box(m), box(l))),
+            y2: [...g.querySelectorAll('.y2tick text')].map(t => t.textContent)};
+  });
+  const cdf = document.querySelector('#latency-cdf .js-plotly-plot');
+  const starts = cdf.data.map(t => t.x.find((x, i) => t.y[i] >= 0.001 && x > 0));
+  return {tested: box(document.getElementById('tested')), verdict: box(document.getElementById('verdict')),
+          charts, cdf_range: cdf._fullLayout.xaxis.range, cdf_start: Math.min(...starts)};
+})()"""
+
+
+def _round_tick(text: str) -> bool:
+    """A tick label with at most one significant digit after its leading digit (0, 2, 2.5, 40, 1.5k)."""
+    digits = text.replace(",", "").replace(".", "").rstrip("kM").lstrip("0")
+    return len(digits.rstrip("0")) <= 2
 
 
 def test_server_vs_client_table_and_warm_banner(tmp_path: Path) -> None:

@@ -28,6 +28,7 @@ from loadtest.metrics.verdict import (
     EXIT_CODES,
     OVERLOADED,
     ValidityRules,
+    headline,
     health_warnings,
     judge,
     junit_xml,
@@ -392,6 +393,38 @@ def test_not_enough_evidence() -> None:
     metrics, _ = make_run()
     v = judge(metrics, {}, "ttft_p99=2s", ValidityRules(), {})
     assert v.status == "invalid" and "not enough evidence" in v.reasons[0]
+
+
+def test_reasons_are_short_one_per_cause_each_with_its_fix() -> None:
+    """Too short and too few samples for two SLOs: one sentence per validity check, one sentence for the
+    evidence of both SLOs (not one each), every one with its fix, and a headline naming the causes."""
+    metrics, hists = make_run(n=200, ttft_over=0, tpot_over=0, duration_s=40.0)
+    v = judge(metrics, hists, SLOS, ValidityRules(min_duration_s=600, min_queries=300), {})
+    assert v.status == "invalid"
+    assert [r.split(":")[1].strip() for r in v.reasons] == [
+        "min_duration",
+        "min_queries",
+        "not enough evidence for ttft_p99, tpot_p99 (met at the raw percentile)",
+    ]
+    assert all("; fix: " in r and len(r) < 200 for r in v.reasons), v.reasons
+    assert "fix: --duration 600s or longer" in v.reasons[0]
+    # 200 samples in 40 s: 5 a second, so 300 queries take 60 s and the 459 samples a p99 needs 92 s.
+    assert "fix: run ≥ 300 requests (about 60 s at this run's 5.0 req/s: --duration 60s)" in v.reasons[1]
+    need = es.min_queries_for_percentile(0.99)
+    assert f"200 samples, early stopping needs ≥ {need}" in v.reasons[2]
+    assert f"fix: run ≥ {need} requests (about {math.ceil(need / 5)} s" in v.reasons[2]
+    assert sum(r.count("early stopping") for r in v.reasons) == 1
+    assert headline(v.status, v.checks) == "too short; too few samples to prove ttft_p99, tpot_p99"
+    # A missed SLO is the result: its early-stopping check stays in the checks, out of the reasons.
+    missed = judge(*make_run(tpot_over=150), SLOS, ValidityRules(), {})
+    assert missed.reasons == [r for r in missed.reasons if "early stopping needs" not in r]
+    assert headline(missed.status, missed.checks) == "tpot_p99 over the limit"
+    passed = judge(*make_run(), SLOS, ValidityRules(), {})
+    assert headline(passed.status, passed.checks) == "every check passed"
+    # An overloaded generator: the fix says how to give it room.
+    slow = judge(*make_run(lag_ms=80.0), SLOS, ValidityRules(), {})
+    assert "fix: give the generator more room: --processes N" in slow.reasons[0]
+    assert headline(slow.status, slow.checks) == "the load generator was overloaded"
 
 
 def test_generator_overloaded() -> None:

@@ -17,12 +17,21 @@ import pytest
 
 from loadtest.cli.main import main
 from loadtest.contracts.run_document import read_run_document
-from loadtest.contracts.sweep_document import FIGURE_KEYS, PointFigures, SweepPoint
+from loadtest.contracts.sweep_document import (
+    FIGURE_KEYS,
+    PointFigures,
+    SweepDocument,
+    SweepEndpoint,
+    SweepPoint,
+    write_sweep_document,
+)
+from loadtest.metrics.verdict import EXIT_CODES
 from loadtest.sim import SimProcess
 from loadtest.sim.clock import step_time_s
 from loadtest.sim.presets import EngineConfig, get_gpu, get_model
 from loadtest.sweep import SweepFormatError, load_sweep
 from loadtest.sweep.analysis import best_under_slo, knee, pareto_front, saturation
+from loadtest.sweep.driver import point_why
 from loadtest.sweep.ladder import concurrency_ladder, parse_list, rate_ladder, rate_point
 from loadtest.sweep.search import Bisection
 from tests.browser import ARTIFACTS, CHROMIUM, open_in_chromium
@@ -222,6 +231,8 @@ def test_ladder_writes_the_sweep_contract(ladder: tuple[Path, subprocess.Complet
         assert p.tps_per_user == thr.tps_per_user and p.ttft_p90_ms == lat["ttft"].p90
         assert p.tpot_p50_ms == lat["tpot"].p50 and p.e2e_p90_ms == lat["e2e"].p90
         assert run.goodput is not None and p.slo_attainment == run.goodput.attainment and p.error_rate == 0
+        # A point that did not pass says why: its verdict's first reason (the real cause).
+        assert p.reason == (None if p.verdict == "pass" else run.verdict.reasons[0])
     assert (out / "engine.log").exists() and (out / "sweep.html").is_file()
     assert "knee: c" in r.stdout and "best point under the SLOs: c" in r.stdout
 
@@ -303,6 +314,106 @@ def test_sweep_report_in_headless_chromium(
     rebuilt = (out / "sweep.html").read_text()
     assert rebuilt.count('class="plotly-graph-div"') == html.count('class="plotly-graph-div"') == 4
     assert all(f">{p.label}<" in rebuilt for p in doc.points)
+
+
+def _colour_sweep(out: Path) -> SweepDocument:
+    """A hand-made sweep.json with a point of every kind: passing, an SLO missed, two invalid (too few
+    samples, with their reason), an endpoint failing, and the best point offline."""
+    reason = "invalid: not enough evidence for ttft_p99 (met at the raw percentile): 120 samples"
+
+    def point(i: int, c: int, verdict: str, tps: float, per_user: float, **kw: Any) -> SweepPoint:
+        return SweepPoint(index=i, label=kw.pop("label", f"c{c}"), concurrency=c, rate=None,
+                          status="completed", exit_code=EXIT_CODES[verdict], verdict=verdict,
+                          output_tps=tps, tps_per_user=per_user, ttft_p90_ms=40.0 * (i + 1),
+                          tpot_p90_ms=1000 / per_user, e2e_p90_ms=900.0 + 100 * i,
+                          slo_attainment=1.0, error_rate=0.0, dir=f"points/{i:02d}", **kw)  # fmt: skip
+
+    points = [
+        point(0, 1, "invalid", 90.0, 95.0, reason=reason),
+        point(1, 2, "pass", 170.0, 90.0),
+        point(2, 4, "invalid", 300.0, 80.0, reason=reason),
+        point(3, 8, "slo_missed", 420.0, 55.0, reason="SLO missed: tpot_p90: p90 18 ms > 15 ms"),
+        point(4, 16, "error_rate", 430.0, 30.0, reason="error rate over limit: error rate 5 % > 1 %"),
+        point(5, 32, "pass", 520.0, 70.0, label="offline", offline=True),
+    ]
+    doc = SweepDocument(schema_version=1, kind="sweep", mode="concurrency", status="completed",
+                        interrupted_reason=None, created="2026-12-01T12:00:00+00:00",
+                        tool={"name": "loadtest", "version": "0"}, profile="colours", profile_path="p.yaml",
+                        seed=0, fingerprint="ab" * 32,
+                        endpoint=SweepEndpoint(url="http://127.0.0.1:9", embedded=False, engine=None),
+                        slo={"ttft_p99": 2000.0}, point_duration_s=5.0, offline_concurrency=32,
+                        stop_at_saturation=True, points=points, knee=3, best_under_slo=5,
+                        stopped_because=None)  # fmt: skip
+    write_sweep_document(out, doc)
+    return doc
+
+
+SWEEP_PROBE = """(() => {
+  const plots = [...document.querySelectorAll('.js-plotly-plot')];
+  const traces = plots.map(g => g.data.map(t => ({name: t.name, color: t.marker && t.marker.color,
+    symbol: t.marker && t.marker.symbol, text: t.text, x: t.x})));
+  const rows = [...document.querySelectorAll('table.points tbody tr:not(.why)')].map(tr => {
+    const v = tr.querySelector('td.verdict'), why = tr.nextElementSibling;
+    const b = tr.getBoundingClientRect();
+    return {label: tr.children[1].innerText, verdict: v ? v.innerText : null, height: b.height,
+            color: v ? getComputedStyle(v).color : null,
+            why: why && why.classList.contains('why') ? why.innerText : ''};
+  });
+  const box = e => e && e.getBoundingClientRect();
+  const hit = (a, b) => !!(a && b && a.left < b.right && b.left < a.right && a.top < b.bottom && b.top < a.bottom);
+  const covered = plots.map(g => hit(box(g.querySelector('.modebar')), box(g.querySelector('g.legend'))));
+  return {traces, rows, covered};
+})()"""
+
+
+def test_a_point_too_short_to_judge_is_a_warning_with_the_sweeps_option(tmp_path: Path) -> None:
+    """The console line under a point that did not pass: an invalid point's warning says it proves
+    nothing and names --point-duration (not run's --duration); a missed SLO its reason; a pass nothing."""
+    points = {p.label: p for p in _colour_sweep(tmp_path / "s").points}
+    short = msgspec.structs.replace(points["c1"], reason=points["c1"].reason + "; fix: run ≥ 459 requests "
+                                    "(about 92 s at this run's 5.0 req/s: --duration 92s)")  # fmt: skip
+    line = point_why(short)
+    assert line is not None and "warning: c1 cannot be judged, it proves nothing either way" in line
+    assert "--point-duration 92s" in line and "--duration 92s" not in line
+    assert point_why(points["c8"]) == "       SLO missed: tpot_p90: p90 18 ms > 15 ms"
+    assert point_why(points["c2"]) is None
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="needs a headless chromium")
+def test_sweep_colours_tell_invalid_from_missed(tmp_path: Path) -> None:
+    """Invalid points are drawn apart from SLO misses (their own colour and hollow symbol) and their rows
+    say why; the best point, offline, is in "Throughput against latency"."""
+    out = tmp_path / "sweep"
+    doc = _colour_sweep(out)
+    r = run_cli(["report", str(out)], timeout=60)
+    assert r.returncode == 0, r.stderr
+    shot = ARTIFACTS / "sweep-colours.png"
+    page = open_in_chromium(
+        out / "sweep.html", shot, tmp_path / "chromium", expect_plots=4, evaluate=SWEEP_PROBE
+    )
+    assert page["errors"] == [], page["errors"]
+    pareto, _, latency, _ = page["value"]["traces"]
+    by_name = {t["name"]: t for t in pareto}
+    invalid, missed = by_name["not valid: cannot be judged"], by_name["misses an SLO"]
+    assert sorted(invalid["text"]) == ["c1", "c4"] and missed["text"] == ["c8"]
+    assert by_name["meets the SLOs"]["text"] == ["c2", "offline"] and by_name["endpoint failing"]["text"] == [
+        "c16"
+    ]
+    colours = {t["name"]: (t["color"], t.get("symbol")) for t in pareto if t.get("color")}
+    assert len({c for c, _ in colours.values()}) >= 4  # pass, missed, invalid, failing: each its own
+    assert invalid["color"] != missed["color"] and invalid["symbol"].endswith("open")
+    # The rows: the invalid points' verdict in the invalid colour, their reason in the notes.
+    rows = {row["label"]: row for row in page["value"]["rows"]}
+    assert rows["c1"]["verdict"] == "RUN INVALID" and "not enough evidence" in rows["c1"]["why"]
+    assert rows["c8"]["verdict"] == "SLO MISSED" and "tpot_p90" in rows["c8"]["why"]
+    assert rows["c2"]["why"] == "" and rows["offline"]["why"] == ""
+    assert rows["c1"]["color"] == rows["c4"]["color"] != rows["c8"]["color"] != rows["c2"]["color"]
+    assert all(row["height"] < 60 for row in rows.values()), [(k, r["height"]) for k, r in rows.items()]
+    # The offline point (the best one here) has its own markers in "Throughput against latency".
+    offline = [t for t in latency if t["name"].startswith("offline")]
+    assert len(offline) == 3 and all(t["x"] == [doc.points[5].output_tps] for t in offline)
+    assert page["value"]["covered"] == [False] * 4  # no legend under plotly's modebar
+    assert shot.stat().st_size > 20_000
 
 
 # ---- the search and Ctrl-C, against an engine the test starts (the sweep's --host path) ----

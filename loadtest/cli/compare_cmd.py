@@ -27,6 +27,7 @@ def add_parser(sub: Any) -> None:
         "--names", metavar="A,B,...", help="one label per PATH (default: run ids / folder names)"
     )
     cmp.add_argument(
+        "-o",
         "--out",
         metavar="DIR|FILE.html",
         help="output folder (compare.html + compare.json) or an .html file (default: reports/compare-<time>/)",
@@ -72,32 +73,6 @@ def _baseline(text: str, names: list[str]) -> int:
     return n - 1
 
 
-def _headline(doc: dict[str, Any]) -> list[str]:
-    """A few lines for the terminal: the main deltas of each input against the baseline."""
-    keys = ("output_tps_norm", "output_tps", "ttft_p90", "tpot_p90", "itl_p50", "slo_attainment")
-    rows = {r["key"]: r for r in doc["metrics"]}
-    base = doc["sides"][doc["baseline"]]["name"]
-    lines = []
-    for i, side in enumerate(doc["sides"]):
-        if i == doc["baseline"]:
-            continue
-        parts = []
-        for k in keys:
-            r = rows.get(k)
-            d = r["deltas"][i] if r else None
-            if (
-                r is None
-                or d is None
-                or d["pct"] is None
-                or (k == "output_tps" and "output_tps_norm" in rows)
-            ):
-                continue
-            mark = "*" if d["significant"] else ""
-            parts.append(f"{r['label']} {d['pct']:+.1f}%{mark}")
-        lines.append(f"{side['name']} vs {base}: " + ", ".join(parts))
-    return lines
-
-
 def compare_command(args: argparse.Namespace) -> int:
     from loadtest.compare import CompareError, build_comparison, load_side
     from loadtest.compare.inputs import unique_names
@@ -138,9 +113,11 @@ def compare_command(args: argparse.Namespace) -> int:
         json_path.write_text(json.dumps(doc, indent=2, default=str), encoding="utf-8")
     except OSError as e:
         return _fail(f"cannot write {html_path.parent}: {e.strerror or e}")
-    for line in _headline(doc):
+    from loadtest.compare.headline import headlines
+
+    for line in headlines(doc):
         print(line)
-    print("(* = the 95 % confidence interval excludes 0)")
+    print("(better / worse: the 95 % confidence interval excludes 0, in the metric's better direction)")
     print(f"compare.json: {json_path}")
     print(f"report:       {html_path}")
     return EXIT_OK

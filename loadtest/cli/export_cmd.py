@@ -16,9 +16,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     exp = sub.add_parser(
         "export", help="write a run's per-request records and per-second series as CSV and/or Parquet"
     )
-    exp.add_argument("run_dir", help="a run folder written by 'loadtest run'")
+    exp.add_argument("run_dir", metavar="RUN_DIR", help="a run folder written by 'loadtest run'")
     exp.add_argument("--format", choices=[*FORMATS, "all"], default="all", help="file format (default: all)")
-    exp.add_argument("--out", help="folder for the files (default: RUN_DIR)")
+    exp.add_argument("-o", "--out", metavar="DIR", help="folder for the files (default: RUN_DIR)")
 
 
 def export_command(args: argparse.Namespace) -> int:

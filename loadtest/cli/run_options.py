@@ -152,7 +152,7 @@ def telemetry_options(args: argparse.Namespace) -> TelemetryOptions:
 
 
 def engine_overrides(args: argparse.Namespace) -> EngineOverrides:
-    """The --engine-* options of run, ui and sweep (``--engine-max-num-seqs`` is sweep's only)."""
+    """The --engine-* options of run, ui and sweep (cli/common_options.engine_parent)."""
     return EngineOverrides(
         gpu=args.engine_gpu,
         model=args.engine_model,

@@ -28,19 +28,37 @@ def build_parser(engine: str) -> argparse.ArgumentParser:
         "started (server.json) and stop it cleanly on Ctrl-C (docs/serving.md).",
     )
     ap.add_argument(
-        "--preset", required=True, help="serving preset name or YAML path (`loadtest serve presets`)"
+        "--preset",
+        required=True,
+        metavar="NAME|FILE",
+        help="serving preset name or YAML path (`loadtest serve presets`)",
     )
-    ap.add_argument("--gpus", type=int, help="GPU count (default: the preset's smallest for the mode)")
-    ap.add_argument("--model", help="serve this model instead of the preset's: a local folder or a hub id")
+    ap.add_argument(
+        "--gpus", type=int, metavar="N", help="GPU count (default: the preset's smallest for the mode)"
+    )
+    ap.add_argument(
+        "--model",
+        metavar="PATH|ID",
+        help="serve this model instead of the preset's: a local folder or a hub id",
+    )
     ap.add_argument(
         "--cpu-cores", metavar="CORES", help="CPU presets: cores for the engine's threads, e.g. 1 or 0-3"
     )
     ap.add_argument(
         "--mode", choices=["aggregated", "disagg"], default="aggregated", help="default: %(default)s"
     )
-    ap.add_argument("--host", default="127.0.0.1", help="address the endpoint binds (default: %(default)s)")
     ap.add_argument(
-        "--port", type=int, default=8000, help="endpoint port; workers use the next ones (default: 8000)"
+        "--host",
+        default="127.0.0.1",
+        metavar="ADDR",
+        help="address the endpoint binds (default: %(default)s)",
+    )
+    ap.add_argument(
+        "--port",
+        type=int,
+        default=8000,
+        metavar="PORT",
+        help="endpoint port; workers use the next ones (default: 8000)",
     )
     ap.add_argument(
         "--dry-run", action="store_true", help="print the command lines, env and files; start nothing"
@@ -56,7 +74,10 @@ def build_parser(engine: str) -> argparse.ArgumentParser:
         "--executable", metavar="PATH", help="run PATH in place of each program (vllm, python3, ...)"
     )
     ap.add_argument(
-        "--python", default="python3", help="interpreter for `python -m` engines (default: python3)"
+        "--python",
+        default="python3",
+        metavar="PATH",
+        help="interpreter for `python -m` engines (default: python3)",
     )
     ap.add_argument(
         "--gpu-ids",
@@ -64,13 +85,22 @@ def build_parser(engine: str) -> argparse.ArgumentParser:
         help="GPU ids to use, e.g. 4,5,6,7 (default: CUDA_VISIBLE_DEVICES or 0..N-1)",
     )
     if engine == "dynamo":
-        ap.add_argument("--dynamo-backend", choices=["vllm", "sglang", "trtllm"], default="vllm")
+        ap.add_argument(
+            "--dynamo-backend",
+            choices=["vllm", "sglang", "trtllm"],
+            default="vllm",
+            help="the engine behind Dynamo's workers (default: %(default)s)",
+        )
     ap.add_argument(
         "--log-dir", metavar="DIR", help="logs, config files, server.json (default: reports/serve-<time>-...)"
     )
     ap.add_argument("--info-out", metavar="FILE", help="also write server.json here")
     ap.add_argument(
-        "--health-timeout", type=float, default=1800.0, metavar="S", help="(default: %(default)g s)"
+        "--health-timeout",
+        type=float,
+        default=1800.0,
+        metavar="S",
+        help="give up when the server is not healthy within S seconds (default: %(default)g)",
     )
     return ap
 

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import argparse
 
+from loadtest.cli.common_options import (
+    add_out_option,
+    client_parent,
+    engine_parent,
+    telemetry_parent,
+    workload_parent,
+)
 from loadtest.cli.endpoint_flags import add_endpoint_check_option
 from loadtest.cli.endpoint_options import add_endpoint_options
-from loadtest.cli.run_options import add_generator_health_option, add_smoke_option
-
-DEFAULT_PROFILE = "interactive-chat"
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -18,10 +22,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="run a concurrency or rate ladder, or search the highest rate meeting the SLOs; write sweep.html",
         description="Each point is a full `loadtest run` folder under OUT/points/; OUT/sweep.json and "
         "OUT/sweep.html summarize them (docs/sweep.md).",
+        parents=[
+            workload_parent("a point"),
+            client_parent(),
+            telemetry_parent(),
+            engine_parent("; one engine for every point"),
+        ],
     )
-    s.add_argument("--profile", default=DEFAULT_PROFILE, help="shipped profile name or YAML path")
     s.add_argument(
-        "--host", help="endpoint base URL (default: start one embedded engine for the whole sweep)"
+        "-H",
+        "--host",
+        metavar="URL",
+        help="endpoint base URL (default: start one embedded engine for the whole sweep)",
     )
     add_endpoint_check_option(s)
     s.add_argument(
@@ -76,42 +88,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         metavar="N",
         help="search: at most N runs, the two bounds included (default: 10)",
     )
-    s.add_argument(
-        "--model", help="model name to request (default: the profile's, else the endpoint's first)"
-    )
-    s.add_argument("--api-key-env", metavar="VAR", help="environment variable holding the API key")
-    s.add_argument(
-        "--api-key-file", metavar="PATH", help="file holding the API key (instead of --api-key-env)"
-    )
-    s.add_argument("--tokenizer", help="tokenizer name or tokenizer.json path (default: the profile's)")
-    s.add_argument("--seed", type=int, help="workload and arrival seed (default: the profile's)")
-    s.add_argument(
-        "--slo", metavar="SPEC", help="SLOs every point is judged by, e.g. ttft_p90=500ms,tpot_p90=40ms"
-    )
-    s.add_argument("--warmup", metavar="S|auto", help="judge only requests scheduled after this, per point")
-    s.add_argument("--cooldown", metavar="S|auto", help="and before this long before the last one")
-    add_generator_health_option(s, "a point")
-    add_smoke_option(s, "a point")
     s.add_argument("--processes", type=int, default=1, metavar="N", help="Locust processes per point")
-    s.add_argument("--out", help="sweep folder (default: reports/<timestamp>-<profile>-sweep/)")
-    s.add_argument("--connect-timeout", type=float, metavar="S", help="default: the profile's client section")
-    s.add_argument("--read-timeout", type=float, metavar="S", help="default: the profile's client section")
-    s.add_argument("--insecure", action="store_true", help="do not verify TLS certificates")
+    add_out_option(s, "the sweep folder (default: reports/<timestamp>-<profile>-sweep/)")
     add_endpoint_options(s)  # hardware and price, passed to every point (docs/economics.md)
-    eng = s.add_argument_group("embedded engine (only without --host; one engine for every point)")
-    eng.add_argument("--engine-gpu", help="GPU preset (default: the profile's engine.gpu)")
-    eng.add_argument("--engine-model", help="model preset (default: the profile's engine.model)")
-    eng.add_argument("--engine-tp", type=int, help="tensor-parallel GPUs (default: the profile's engine.tp)")
-    eng.add_argument("--engine-faults", metavar="SPEC", help="inject faults (docs/engine.md)")
-    eng.add_argument(
-        "--engine-speedup", type=float, default=1.0, help="run the engine clock this many times faster"
-    )
-    eng.add_argument(
-        "--engine-max-num-seqs",
-        type=int,
-        metavar="N",
-        help="the engine's running-batch limit (vLLM max_num_seqs; default: the engine's, 1024)",
-    )
 
 
 def sweep_command(args: argparse.Namespace) -> int:

@@ -26,7 +26,9 @@ from loadtest.contracts.sweep_document import (
     write_sweep_document,
 )
 from loadtest.errors import EXIT_COULD_NOT_RUN, LoadtestError, UsageError
-from loadtest.metrics.verdict import EXIT_CODES
+from loadtest.metrics.judged import judged_warmup_s
+from loadtest.metrics.slo import parse_slos
+from loadtest.metrics.verdict import EXIT_CODES, describe_judging
 from loadtest.profile.loader import load_profile
 from loadtest.profile.schema import Profile
 from loadtest.report.sweep_report import render_sweep_report
@@ -152,11 +154,20 @@ def _plan(args: argparse.Namespace) -> SweepPlan:
     ):
         if value:
             run_args += [flag, str(value)]
-    for flag, number in (("--connect-timeout", args.connect_timeout), ("--read-timeout", args.read_timeout)):
+    for flag, number in (
+        ("--connect-timeout", args.connect_timeout),
+        ("--read-timeout", args.read_timeout),
+        ("--total-timeout", args.total_timeout),
+        ("--retries", args.retries),
+    ):
         if number is not None:  # otherwise each point takes the profile's own client policy
             run_args += [flag, f"{number:g}"]
     if args.insecure:
         run_args.append("--insecure")
+    if args.no_telemetry:
+        run_args.append("--no-telemetry")
+    if args.metrics_url:
+        run_args += ["--metrics-url", args.metrics_url]
     if args.smoke:
         run_args.append("--smoke")
     if args.endpoint_check != "models":
@@ -178,6 +189,18 @@ def _plan(args: argparse.Namespace) -> SweepPlan:
         out=out,
         run_args=run_args,
     )
+
+
+def _evidence_warning(plan: SweepPlan) -> list[str]:
+    """A rate ladder whose lowest rate cannot reach the requests a percentile SLO needs in a point's
+    judged time: the warning ``describe_judging`` gives a run, with the sweep's option."""
+    if plan.mode != "rate" or not plan.rates or not plan.slo:
+        return []
+    duration = plan.point_duration_s
+    judged_s = max(0.0, duration - judged_warmup_s(plan.profile.judging.warmup_s, duration))
+    percentiles = {k: v for k, v in plan.slo.items() if k not in ("error_rate", "quality_min")}
+    lines = describe_judging(parse_slos(percentiles), min(plan.rates), judged_s)[1:]
+    return [line.replace("(--duration)", "per point (--point-duration)") for line in lines]
 
 
 def _describe(plan: SweepPlan) -> str:
@@ -340,6 +363,8 @@ def run_sweep(args: argparse.Namespace) -> int:
         f"writing {plan.out}/",
         flush=True,
     )
+    for line in _evidence_warning(plan):
+        print(f"  {line}", flush=True)
     runner = PointRunner(plan.out, [])
     restore = runner.install_signal_handlers()
     try:

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import math
 import xml.etree.ElementTree as ET
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from hdrh.histogram import HdrHistogram
 
@@ -37,6 +38,10 @@ EXIT_CODES: dict[str, int] = {
 # a failing endpoint: an overloaded generator or a short run does not make answers empty or malformed.
 PRECEDENCE: tuple[Status, ...] = ("error_rate", "quality_failed", "invalid", "slo_missed")
 OVERLOADED = "the load generator, not the endpoint, limited this run"
+HEALTH_FIX = (
+    "give the generator more room: --processes N (about one per free core) or a quieter machine; "
+    "--generator-health warn on a shared runner"
+)
 # The error-rate limit when neither the profile's slos nor --slo give one: a CI gate never passes an
 # endpoint that fails more than 1 in 100 requests. An explicit error_rate (even 100%) replaces it.
 DEFAULT_ERROR_RATE = 0.01
@@ -80,6 +85,21 @@ class Check:
     value: float | None = None
     limit: float | None = None
     blocking: bool = True
+    # What to do about a failure (``--duration 600s``), said after the reason; not part of run.json.
+    fix: str = ""
+
+
+class CheckLike(Protocol):
+    """What a headline needs of a check: a verdict's ``Check`` or run.json's."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def passed(self) -> bool: ...
+    @property
+    def blocking(self) -> bool: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +170,7 @@ def _validity_checks(metrics: Mapping[str, Any], rules: ValidityRules) -> list[C
     duration = float(_get(metrics, "window", "duration_s") or 0.0)
     queries = int(_get(metrics, "requests", "completed") or 0)
     smoke = " (smoke run: reported, not applied)" if rules.smoke else ""
+    not_a_result = ", or --smoke for a check that is not a result"
     return [
         Check(
             "min_duration",
@@ -159,6 +180,7 @@ def _validity_checks(metrics: Mapping[str, Any], rules: ValidityRules) -> list[C
             duration,
             rules.min_duration_s,
             blocking=not rules.smoke,
+            fix=f"--duration {math.ceil(rules.min_duration_s)}s or longer{not_a_result}",
         ),
         Check(
             "min_queries",
@@ -168,6 +190,7 @@ def _validity_checks(metrics: Mapping[str, Any], rules: ValidityRules) -> list[C
             queries,
             rules.min_queries,
             blocking=not rules.smoke,
+            fix=_more_requests(rules.min_queries, queries, metrics) + not_a_result,
         ),
     ]
 
@@ -193,6 +216,7 @@ def _health_checks(
                 float(lag),
                 rules.max_schedule_lag_p99_ms,
                 blocking=blocking,
+                fix=HEALTH_FIX,
             )
         )
     # The generator's sustained CPU use (the caller passes e.g. the 90th percentile of per-second samples).
@@ -208,6 +232,7 @@ def _health_checks(
                 float(cpu),
                 rules.max_cpu_percent,
                 blocking=blocking,
+                fix=HEALTH_FIX,
             )
         )
     return out
@@ -284,13 +309,14 @@ def _percentile_checks(
             es_ok,
             f"{over} of {n} samples over {slo.limit_ms:g} ms; early stopping at {confidence:g} confidence "
             f"needs ≥ {need} samples"
-            + ("" if es_ok else f", have {n}: not enough evidence{_more_requests(need, n, metrics)}")
+            + ("" if es_ok else f", have {n}: not enough evidence; {_more_requests(need, n, metrics)}")
             + (" (smoke run: reported, not applied)" if smoke and not es_ok else ""),
             "validity",
             float(n),
             float(need),
             # When the raw percentile already misses, the missed SLO is the result, not the evidence.
             blocking=raw_ok and not smoke,
+            fix="" if es_ok else _more_requests(need, n, metrics),
         ),
     ]
 
@@ -318,14 +344,14 @@ def describe_judging(slos: Sequence[AnySlo], rate: float | None, judged_s: float
 
 
 def _more_requests(need: int, have: int, metrics: Mapping[str, Any]) -> str:
-    """What to do about too little evidence: ``; run ≥ 459 requests (about 115 s at this run's 4.0
+    """What to do about too little evidence: ``run ≥ 459 requests (about 115 s at this run's 4.0
     req/s: --duration 115s)``."""
     duration = float(_get(metrics, "window", "duration_s") or 0.0)
     if duration <= 0 or have <= 0:
-        return f"; run ≥ {need} requests"
+        return f"run ≥ {need} requests"
     rate = have / duration  # this metric's samples per second
-    seconds = need / rate
-    return f"; run ≥ {need} requests (about {seconds:.0f} s at this run's {rate:.1f} req/s: --duration {seconds:.0f}s)"
+    seconds = math.ceil(need / rate)
+    return f"run ≥ {need} requests (about {seconds} s at this run's {rate:.1f} req/s: --duration {seconds}s)"
 
 
 def _endpoint_checks(
@@ -402,6 +428,10 @@ def quality_reason(detail: str) -> str:
     return f"quality gate failed: {detail}"
 
 
+def _with_fix(text: str, c: Check) -> str:
+    return f"{text}; fix: {c.fix}" if c.fix and not c.passed else text
+
+
 def _reason(c: Check) -> str:
     if c.kind == "quality":
         return quality_reason(c.detail)
@@ -413,7 +443,7 @@ def _reason(c: Check) -> str:
         return f"endpoint failing: {c.detail}"
     if c.kind == "health":
         if c.blocking:
-            return f"invalid: {OVERLOADED} ({c.detail})"
+            return _with_fix(f"invalid: {OVERLOADED} ({c.detail})", c)
         if c.name in GENERATOR_HEALTH_CHECKS:
             return f"warning: {OVERLOADED} ({c.detail}); not blocking (judging.generator_health: warn)"
         return f"flagged: {c.detail} (does not fail the run)"
@@ -425,7 +455,7 @@ def _reason(c: Check) -> str:
             return f"invalid: {slo_key} meets its limit at the raw percentile but not enough evidence: {c.detail}"
         return f"note: early stopping for {slo_key} also fails: {c.detail}"
     if c.kind == "validity":
-        return f"invalid: {c.name}: {c.detail}"
+        return _with_fix(f"invalid: {c.name}: {c.detail}", c)
     return f"SLO missed: {c.name}: {c.detail}"
 
 
@@ -448,8 +478,50 @@ def health_warnings(verdict: Verdict) -> list[str]:
     ]
 
 
+def _evidence_reason(group: list[Check]) -> str:
+    """One sentence for every percentile SLO met at its raw percentile but without the early-stopping
+    evidence: which SLOs, the samples there are and need, and the one fix (the largest need)."""
+    keys = ", ".join(c.name.split(".", 1)[1] for c in group)
+    have = min(int(c.value or 0) for c in group)
+    needs = sorted({int(c.limit or 0) for c in group})
+    need_txt = (
+        f"≥ {needs[0]}" if len(needs) == 1 else "≥ " + " to ".join(str(n) for n in (needs[0], needs[-1]))
+    )
+    worst = max(group, key=lambda c: c.limit or 0)
+    smoke = not any(c.blocking for c in group)
+    head = "note (smoke run: reported, not applied)" if smoke else "invalid"
+    return _with_fix(
+        f"{head}: not enough evidence for {keys} (met at the raw percentile): {have} samples, "
+        f"early stopping needs {need_txt}",
+        worst,
+    )
+
+
+def _grouped_reasons(ranked: list[Check]) -> list[str]:
+    """One sentence per failed check, except the early-stopping checks: one sentence for those of
+    SLOs met at the raw percentile, none for those of missed SLOs (the miss is the result)."""
+    missed = {c.name for c in ranked if c.kind == "slo"}
+    evidence = [
+        c
+        for c in ranked
+        if c.name.startswith("early_stopping.") and c.value is not None and c.limit is not None
+    ]
+    out: list[str] = []
+    done = False
+    for c in ranked:
+        if c not in evidence:
+            out.append(_reason(c))
+            continue
+        group = [e for e in evidence if e.name.split(".", 1)[1] not in missed]
+        if group and not done:
+            out.append(_evidence_reason(group))
+        done = True
+    return out
+
+
 def _reasons(failed: list[Check]) -> list[str]:
-    """One sentence per failed check, by cause (CAUSE_ORDER), blocking ones first.
+    """One short sentence per failed check with its fix, by cause (CAUSE_ORDER), blocking ones first;
+    the early-stopping checks in one sentence (``_grouped_reasons``).
 
     When the endpoint failed wholesale (stopped early, or no request succeeded) that is the one cause:
     its first sentence leads, and every other failed check is named on one line as a consequence.
@@ -457,12 +529,49 @@ def _reasons(failed: list[Check]) -> list[str]:
     ranked = sorted(failed, key=lambda c: (not c.blocking, CAUSE_ORDER[c.kind]))
     dead = next((c for c in ranked if c.name in ("stopped_early", "successful_requests")), None)
     if dead is None:
-        return [_reason(c) for c in ranked]
+        return _grouped_reasons(ranked)
     others = [c.name for c in ranked if c.kind != "endpoint" and c.blocking]
     out = [_reason(dead)]
     if others:
         out.append(f"also failed, as consequences of the failing endpoint: {', '.join(others)}")
     return out
+
+
+def _cause_phrase(c: CheckLike) -> str:
+    """A failed blocking check in a few words, for the headline."""
+    if c.kind == "endpoint":
+        return {
+            "stopped_early": "stopped early: endpoint failing",
+            "error_rate": "error rate over limit",
+        }.get(c.name, "no successful request")
+    if c.kind == "quality":
+        return "quality gate failed"
+    if c.kind == "health":
+        return "the load generator was overloaded"
+    if c.name in ("min_duration", "min_queries"):
+        return "too short"
+    if c.name.startswith("early_stopping."):
+        return "too few samples to prove {}"
+    if c.kind == "validity":
+        return "nothing to judge {}" if c.name != "successful_requests" else "no request finished"
+    return "{} over the limit"
+
+
+def headline(status: str, checks: Sequence[CheckLike]) -> str:
+    """The verdict in a few words: ``too short; too few samples to prove ttft_p99, tpot_p99``, the causes
+    of the failed blocking checks in cause order (a failing endpoint alone when it failed wholesale)."""
+    failed = sorted(
+        (c for c in checks if c.blocking and not c.passed), key=lambda c: CAUSE_ORDER.get(c.kind, 9)
+    )
+    if not failed:
+        flagged = sum(1 for c in checks if not c.passed)
+        return "every check passed" + (f"; {flagged} flagged" if flagged else "")
+    if any(c.name in ("stopped_early", "successful_requests") and c.kind == "endpoint" for c in failed):
+        failed = [c for c in failed if c.kind == "endpoint"]
+    phrases: dict[str, list[str]] = {}
+    for c in failed:
+        phrases.setdefault(_cause_phrase(c), []).append(c.name.split(".", 1)[-1])
+    return "; ".join(p.format(", ".join(names)) if "{}" in p else p for p, names in phrases.items())
 
 
 def judge(

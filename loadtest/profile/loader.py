@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 from pathlib import Path
 from typing import Any
 
@@ -51,8 +52,11 @@ def resolve_profile_path(name_or_path: str) -> Path:
     shipped = shipped_profiles()
     if name_or_path in shipped:
         return shipped[name_or_path]
+    close = difflib.get_close_matches(name_or_path, list(shipped), n=3, cutoff=0.6)
+    hint = f" (did you mean {' or '.join(close)}?)" if close else ""
     raise ProfileError(
-        f"unknown profile {name_or_path!r}: use a file path or one of: {', '.join(shipped) or '(none shipped)'}"
+        f"unknown profile {name_or_path!r}{hint}: use a file path or one of: "
+        f"{', '.join(shipped) or '(none shipped)'}"
     )
 
 

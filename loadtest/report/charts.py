@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
 from functools import cache
@@ -27,6 +28,9 @@ _PLOT_CONFIG = {"displaylogo": False, "responsive": True}
 # href="http... / src='//... inside plotly.js strings and code; a space after "=" keeps both meanings.
 _URL_ATTR = re.compile(r"""\b(href|src)=(["'])(?=https?:|//)""")
 MAX_LENGTH_BINS = 60
+# A right-hand axis over a left one: its own round ticks (plotly.js would otherwise place them at the
+# left axis's gridlines, "sync": 1.5, 3.01, 4.51), no gridlines of its own, from zero.
+RIGHT_AXIS: dict[str, Any] = {"tickmode": "auto", "nticks": 8, "rangemode": "tozero", "showgrid": False}
 ERROR_COLORS = ("#b3261e", "#e8710a", "#9334e6", "#1a73e8", "#12b5cb", "#5f6368", "#f9ab00", "#188038")
 
 
@@ -43,7 +47,8 @@ def layout(
     margin: dict[str, int] | None = None,
     hovermode: str | None = "x unified",
 ) -> None:
-    """The reports' figure layout: title on the left, white template, legend above on the right.
+    """The reports' figure layout: title on the left, white template, legend above the plot on the left
+    (plotly's modebar sits at the top right, where a legend there would be hidden under it).
 
     ``margin`` defaults to 60 px (50 at the bottom); ``hovermode`` None leaves plotly's default.
     """
@@ -53,7 +58,7 @@ def layout(
         height=height,
         autosize=True,
         margin=margin or {"l": 60, "r": 60, "t": 60, "b": 50},
-        legend={"orientation": "h", "yanchor": "bottom", "y": 1.0, "xanchor": "right", "x": 1.0},
+        legend={"orientation": "h", "yanchor": "bottom", "y": 1.0, "xanchor": "left", "x": 0.0},
         **({"hovermode": hovermode} if hovermode else {}),
     )
 
@@ -79,19 +84,39 @@ def cdf_points(hist: HdrHistogram, max_points: int = 400) -> list[tuple[float, f
     ]
 
 
+# The CDF's x axis starts at the smallest latency at or above this fraction of any metric's samples: a
+# few near-zero gaps (chunks read together) would otherwise stretch a log axis over empty decades.
+CDF_AXIS_FROM = 0.001
+
+
+def cdf_axis_range(traces: Sequence[Sequence[tuple[float, float]]]) -> list[float] | None:
+    """The log x range (log10 of ms) from where the data starts to where it ends, a little padded."""
+    starts = [next((v for v, f in pts if f >= CDF_AXIS_FROM and v > 0), None) for pts in traces]
+    ends = [max(v for v, _ in pts) for pts in traces if pts]
+    lo = min((v for v in starts if v is not None), default=None)
+    hi = max(ends, default=None)
+    if lo is None or hi is None or hi <= 0:
+        return None
+    pad = 0.05
+    return [math.log10(lo) - pad, math.log10(max(hi, lo)) + pad]
+
+
 def latency_cdf_figure(histograms: dict[str, str]) -> go.Figure | None:
-    """One CDF trace per latency metric that has samples; None when none has."""
+    """One CDF trace per latency metric that has samples; None when none has. The log x axis runs from
+    where the data starts (``CDF_AXIS_FROM``) to the largest latency."""
     fig = go.Figure()
+    drawn: list[list[tuple[float, float]]] = []
     for key, label in CDF_METRICS:
         enc = histograms.get(key)
         if not enc:
             continue
-        pts = cdf_points(HdrHistogram.decode(enc.encode("ascii")))
+        pts = [(v / 1000.0, f) for v, f in cdf_points(HdrHistogram.decode(enc.encode("ascii")))]
         if not pts:
             continue
+        drawn.append(pts)
         fig.add_trace(
             go.Scatter(
-                x=[v / 1000.0 for v, _ in pts],
+                x=[v for v, _ in pts],
                 y=[f for _, f in pts],
                 mode="lines",
                 name=label,
@@ -103,7 +128,7 @@ def latency_cdf_figure(histograms: dict[str, str]) -> go.Figure | None:
         return None
     layout(fig, CDF_TITLE)
     fig.update_layout(hovermode="closest")
-    fig.update_xaxes(type="log", title_text="latency (ms, log scale)")
+    fig.update_xaxes(type="log", title_text="latency (ms, log scale)", range=cdf_axis_range(drawn))
     fig.update_yaxes(range=[0, 1.02], title_text="fraction of requests / gaps ≤ latency")
     return fig
 
@@ -139,9 +164,7 @@ def throughput_figure(series: dict[str, list[Any]]) -> go.Figure | None:
     layout(fig, THROUGHPUT_TITLE)
     fig.update_xaxes(title_text="time since start (s)")
     fig.update_yaxes(title_text="output tokens/s", rangemode="tozero", secondary_y=False)
-    fig.update_yaxes(
-        title_text="requests/s", rangemode="tozero", showgrid=False, tickmode="auto", secondary_y=True
-    )
+    fig.update_yaxes(secondary_y=True, **RIGHT_AXIS, title_text="requests/s")
     return fig
 
 
@@ -170,7 +193,7 @@ def log_throughput_figure(series: dict[str, list[Any]], width_s: float, title: s
     layout(fig, title)
     fig.update_xaxes(title_text=x_title(width_s))
     fig.update_yaxes(title_text="output tokens/s", rangemode="tozero", secondary_y=False)
-    fig.update_yaxes(title_text="requests/s", rangemode="tozero", showgrid=False, secondary_y=True)
+    fig.update_yaxes(secondary_y=True, **RIGHT_AXIS, title_text="requests/s")
     return fig
 
 

@@ -10,6 +10,7 @@ import plotly.graph_objects as go
 from hdrh.histogram import HdrHistogram
 from markupsafe import Markup
 
+from loadtest.compare.headline import BETTER, SAME, WORSE, change, headlines
 from loadtest.compare.inputs import Side
 from loadtest.economics.html import cost_ranking_html
 from loadtest.fmt import NA, fmt_ms, fmt_num, short_hash
@@ -29,6 +30,9 @@ CDF_CHARTS: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ),
     ("E2E latency distribution (CDF), ms", ("e2e",), "Scheduled time to the last byte of each ok request."),
 )
+# A delta bar's colour by what the change means, the deltas table's green and red; grey: within noise.
+CHANGE_COLOURS = {BETTER: "#1e7b34", WORSE: "#b3261e", SAME: "#9aa0a6"}
+PATTERNS = ("", "/", "x", ".", "\\", "+")
 DELTA_TITLE = "Change against the baseline with 95 % confidence intervals (%)"
 PARETO_TITLE = "Pareto: system output tokens/s against tokens/s per user"
 
@@ -48,14 +52,17 @@ def _cdf(enc: str | None) -> list[tuple[float, float]]:
 
 
 def cdf_figure(sides: list[Side], title: str, keys: tuple[str, ...]) -> go.Figure | None:
-    """Overlaid CDFs of one or two latency metrics, one colour per input (from run.json histograms)."""
+    """Overlaid CDFs of one or two latency metrics, one colour per input (from run.json histograms); the
+    log x axis from where the data starts (charts.cdf_axis_range)."""
     fig = go.Figure()
+    drawn: list[list[tuple[float, float]]] = []
     for i, side in enumerate(sides):
         hists = side.run.histograms  # metric → encoded HDR histogram
         for k, key in enumerate(keys):
             pts = _cdf(hists.get(key))
             if not pts:
                 continue
+            drawn.append(pts)
             label = f"{side.name} {key.upper()}" if len(keys) > 1 else side.name
             fig.add_trace(
                 go.Scatter(
@@ -70,19 +77,21 @@ def cdf_figure(sides: list[Side], title: str, keys: tuple[str, ...]) -> go.Figur
     if not fig.data:
         return None
     _layout(fig, title)
-    fig.update_xaxes(type="log", title_text="latency (ms, log scale)")
+    fig.update_xaxes(type="log", title_text="latency (ms, log scale)", range=charts.cdf_axis_range(drawn))
     fig.update_yaxes(range=[0, 1.02], title_text="fraction of requests ≤ latency")
     return fig
 
 
 def delta_figure(doc: dict[str, Any]) -> go.Figure | None:
-    """Per metric, every other input's % change against the baseline, with its CI as error bars."""
+    """Per metric, every other input's % change against the baseline, with its CI as error bars; each
+    bar coloured by what the change means (CHANGE_COLOURS: better, worse, within noise), each input a
+    pattern of its own when there are several."""
     fig = go.Figure()
     rows = [r for r in doc["metrics"] if any(d and d.get("pct") is not None for d in r["deltas"])]
-    for i, side in enumerate(doc["sides"]):
-        if i == doc["baseline"]:
-            continue
-        xs, ys, lo, hi = [], [], [], []
+    others = [i for i in range(len(doc["sides"])) if i != doc["baseline"]]
+    for n, i in enumerate(others):
+        side = doc["sides"][i]
+        xs, ys, lo, hi, words = [], [], [], [], []
         for r in rows:
             d = r["deltas"][i]
             if not d or d.get("pct") is None:
@@ -91,6 +100,7 @@ def delta_figure(doc: dict[str, Any]) -> go.Figure | None:
             xs.append(d["pct"])
             lo.append(d["pct"] - d["pct_ci"][0])
             hi.append(d["pct_ci"][1] - d["pct"])
+            words.append(change(d))
         if xs:
             fig.add_trace(
                 go.Bar(
@@ -98,15 +108,29 @@ def delta_figure(doc: dict[str, Any]) -> go.Figure | None:
                     y=ys,
                     orientation="h",
                     name=side["name"],
-                    marker={"color": _colour(i)},
-                    error_x={"type": "data", "symmetric": False, "array": hi, "arrayminus": lo},
-                    hovertemplate="%{y}: %{x:.1f} %<extra>" + side["name"] + "</extra>",
+                    customdata=words,
+                    text=[f"{x:+.1f} % {w}" for x, w in zip(xs, words, strict=True)],
+                    textposition="inside",
+                    insidetextanchor="start",  # by the zero line, clear of the whiskers at the bar's end
+                    marker={
+                        "color": [CHANGE_COLOURS[w] for w in words],
+                        "pattern": {"shape": PATTERNS[n % len(PATTERNS)], "fgcolor": "#ffffff"},
+                        "line": {"color": _colour(i), "width": 2 if len(others) > 1 else 0},
+                    },
+                    error_x={
+                        "type": "data",
+                        "symmetric": False,
+                        "array": hi,
+                        "arrayminus": lo,
+                        "color": "#333",
+                    },
+                    hovertemplate="%{y}: %{x:.1f} % (%{customdata})<extra>" + side["name"] + "</extra>",
                 )
             )
     if not fig.data:
         return None
     _layout(fig, DELTA_TITLE, height=max(320, 40 + 34 * len(rows) * max(1, len(fig.data))))
-    fig.update_layout(barmode="group")
+    fig.update_layout(barmode="group", showlegend=len(others) > 1)
     fig.update_xaxes(title_text="change against the baseline (%)", zeroline=True, zerolinewidth=2)
     fig.update_yaxes(autorange="reversed")
     return fig
@@ -233,10 +257,12 @@ def render_compare_html(doc: dict[str, Any], sides: list[Side], out_dir: Path) -
     if delta is not None:
         figures.append(
             {
-                "id": "deltas",
+                "id": "delta-chart",
                 "fig": delta,
-                "caption": "Bars: the relative change of each metric against the baseline; whiskers: its 95 % "
-                "bootstrap confidence interval. A whisker that crosses 0 is not significant.",
+                "caption": "Bars: the relative change of each metric against the baseline, green when it is "
+                "better, red when it is worse (its 95 % bootstrap confidence interval excludes 0; the arrow says "
+                "which direction is better), grey within noise; whiskers: that interval."
+                + (" Each input has its own pattern and outline." if len(doc["sides"]) > 2 else ""),
             }
         )
     for n, (title, keys, caption) in enumerate(CDF_CHARTS):
@@ -255,6 +281,7 @@ def render_compare_html(doc: dict[str, Any], sides: list[Side], out_dir: Path) -
             base_name=base,
             names=[s["name"] for s in doc["sides"]],
             cards=_cards(doc, out_dir),
+            headlines=headlines(doc),
             table=_table(doc),
             figures=figures,
             cost_ranking=_cost_ranking(sides),

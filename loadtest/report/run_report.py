@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from loadtest.contracts.capture_line import CaptureLine
 from loadtest.contracts.run_document import RunDocument, read_run_document, to_data
 from loadtest.economics.html import extra_sections
 from loadtest.fmt import NA, fmt_int, fmt_ms, fmt_num, fmt_pct, short_hash
+from loadtest.metrics.verdict import headline
 from loadtest.report import charts, facts
 from loadtest.report import run_sections as sections
 from loadtest.report.quality import load_samples, quality_sections
@@ -211,6 +213,32 @@ def verdict_reasons(run: RunDocument) -> list[str]:
     return reasons
 
 
+def tested_rows(run: RunDocument) -> list[tuple[str, str]]:
+    """What was tested, for the report's first screen: endpoint, model, load, how long, when, the tool."""
+    cfg, req = run.config, run.metrics.requests
+    ran = f"{fmt_num(run.metrics.window.duration_s, 1)} s, {fmt_int(req.completed)} requests"
+    rows = [
+        ("Endpoint", facts.endpoint_text(run)),
+        ("Model", cfg.model or NA),
+        ("Load", facts.load_text(run)),
+        ("Ran", ran + ("" if not facts.is_interrupted(run) else " (interrupted)")),
+        ("API", cfg.api or NA),
+        ("Date", created_text(run.created)),
+    ]
+    return rows
+
+
+def created_text(created: str | None) -> str:
+    """run.json's ``created`` (``2026-11-30T12:15:00Z``) as ``2026-11-30 12:15 UTC``."""
+    if not created:
+        return NA
+    try:
+        when = datetime.strptime(created, "%Y-%m-%dT%H:%M:%SZ")
+    except ValueError:
+        return created
+    return when.strftime("%Y-%m-%d %H:%M UTC")
+
+
 def render_html(
     run: RunDocument, log: LogSummary | None = None, log_info: str = "", samples: Sequence[CaptureLine] = ()
 ) -> str:
@@ -227,6 +255,9 @@ def render_html(
             **_context(run, log, log_info or _log_info(None, [], log), samples),
             verdict=verdict,
             verdict_label=label,
+            verdict_headline=headline(verdict.status, verdict.checks) if verdict else "",
+            failed_checks=sum(1 for c in verdict.checks if not c.passed) if verdict else 0,
+            tested=tested_rows(run),
             verdict_reasons=verdict_reasons(run),
             goodput_text=sections.goodput_text(run),
             judged_text=sections.judged_text(run),

@@ -16,6 +16,17 @@ PARETO_TTFT_TITLE = "Pareto curve: system throughput against TTFT p90"
 LATENCY_TITLE = "Throughput against latency"
 LOAD_TITLE = "Throughput and tokens/s per user against load"
 PASS_COLOR, FAIL_COLOR, FRONT_COLOR = "#1e7b34", "#b3261e", "#3056a0"
+INVALID_COLOR, FAILING_COLOR = "#8a6d00", "#6a1b9a"
+# A point's marker by its verdict: (legend name, colour, symbol). An invalid point proved nothing (too
+# short, too few samples, an overloaded generator): hollow and amber, never the red of a missed SLO.
+VERDICT_MARKERS: dict[str, tuple[str, str, str]] = {
+    "pass": ("meets the SLOs", PASS_COLOR, "circle"),
+    "slo_missed": ("misses an SLO", FAIL_COLOR, "circle"),
+    "invalid": ("not valid: cannot be judged", INVALID_COLOR, "circle-open"),
+    "error_rate": ("endpoint failing", FAILING_COLOR, "x"),
+    "quality_failed": ("quality gate failed", FAILING_COLOR, "triangle-up"),
+}
+NO_VERDICT = ("no verdict", "#5f6368", "circle-open")
 KNEE_STYLE = {
     "symbol": "star",
     "size": 20,
@@ -37,20 +48,29 @@ def _hover(p: SweepPoint) -> str:
     def f(v: float | None, unit: str, digits: int = 1) -> str:
         return f"{v:,.{digits}f} {unit}" if v is not None else "—"
 
+    why = f"<br>{p.reason}" if p.reason and p.verdict != "pass" else ""
     return (
-        f"<b>{p.label}</b> ({p.verdict or 'no verdict'})<br>"
+        f"<b>{p.label}</b> ({p.verdict or 'no verdict'}){why}<br>"
         f"output {f(p.output_tps, 'tok/s')}<br>per user {f(p.tps_per_user, 'tok/s')}<br>"
         f"TTFT p90 {f(p.ttft_p90_ms, 'ms', 2)}<br>TPOT p90 {f(p.tpot_p90_ms, 'ms', 2)}"
     )
 
 
+def verdict_marker(verdict: str | None) -> tuple[str, str, str]:
+    """(legend name, colour, symbol) of a point with this verdict (VERDICT_MARKERS)."""
+    return VERDICT_MARKERS.get(verdict or "", NO_VERDICT)
+
+
 def _scatter_points(fig: go.Figure, pts: list[SweepPoint], x_key: str, **kw: Any) -> None:
-    """All measured points as markers coloured by verdict (pass / missed)."""
-    for name, color, passing in (
-        ("meets the SLOs", PASS_COLOR, True),
-        ("misses the SLOs / not valid", FAIL_COLOR, False),
-    ):
-        sel = [p for p in pts if (p.verdict == "pass") == passing and p.figure(x_key) is not None]
+    """All measured points as markers, one trace per verdict (VERDICT_MARKERS)."""
+    for verdict in [*VERDICT_MARKERS, None]:
+        name, color, symbol = verdict_marker(verdict)
+        sel = [
+            p
+            for p in pts
+            if (p.verdict if p.verdict in VERDICT_MARKERS else None) == verdict
+            and p.figure(x_key) is not None
+        ]
         if not sel:
             continue
         fig.add_trace(
@@ -60,7 +80,7 @@ def _scatter_points(fig: go.Figure, pts: list[SweepPoint], x_key: str, **kw: Any
                 mode="markers+text",
                 text=[p.label for p in sel],
                 textposition="top center",
-                marker={"color": color, "size": 10},
+                marker={"color": color, "size": 11, "symbol": symbol, "line": {"width": 2, "color": color}},
                 name=name,
                 hovertext=[_hover(p) for p in sel],
                 hoverinfo="text",
@@ -125,9 +145,10 @@ def pareto_figure(
 
 
 def latency_figure(points: Sequence[SweepPoint], knee: int | None, best: int | None) -> go.Figure | None:
-    """TTFT p90, TPOT p90 and E2E p90 (ms) against output tokens/s, ladder points in order of load."""
+    """TTFT p90, TPOT p90 and E2E p90 (ms) against output tokens/s, ladder points in order of load; the
+    offline point's as markers of their own."""
     pts = ladder_points(points)
-    if not pts:
+    if not pts and not any(p.offline for p in measured(points)):
         return None
     fig = go.Figure()
     for key, name, dash in (
@@ -149,6 +170,28 @@ def latency_figure(points: Sequence[SweepPoint], knee: int | None, best: int | N
                 hovertemplate=f"%{{text}}: {name} %{{y:.2f}} ms at %{{x:,.1f}} tok/s<extra></extra>",
             )
         )
+    offline = [p for p in measured(points) if p.offline and p.output_tps is not None]
+    for o in offline:  # the saturated closed loop: off the ladder's line, a marker per latency
+        for key, name, symbol in (
+            ("ttft_p90_ms", "TTFT p90", "diamond"),
+            ("tpot_p90_ms", "TPOT p90", "diamond-open"),
+            ("e2e_p90_ms", "E2E p90", "diamond-wide"),
+        ):
+            v = o.figure(key)
+            if v is None or v <= 0:
+                continue
+            fig.add_trace(
+                go.Scatter(
+                    x=[o.output_tps],
+                    y=[v],
+                    mode="markers+text",
+                    text=[o.label if key == "ttft_p90_ms" else ""],
+                    textposition="middle left",
+                    marker={"symbol": symbol, "size": 12, "color": "#444"},
+                    name=f"{o.label} (c{o.concurrency}): {name}",
+                    hovertemplate=f"{o.label}: {name} %{{y:.2f}} ms at %{{x:,.1f}} tok/s<extra></extra>",
+                )
+            )
     for idx, name, color in ((knee, "knee", "#c77700"), (best, "best under the SLOs", PASS_COLOR)):
         p = _by_index(points, idx)
         if p is not None and p.output_tps is not None:
@@ -232,8 +275,7 @@ def load_figure(points: Sequence[SweepPoint], mode: str, knee: int | None) -> go
             "title": {"text": "tokens/s per user"},
             "overlaying": "y",
             "side": "right",
-            "rangemode": "tozero",
-            "showgrid": False,
+            **charts.RIGHT_AXIS,
         },
     )
     if closed:

@@ -22,16 +22,28 @@ MODE_TEXT = {
     "search": "search for the highest rate that meets the SLOs (bisection)",
 }
 CAPTIONS = {
-    "pareto": "Each marker is one point (green: its run met every SLO; red: it missed one or was not valid). "
+    "pareto": "Each marker is one point, by its run's verdict: green, it met every SLO; red, it missed one; "
+    "hollow amber, it was not valid (too short or too few samples to prove an SLO, or an overloaded "
+    "generator: it proves nothing either way, the row says why); purple, the endpoint failed. "
     "The line joins the Pareto front: points no other point beats on both system output tokens/s and "
     "tokens/s per user (1000 / TPOT p90). Moving right trades system throughput for faster streams.",
     "pareto_ttft": "The same points against TTFT p90 from the scheduled time (log scale); the line is the "
     "front of points no other point beats on both higher throughput and lower TTFT.",
     "latency": "TTFT, TPOT and end-to-end p90 latency (log scale) against system output tokens/s, the "
-    "ladder points joined in order of load (a search's points in order of rate); dashed lines mark the "
-    "knee and the best point under the SLOs.",
+    "ladder points joined in order of load (a search's points in order of rate), the offline point as "
+    "grey diamonds of its own; dashed lines mark the knee and the best point under the SLOs.",
     "load": "System output tokens/s (left axis) and tokens/s per user (right axis, dotted) at each load "
     "level; the star marks the knee (docs/sweep.md), the dashed line the offline point's throughput.",
+}
+
+
+# The verdict cell's class: the colours of the charts' markers (sweep_charts.VERDICT_MARKERS).
+VERDICT_CLASS = {
+    "pass": "pass",
+    "slo_missed": "fail",
+    "invalid": "invalid",
+    "error_rate": "failing",
+    "quality_failed": "failing",
 }
 
 
@@ -51,11 +63,16 @@ def _notes(doc: SweepDocument, p: SweepPoint) -> str:
         notes.append("best under the SLOs")
     if p.offline:
         notes.append(f"offline: {p.concurrency} streams")
-    if p.reason:
+    if p.reason and _why(p) is None:
         notes.append(p.reason)
     if p.warm_cache:
         notes.append(f"warm prefix cache ({fmt_pct(p.prefix_cache_hit_rate)} of prompt tokens)")
     return "; ".join(notes)
+
+
+def _why(p: SweepPoint) -> str | None:
+    """Why a completed point did not pass (its verdict's first reason), shown on a line under its row."""
+    return p.reason if p.status == "completed" and p.verdict not in (None, "pass") and p.reason else None
 
 
 def _cells(p: SweepPoint) -> list[str]:
@@ -90,11 +107,12 @@ def _rows(doc: SweepDocument, root: Path) -> list[dict[str, Any]]:
                 "load": _load_text(p),
                 "status": p.status,
                 "verdict": VERDICT_LABELS.get(verdict, verdict) if verdict else NA,
-                "verdict_class": "pass" if verdict == "pass" else ("fail" if verdict else "none"),
+                "verdict_class": VERDICT_CLASS.get(verdict or "", "none"),
                 "exit_code": NA if p.exit_code is None else str(p.exit_code),
                 "report": report,
                 "cells": _cells(p),
                 "notes": _notes(doc, p),
+                "why": _why(p),
             }
         )
     return rows

@@ -4,6 +4,7 @@ run.json, report.html and mlperf_log_summary.txt, the JUnit XML, the console sum
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from itertools import islice
@@ -18,7 +19,7 @@ from loadtest.locust.settings import RunSettings, load_mode
 from loadtest.metrics.judged_scan import JudgingScan, LineAggregator
 from loadtest.metrics.slo import AnySlo
 from loadtest.metrics.summary import build_metrics
-from loadtest.metrics.verdict import ValidityRules, Verdict, health_warnings, judge, junit_xml
+from loadtest.metrics.verdict import ValidityRules, Verdict, headline, health_warnings, judge, junit_xml
 from loadtest.profile.schema import Profile
 from loadtest.report.run_report import VERDICT_LABELS
 from loadtest.results.record_log import read_lines
@@ -222,7 +223,9 @@ def finalize(run: FinishedRun) -> Finalized:
         if outcome.interrupted_reason
         else verdict.exit_code
     )
-    lines += health_warnings(verdict)  # judging.generator_health: warn; the verdict line stays last
+    # The reasons, one a line with its fix (a passing run's: the generator-health warnings), then the
+    # verdict line, last.
+    lines += reason_lines(verdict.reasons if not verdict.passed else health_warnings(verdict))
     lines.append(verdict_line(verdict, code, judging.smoke))
     return Finalized(document, verdict, run_json, report, lines, code)
 
@@ -319,13 +322,24 @@ def run_config(settings: RunSettings, profile: Profile, workload: Workload) -> d
     }
 
 
+def reason_lines(reasons: list[str], width: int = 100) -> list[str]:
+    """The verdict's reasons for the terminal: one ``  - `` item each, wrapped to ``width`` columns."""
+    return [
+        line
+        for r in reasons
+        for line in textwrap.wrap(r, width, initial_indent="  - ", subsequent_indent="    ")
+    ]
+
+
 def verdict_line(verdict: Verdict, exit_code: int | None = None, smoke: bool = False) -> str:
-    """The one line a CI log shows; ``exit_code`` is the process's (an interrupted run's 130/143);
-    ``smoke``: a smoke run, which the line says is not a compliant result."""
+    """The one line a CI log shows last: the status, the check count, the exit code and the headline
+    (``too short; too few samples to prove ttft_p99``; the reasons are the lines above it);
+    ``exit_code`` is the process's (an interrupted run's 130/143); ``smoke``: a smoke run, which the line
+    says is not a compliant result."""
     label = VERDICT_LABELS.get(verdict.status, verdict.status) + (
         " [smoke run: not a compliant result]" if smoke else ""
     )
-    why = f": {'; '.join(verdict.reasons)}" if verdict.reasons and verdict.status != "pass" else ""
+    why = f": {headline(verdict.status, verdict.checks)}" if verdict.status != "pass" else ""
     checks = len(verdict.checks)
     code = verdict.exit_code if exit_code is None else exit_code
     return f"verdict: {label} ({checks} check{'s' if checks != 1 else ''}, exit {code}){why}"
@@ -339,6 +353,7 @@ __all__ = [
     "FinishedRun",
     "finalize",
     "line_batches",
+    "reason_lines",
     "run_config",
     "verdict_line",
 ]

@@ -24,33 +24,86 @@ from loadtest.sim.server import ServerOptions, create_app
 LISTENING_PREFIX = "LOADTEST_SIM_LISTENING"
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m loadtest.sim", description=__doc__)
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=0, help="0 picks a free port")
-    p.add_argument("--gpu", default="H100", help="GPU preset (--list-presets shows them)")
-    p.add_argument("--model", default="llama-3.1-8b", help="model preset (--list-presets shows them)")
+def build_parser(prog: str = "python -m loadtest.sim") -> argparse.ArgumentParser:
+    """The engine's options; ``prog``: the command that runs it (``loadtest serve sim``)."""
+    p = argparse.ArgumentParser(prog=prog, description=__doc__)
+    p.add_argument(
+        "--host", default="127.0.0.1", metavar="ADDR", help="address to listen on (default: %(default)s)"
+    )
+    p.add_argument("--port", type=int, default=0, metavar="PORT", help="0 picks a free port")
+    p.add_argument(
+        "--gpu",
+        default="H100",
+        metavar="NAME",
+        help="GPU preset (--list-presets shows them; default: %(default)s)",
+    )
+    p.add_argument(
+        "--model",
+        default="llama-3.1-8b",
+        metavar="NAME",
+        help="model preset (--list-presets shows them; default: %(default)s)",
+    )
     p.add_argument("--list-presets", action="store_true", help="print the GPU and model presets and exit")
-    p.add_argument("--tp", type=int, default=1, help="tensor-parallel size")
-    p.add_argument("--speedup", type=float, default=1.0, help="run the engine clock this many times faster")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--truth-log", default=None, help="append each finished request's truth record (JSONL)")
-    p.add_argument("--max-num-seqs", type=int, default=None)
-    p.add_argument("--max-num-batched-tokens", type=int, default=None)
-    p.add_argument("--served-model-name", default=None)
+    p.add_argument("--tp", type=int, default=1, metavar="N", help="tensor-parallel size (default: 1)")
+    p.add_argument(
+        "--speedup",
+        type=float,
+        default=1.0,
+        metavar="X",
+        help="run the engine clock X times faster (default: 1)",
+    )
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        metavar="N",
+        help="seed of the answers' tokens and of faults (default: 0)",
+    )
+    p.add_argument(
+        "--truth-log",
+        default=None,
+        metavar="PATH",
+        help="append each finished request's truth record (JSONL)",
+    )
+    p.add_argument(
+        "--max-num-seqs",
+        type=int,
+        default=None,
+        metavar="N",
+        help="running-batch limit, like vLLM's max_num_seqs (default: 1024)",
+    )
+    p.add_argument(
+        "--max-num-batched-tokens",
+        type=int,
+        default=None,
+        metavar="N",
+        help="tokens per engine step, like vLLM's max_num_batched_tokens (default: the preset's)",
+    )
+    p.add_argument(
+        "--served-model-name",
+        default=None,
+        metavar="NAME",
+        help="the model id /v1/models lists and requests must name (default: the preset's name)",
+    )
     p.add_argument(
         "--max-model-len",
         type=int,
         default=None,
+        metavar="N",
         help="context window: listed in /v1/models, longer requests get vLLM's HTTP 400 (default: none)",
     )
-    p.add_argument("--gpu-memory-utilization", type=float, default=None, help="HBM share for weights and KV")
-    p.add_argument("--kv-blocks", type=int, default=None, help="override the computed KV-cache block count")
-    p.add_argument("--block-size", type=int, default=None, help="tokens per KV block")
+    p.add_argument(
+        "--gpu-memory-utilization", type=float, default=None, metavar="F", help="HBM share for weights and KV"
+    )
+    p.add_argument(
+        "--kv-blocks", type=int, default=None, metavar="N", help="override the computed KV-cache block count"
+    )
+    p.add_argument("--block-size", type=int, default=None, metavar="N", help="tokens per KV block")
     p.add_argument("--no-prefix-caching", action="store_true", help="disable automatic prefix caching")
     p.add_argument(
         "--faults",
         default=None,
+        metavar="SPEC",
         help="inject faults: comma-separated kind=VALUE[@param]; VALUE 0.05 or 5%% (seeded probability) "
         "or #N (the next N requests); e.g. http_503=2%%,stall_mid_stream=#1@3",
     )
@@ -60,11 +113,18 @@ def build_parser() -> argparse.ArgumentParser:
         default="auto",
         help="stream part of the output as reasoning (auto: reasoning models and requests with reasoning_effort)",
     )
-    p.add_argument("--reasoning-fraction", type=float, default=0.6, help="share of output tokens that reason")
+    p.add_argument(
+        "--reasoning-fraction",
+        type=float,
+        default=0.6,
+        metavar="F",
+        help="share of output tokens that reason (default: %(default)s)",
+    )
     p.add_argument(
         "--parent-pid",
         type=int,
         default=None,
+        metavar="PID",
         help="exit when this process is gone (so an engine never outlives a killed load generator)",
     )
     p.add_argument(
@@ -75,6 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--api-key-header",
         default="Authorization",
+        metavar="NAME",
         help="where the key is expected: Authorization (Bearer KEY, the default) or a header name such as api-key",
     )
     p.add_argument(
@@ -178,8 +239,8 @@ async def serve(
         await runner.cleanup()
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def main(argv: Sequence[str] | None = None, prog: str = "python -m loadtest.sim") -> int:
+    args = build_parser(prog).parse_args(argv)
     if args.list_presets:
         from loadtest.sim.presets import list_gpus, list_models
 

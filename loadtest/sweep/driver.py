@@ -27,6 +27,17 @@ def point_line(p: SweepPoint) -> str:
     )
 
 
+def point_why(p: SweepPoint) -> str | None:
+    """The line under a completed point whose verdict is not a pass: its verdict's first reason; for a
+    point too short to judge (invalid), a warning that it proves nothing, with the sweep's option."""
+    if p.status != "completed" or p.verdict in (None, "pass") or not p.reason:
+        return None
+    if p.verdict == "invalid":
+        why = p.reason.replace("--duration ", "--point-duration ")
+        return f"       warning: {p.label} cannot be judged, it proves nothing either way: {why}"
+    return f"       {p.reason}"
+
+
 class Sweep:
     """Runs points through ``runner`` and keeps their sweep.json entries in run order. ``halted``
     says why no further point may run (interrupted, a point could not run, or the endpoint failed
@@ -54,6 +65,8 @@ class Sweep:
         entry = self.runner.run(index, point)
         self.points.append(entry)
         self.echo(point_line(entry))
+        if (why := point_why(entry)) is not None:
+            self.echo(why)
         if self.checkpoint is not None:
             self.checkpoint()
         if self.runner.interrupted:

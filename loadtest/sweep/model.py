@@ -85,9 +85,13 @@ def point_entry(
     reason: str | None = None,
     offline: bool = False,
 ) -> SweepPoint:
-    """One point of sweep.json; figures and verdict come from ``run`` (its run.json) if any."""
+    """One point of sweep.json; figures and verdict come from ``run`` (its run.json) if any. A point
+    whose verdict is not a pass, and that has no other ``reason``, takes its verdict's first reason
+    (the real cause, with its fix)."""
     figures = point_figures(run) if run is not None else PointFigures()
     verdict = run.verdict.status if run is not None and run.verdict is not None else None
+    if reason is None and run is not None and run.verdict is not None and verdict != "pass":
+        reason = next(iter(run.verdict.reasons), None)
     return SweepPoint(
         index=index,
         label=label,

@@ -1,0 +1,179 @@
+"""The options run, master, ui and sweep share, as argparse parent parsers: one name, help and metavar each."""
+
+from __future__ import annotations
+
+import argparse
+
+from loadtest.cli.run_options import add_generator_health_option, add_smoke_option
+from loadtest.cli.suggest import SuggestingParser
+
+DEFAULT_PROFILE = "interactive-chat"
+
+
+def _parent() -> SuggestingParser:
+    return SuggestingParser(add_help=False)
+
+
+def workload_parent(what: str) -> SuggestingParser:
+    """--profile/-p, --model/-m, the API key, --tokenizer, --seed, --slo, --warmup, --cooldown,
+    --generator-health and --smoke (``what``: what is judged, "the run" or "a point")."""
+    p = _parent()
+    p.add_argument(
+        "-p",
+        "--profile",
+        default=DEFAULT_PROFILE,
+        metavar="NAME|FILE",
+        help="shipped profile name (`loadtest profiles list`) or YAML path (default: %(default)s)",
+    )
+    p.add_argument(
+        "-m",
+        "--model",
+        metavar="NAME",
+        help="model name to request (default: the profile's, else the endpoint's first model)",
+    )
+    p.add_argument(
+        "--api-key-env",
+        metavar="VAR",
+        help="name of the environment variable holding the API key (default: OPENAI_API_KEY if set); "
+        "every worker reads its own",
+    )
+    p.add_argument(
+        "--api-key-file",
+        metavar="PATH",
+        help="file holding the API key, instead of --api-key-env (the same path on every worker host)",
+    )
+    p.add_argument(
+        "--tokenizer",
+        metavar="NAME|PATH",
+        help="llama3, cl100k, o200k, o200k_harmony, qwen3, or a tokenizer.json / folder path "
+        "(default: the profile's, else the served model's own)",
+    )
+    p.add_argument("--seed", type=int, metavar="N", help="workload and arrival seed (default: the profile's)")
+    p.add_argument(
+        "--slo",
+        metavar="SPEC",
+        help="SLOs to judge, e.g. ttft_p99=2s,tpot_p99=80ms,error_rate=0.5%% (merged over the profile's; "
+        "a bare number is milliseconds)",
+    )
+    p.add_argument(
+        "--warmup",
+        metavar="S|auto",
+        help="judge only requests scheduled after this (30s, 1m, auto: steady state, 0: from the start; "
+        "default 10%% of the run, at most 30s)",
+    )
+    p.add_argument("--cooldown", metavar="S|auto", help="and before this long before the last one (or auto)")
+    add_generator_health_option(p, what)
+    add_smoke_option(p, what)
+    return p
+
+
+def client_parent() -> SuggestingParser:
+    """The client policy: --connect-timeout, --read-timeout, --total-timeout, --retries, --insecure."""
+    p = _parent()
+    g = p.add_argument_group("client policy (default: the profile's client section; docs/reliability.md)")
+    g.add_argument(
+        "--connect-timeout",
+        type=float,
+        metavar="S",
+        help="longest TCP/TLS connect (default: the profile's client.connect_timeout_s, 10)",
+    )
+    g.add_argument(
+        "--read-timeout",
+        type=float,
+        metavar="S",
+        help="longest silence within a response (default: the profile's client.read_timeout_s, 300)",
+    )
+    g.add_argument(
+        "--total-timeout",
+        type=float,
+        metavar="S",
+        help="longest whole request, 0 = none (default: the profile's client.total_timeout_s, 0)",
+    )
+    g.add_argument(
+        "--retries",
+        type=int,
+        metavar="N",
+        help="resend a 429/503 answer up to N times, each a separate record (default: the profile's, 0)",
+    )
+    g.add_argument(
+        "--insecure", action="store_true", help="do not verify TLS certificates (recorded in the verdict)"
+    )
+    return p
+
+
+def load_parent(total: str = "") -> SuggestingParser:
+    """--duration/-d and --concurrency/-c | --rate/-r (``total``: " in all" when spread over workers)."""
+    p = _parent()
+    p.add_argument(
+        "-d",
+        "--duration",
+        metavar="TIME",
+        help="how long to issue requests: 90, 90s, 5m, 1h (default: the profile's)",
+    )
+    load = p.add_mutually_exclusive_group()
+    load.add_argument(
+        "-c", "--concurrency", type=int, metavar="N", help=f"closed loop: N concurrent streams{total}"
+    )
+    load.add_argument(
+        "-r", "--rate", type=float, metavar="R", help=f"open loop: R requests/s{total}, Poisson arrivals"
+    )
+    return p
+
+
+def telemetry_parent() -> SuggestingParser:
+    """--no-telemetry and --metrics-url."""
+    p = _parent()
+    g = p.add_argument_group("server telemetry (docs/telemetry.md)")
+    g.add_argument("--no-telemetry", action="store_true", help="do not poll the endpoint's /metrics")
+    g.add_argument(
+        "--metrics-url",
+        metavar="URL",
+        help="Prometheus URL(s) to poll, comma-separated (default: HOST/metrics)",
+    )
+    return p
+
+
+def engine_parent(scope: str = "") -> SuggestingParser:
+    """The embedded engine's --engine-* options (``scope``: e.g. "; one engine for every point")."""
+    p = _parent()
+    g = p.add_argument_group(f"embedded engine (only without --host{scope}; docs/engine.md)")
+    g.add_argument(
+        "--engine-gpu", metavar="NAME", help="GPU preset (default: the profile's engine.gpu, else H100)"
+    )
+    g.add_argument(
+        "--engine-model",
+        metavar="NAME",
+        help="model preset (default: the profile's engine.model, else llama-3.1-8b)",
+    )
+    g.add_argument(
+        "--engine-tp",
+        type=int,
+        metavar="N",
+        help="tensor-parallel GPUs (default: the profile's engine.tp, else 1)",
+    )
+    g.add_argument(
+        "--engine-faults",
+        metavar="SPEC",
+        help="inject faults (docs/engine.md), e.g. http_503=2%%,stall_mid_stream=#3@2",
+    )
+    g.add_argument(
+        "--engine-speedup",
+        type=float,
+        default=1.0,
+        metavar="X",
+        help="run the engine clock X times faster (default: %(default)g)",
+    )
+    g.add_argument(
+        "--engine-max-num-seqs",
+        type=int,
+        metavar="N",
+        help="the engine's running-batch limit (vLLM max_num_seqs; default: the engine's, 1024)",
+    )
+    return p
+
+
+def add_out_option(
+    parser: argparse.ArgumentParser, what: str, dest: str = "out", default: str | None = None
+) -> None:
+    """-o/--out DIR (``what``: what the folder holds and its default)."""
+    parser.add_argument("-o", "--out", dest=dest, default=default, metavar="DIR", help=what)
