@@ -8,6 +8,7 @@ import logging
 from loadtest.cli.endpoint_flags import add_endpoint_check_option
 from loadtest.cli.run_options import (
     add_generator_health_option,
+    add_live_metrics_options,
     add_max_requests_option,
     add_progress_option,
     add_smoke_option,
@@ -87,6 +88,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     m.add_argument("--insecure", action="store_true", help="do not verify TLS certificates")
     m.add_argument("--no-telemetry", action="store_true", help="do not poll the endpoint's /metrics")
     m.add_argument("--metrics-url", metavar="URL", help="Prometheus URL(s) to poll (default: HOST/metrics)")
+    add_live_metrics_options(m)
 
     w = sub.add_parser("worker", help="run users for a `loadtest master`; settings come from the master")
     w.add_argument("--master-host", default="127.0.0.1", metavar="HOST", help="default: %(default)s")
@@ -99,7 +101,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         help="give up when no master answers within this long (default: %(default)gs)",
     )
     w.add_argument(
-        "--out", help="folder for this worker's copy of its records (default: reports/worker-<i>/)"
+        "--out",
+        help="folder for this worker's own copy of its records, kept after the run (default: a temporary "
+        "folder, removed when the run ends normally: the master's run folder has every record)",
     )
 
 

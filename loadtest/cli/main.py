@@ -12,6 +12,7 @@ from loadtest.cli.export_cmd import add_parser as add_export_parser
 from loadtest.cli.run_options import (
     add_capture_options,
     add_generator_health_option,
+    add_live_metrics_options,
     add_max_requests_option,
     add_progress_option,
     add_smoke_option,
@@ -136,6 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="server.json of the server under test (default: the one `loadtest serve` keeps for --host)",
     )
+    add_live_metrics_options(run)
     eng = run.add_argument_group("embedded engine (only without --host)")
     eng.add_argument("--engine-gpu", help="GPU preset (default: the profile's engine.gpu, else H100)")
     eng.add_argument(
