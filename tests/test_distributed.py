@@ -206,3 +206,84 @@ def test_ctrl_c_while_the_workers_start_is_an_interrupted_run_with_results(tmp_p
     run = json.loads((out / "run.json").read_text())
     assert run["status"] == "interrupted" and "while the workers were starting" in run["interrupted_reason"]
     assert "exit 130" in stdout and "endpoint failing" not in stdout
+
+
+def test_separate_workers_leave_nothing_in_their_working_directory(tmp_path: Path) -> None:
+    """A worker told where (--out) keeps its copy of its records there and nothing else; one told nowhere
+    keeps a temporary copy it removes once its part ended normally. Neither writes into its cwd."""
+    prof = write_profile(tmp_path / "p.yaml", load={"rate": 10.0}, duration_s=3)
+    out, port = tmp_path / "run", _free_port()
+    cwd, scratch, kept = tmp_path / "cwd", tmp_path / "tmp", tmp_path / "kept"
+    cwd.mkdir()
+    scratch.mkdir()
+    env = {**os.environ, "TMPDIR": str(scratch)}  # the workers' temporary folders go here
+    with SimProcess(speedup=4) as sim:
+        master = _start(
+            ["master", "--profile", str(prof), "--host", sim.base_url, "--expect-workers", "2"]
+            + ["--master-port", str(port), "--out", str(out)],
+            tmp_path / "master.log",
+            tmp_path,
+        )
+        workers = [
+            subprocess.Popen(
+                CLI + ["worker", "--master-port", str(port), *extra],
+                stdout=open(tmp_path / f"w{i}.log", "wb"),  # noqa: SIM115
+                stderr=subprocess.STDOUT,
+                cwd=cwd,
+                env=env,
+            )
+            for i, extra in enumerate([["--out", str(kept)], []])
+        ]
+        try:
+            assert master.wait(timeout=60) == 0, (tmp_path / "master.log").read_text()
+            for i, w in enumerate(workers):
+                assert w.wait(timeout=20) == 0, (tmp_path / f"w{i}.log").read_text()
+        finally:
+            _stop([master, *workers])
+    by = _lines_by_worker(out)
+    assert sorted(by) == [0, 1] and all(by.values())
+    assert list(cwd.iterdir()) == []  # no reports/worker-<i>/, no profile copy
+    (copy,) = kept.iterdir()  # the told worker: its records and nothing else
+    assert copy.name.startswith("records-w") and read_lines([copy]) == by[int(copy.stem.split("-w")[1])]
+    assert list(scratch.iterdir()) == []  # the other's temporary copy (and both profile copies) removed
+
+
+def test_a_worker_that_leaves_early_keeps_its_temporary_copy_and_names_it(tmp_path: Path) -> None:
+    prof = write_profile(tmp_path / "p.yaml", load={"rate": 10.0}, duration_s=8)
+    out, port, scratch = tmp_path / "run", _free_port(), tmp_path / "tmp"
+    scratch.mkdir()
+    env = {**os.environ, "TMPDIR": str(scratch)}
+    with SimProcess(speedup=4) as sim:
+        master = _start(
+            ["master", "--profile", str(prof), "--host", sim.base_url, "--expect-workers", "2"]
+            + ["--master-port", str(port), "--out", str(out)],
+            tmp_path / "master.log",
+            tmp_path,
+        )
+        workers = [
+            subprocess.Popen(
+                CLI + ["worker", "--master-port", str(port)],
+                stdout=open(tmp_path / f"w{i}.log", "wb"),  # noqa: SIM115
+                stderr=subprocess.STDOUT,
+                cwd=tmp_path,
+                env=env,
+            )
+            for i in range(2)
+        ]
+        try:
+            _wait_for_records(out, 2)
+            workers[0].send_signal(signal.SIGTERM)
+            assert workers[0].wait(timeout=30) is not None
+            master.wait(timeout=60)
+            assert workers[1].wait(timeout=20) == 0
+        finally:
+            _stop([master, *workers])
+    log = (tmp_path / "w0.log").read_text()
+    kept = [ln.rsplit(" ", 1)[1] for ln in log.splitlines() if "its own copy of its records stays in" in ln]
+    assert len(kept) == 1, log
+    (copy,) = Path(kept[0]).glob("records-w*.jsonl")
+    index = int(copy.stem.split("-w")[1])
+    # what it shipped before it left is the start of the copy it kept; the other worker kept nothing
+    shipped = _lines_by_worker(out)[index]
+    assert shipped and read_lines([copy])[: len(shipped)] == shipped
+    assert list(scratch.iterdir()) == [Path(kept[0])]  # and no profile copy

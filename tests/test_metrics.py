@@ -135,3 +135,17 @@ def test_output_tokens_per_second_follow_chunk_arrivals_and_add_up() -> None:
     r.chunk_ns = [int(0.5e9), int(1.5e9), int(1.6e9), int(2.5e9)]
     r.first_token_ns, r.done_ns, r.completion_tokens_client = r.chunk_ns[0], r.chunk_ns[-1], 8
     assert Track._output_tokens_by_second(r, 8, 100.0) == [(100, 2), (101, 4), (102, 2)]
+
+
+def test_cumulative_counts_and_sum_equal_hdrh_walking_its_buckets() -> None:
+    """The vectorized ``le`` counts and sum the live Prometheus histograms use are hdrh's own figures."""
+    rng = np.random.default_rng(7)
+    h = hdr.new_histogram()
+    values = np.concatenate([rng.integers(1, 3000, 4000), rng.lognormal(10, 2, 16000).astype(np.int64) + 1])
+    hdr.record_many(h, values)
+    bounds = [1, 999, 1000, 2047, 2048, 5000, 1e5, 1e6, 1e8, 4e9]
+    walked = [(it.value_iterated_to, it.count_at_value_iterated_to) for it in h.get_recorded_iterator()]
+    assert hdr.cumulative_at(h, bounds) == [sum(c for v, c in walked if v <= b) for b in bounds]
+    expected = h.get_mean_value() * h.get_total_count()
+    assert abs(hdr.total_estimate(h) - expected) <= 1e-9 * expected
+    assert hdr.cumulative_at(hdr.new_histogram(), bounds) == [0] * len(bounds)

@@ -14,6 +14,7 @@ from loadtest.cli.common_options import (
 )
 from loadtest.cli.endpoint_flags import add_endpoint_check_option
 from loadtest.cli.run_options import (
+    add_live_metrics_options,
     add_max_requests_option,
     add_progress_option,
     endpoint_options,
@@ -69,6 +70,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     m.add_argument(
         "--force", action="store_true", help="--out may hold an earlier run: its files are replaced"
     )
+    add_live_metrics_options(m)
 
     w = sub.add_parser("worker", help="run users for a `loadtest master`; settings come from the master")
     w.add_argument(
@@ -91,7 +93,11 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         metavar="S",
         help="give up when no master answers within this long (default: %(default)gs)",
     )
-    add_out_option(w, "folder for this worker's copy of its records (default: reports/worker-<i>/)")
+    add_out_option(
+        w,
+        "folder for this worker's own copy of its records, kept after the run (default: a temporary "
+        "folder, removed when the run ends normally: the master's run folder has every record)",
+    )
 
 
 def master_command(args: argparse.Namespace) -> int:

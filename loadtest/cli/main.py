@@ -17,7 +17,12 @@ from loadtest.cli.compare_cmd import add_parser as add_compare_parser
 from loadtest.cli.endpoint_flags import HostAction, add_endpoint_check_option, add_fleet_options
 from loadtest.cli.endpoint_options import add_endpoint_options
 from loadtest.cli.export_cmd import add_parser as add_export_parser
-from loadtest.cli.run_options import add_capture_options, add_max_requests_option, add_progress_option
+from loadtest.cli.run_options import (
+    add_capture_options,
+    add_live_metrics_options,
+    add_max_requests_option,
+    add_progress_option,
+)
 from loadtest.cli.suggest import SuggestingParser
 from loadtest.cli.sweep_cmd import add_parser as add_sweep_parser
 from loadtest.fd_limit import raise_open_file_limit
@@ -76,6 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="server.json of the server under test (default: the one `loadtest serve` keeps for --host)",
     )
+    add_live_metrics_options(run)
 
     ui = sub.add_parser(
         "ui",

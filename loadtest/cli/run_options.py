@@ -144,10 +144,46 @@ def endpoint_options(args: argparse.Namespace) -> EndpointOptions:
     )
 
 
+def add_live_metrics_options(parser: argparse.ArgumentParser) -> None:
+    """``--dcgm-url`` and ``--prometheus-port/-bind-host/-hold`` of run and master (docs/telemetry.md)."""
+    parser.add_argument(
+        "--dcgm-url",
+        metavar="URL",
+        help="NVIDIA dcgm-exporter /metrics URL(s), comma-separated: GPU utilization, power, memory and "
+        "SM clock polled with the endpoint's metrics; run.json then has energy per output token",
+    )
+    parser.add_argument(
+        "--prometheus-port",
+        type=int,
+        metavar="PORT",
+        help="serve this run's live metrics in Prometheus text on PORT (/metrics): latency histograms, "
+        "tokens, outcomes, in flight, SLO attainment, per scenario (0: a free port)",
+    )
+    parser.add_argument(
+        "--prometheus-bind-host",
+        default="127.0.0.1",
+        metavar="ADDR",
+        help="address the live metrics listen on (default: %(default)s; 0.0.0.0 for a Prometheus elsewhere)",
+    )
+    parser.add_argument(
+        "--prometheus-hold",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="after the load, keep serving until one scrape has read the final figures, at most S seconds "
+        "(default: 0)",
+    )
+
+
 def telemetry_options(args: argparse.Namespace) -> TelemetryOptions:
-    """``--no-telemetry`` and ``--metrics-url``."""
+    """``--no-telemetry``, ``--metrics-url``, ``--dcgm-url`` and the live metrics' options."""
     return TelemetryOptions(
-        enabled=not getattr(args, "no_telemetry", False), metrics_url=getattr(args, "metrics_url", None)
+        enabled=not getattr(args, "no_telemetry", False),
+        metrics_url=getattr(args, "metrics_url", None),
+        gpu_metrics_url=getattr(args, "dcgm_url", None),
+        prometheus_port=getattr(args, "prometheus_port", None),
+        prometheus_bind=getattr(args, "prometheus_bind_host", "127.0.0.1"),
+        prometheus_hold_s=getattr(args, "prometheus_hold", 0.0),
     )
 
 

@@ -365,6 +365,7 @@ class Telemetry(_OptionalSection):
     t: list[float]
     series: dict[str, list[float | None]]
     server_latency: JsonObject | None = None
+    energy: JsonObject | None = None  # GPU power polled (dcgm-exporter): telemetry/energy.py
 
 
 class PrefixCache(_OptionalSection):

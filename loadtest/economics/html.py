@@ -1,4 +1,5 @@
-"""Report sections for a run: the Cost table and the per-endpoint breakdown, as ready HTML (empty when no data);
+"""Report sections for a run: the Cost table (with the GPUs' energy when polled) and the per-endpoint
+breakdown, as ready HTML (empty when no data);
 and the compare report's ranking by cost at equal SLO.
 
 The run report's sections take the run.json it read as JSON (report/run_report.py); the ranking takes
@@ -62,6 +63,24 @@ def cost_rows(run: dict[str, Any]) -> list[tuple[str, str]]:
     return rows
 
 
+def energy_rows(run: dict[str, Any]) -> list[tuple[str, str]]:
+    """(label, value) rows of the GPUs' energy (run.json telemetry.energy, from dcgm-exporter's power);
+    empty when no power was polled."""
+    en = (run.get("telemetry") or {}).get("energy")
+    if not en:
+        return []
+    rows = [
+        (
+            "GPU power (mean of the polls)",
+            f"{_num(en.get('power_w_mean'), 1)} W ({en.get('power_samples')} polls)",
+        ),
+        ("Energy per output token", f"{_num(en.get('j_per_output_token'), 4)} J / output token"),
+    ]
+    if en.get("output_tokens_per_s_per_w") is not None:
+        rows.append(("Output tokens/s per watt", f"{_num(en['output_tokens_per_s_per_w'], 3)} tok/s/W"))
+    return rows
+
+
 def _table(head: list[str], rows: list[list[str]], cls: str) -> str:
     th = "".join(f"<th>{escape(h)}</th>" for h in head)
     body = "".join("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in r) + "</tr>" for r in rows)
@@ -92,13 +111,21 @@ def extra_sections(run: dict[str, Any]) -> list[dict[str, Any]]:
     """Sections the run report adds when the run has the data: ``{id, title, html}`` each."""
     out: list[dict[str, Any]] = []
     rows = cost_rows(run)
+    energy = energy_rows(run)  # next to tok/s/GPU when the run has hardware, else on its own
     if rows:
-        html = _table(["Figure", "Value"], [[a, b] for a, b in rows], "cost")
+        html = _table(["Figure", "Value"], [[a, b] for a, b in rows + energy], "cost")
         note = (
             '<p class="note">Costs divide the whole cost of serving the measured load by the tokens '
             "it produced (docs/economics.md).</p>"
         )
         out.append({"id": "cost", "title": "Cost", "html": Markup(html + note)})
+    elif energy:
+        html = _table(["Figure", "Value"], [[a, b] for a, b in energy], "cost")
+        note = (
+            '<p class="note">From the GPUs\' power polled from dcgm-exporter during the load '
+            "(docs/telemetry.md).</p>"
+        )
+        out.append({"id": "energy", "title": "Energy", "html": Markup(html + note)})
     erows = endpoint_rows(run)
     if erows:
         per = (run.get("metrics") or {}).get("per_endpoint") or {}

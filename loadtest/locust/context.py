@@ -90,7 +90,10 @@ class RunContext:
         self.n_workers = max(1, n_workers)
         self.profile, self.profile_path = settings.profile()
         self.workload = Workload(self.profile, settings.seed, run_nonce=settings.run_nonce)
-        self.recorder = Recorder(per_scenario=len(self.profile.scenarios) > 1)
+        self.recorder = Recorder(
+            per_scenario=len(self.profile.scenarios) > 1,
+            per_endpoint=len(settings.hosts or ()) > 1,  # the live metrics' per-endpoint split
+        )
         # Per-request SLO (TTFT and TPOT limits) for live attainment and goodput; None without one.
         rule = RequestSlo.from_slos(merge_slos(self.profile.slos, settings.slo))
         self.request_slo = rule if rule.ttft_ms is not None or rule.tpot_ms is not None else None

@@ -38,6 +38,7 @@ from loadtest.contracts.messages import (
 from loadtest.contracts.record_line import LINE_ENCODER
 from loadtest.locust.compat import check_locust_version, users_dispatcher
 from loadtest.locust.progress import ProgressPrinter
+from loadtest.locust.prometheus import LiveMetrics, LiveView
 from loadtest.locust.runtime import RunOutcome, Stopper, drive_load, send, user_class
 from loadtest.locust.settings import RunSettings
 from loadtest.locust.shipping import RecordSink
@@ -110,7 +111,14 @@ class MasterSession:
     """One master's run: the Locust master runner, what it knows of each worker, the merged results, and
     the message handlers that keep them."""
 
-    def __init__(self, settings: RunSettings, runner: MasterRunner, env: Environment, n: int) -> None:
+    def __init__(
+        self,
+        settings: RunSettings,
+        runner: MasterRunner,
+        env: Environment,
+        n: int,
+        live: LiveMetrics | None = None,
+    ) -> None:
         self.settings = settings
         self.runner = runner
         self.env = env
@@ -128,6 +136,12 @@ class MasterSession:
         )  # workers that issued their share of --max-requests  # the first worker's word that the endpoint fails wholesale
         self.stopper = Stopper()
         self.procs: dict[int, subprocess.Popen] = {}  # pid → local worker process
+        if live is not None:  # the merged figures as of the workers' last reports
+            live.attach(lambda: LiveView(self.total, self.in_flight()))
+
+    def in_flight(self) -> int:
+        """Requests in flight at the workers' last reports (workers still in the run)."""
+        return sum(w.in_flight for w in self.workers.values() if not w.lost and w.final is None)
 
     # ---- what the workers say ----
     def on_connect(self, client_id: str, **_kw: Any) -> None:
@@ -264,7 +278,8 @@ class MasterSession:
             _stop_processes(list(procs.values()))
             sink.close()
         lost = [w for w in sorted(workers.values(), key=lambda w: w.index) if w.final is None or w.final.left]
-        recovered = {w.index: _recover_unshipped(w, sink, total, len(profile.scenarios) > 1) for w in lost}
+        split = (len(profile.scenarios) > 1, len(settings.hosts or ()) > 1)  # as each worker's recorder
+        recovered = {w.index: _recover_unshipped(w, sink, total, *split) for w in lost}
         sink.close()
         if spawn_local:  # the local copies were only insurance: the run folder's logs now hold everything
             for w in workers.values():
@@ -299,6 +314,7 @@ def run_master(
     expect: int | None = None,
     bind_host: str = "127.0.0.1",
     wait_s: float = 60.0,
+    live: LiveMetrics | None = None,
 ) -> RunOutcome:
     """A Locust master in this process and ``expect`` workers (default ``settings.processes``).
 
@@ -313,10 +329,12 @@ def run_master(
         runner: MasterRunner = env.create_master_runner(bind_host, master_port)
     except SystemExit as e:  # Locust exits when the port is taken
         raise RuntimeError(f"cannot listen for workers on {bind_host}:{master_port} (port in use?)") from e
-    return MasterSession(settings, runner, env, n).run(spawn_local, bind_host, master_port, wait_s)
+    return MasterSession(settings, runner, env, n, live).run(spawn_local, bind_host, master_port, wait_s)
 
 
-def _recover_unshipped(w: _Worker, sink: RecordSink, total: RunAggregates, per_scenario: bool) -> int | None:
+def _recover_unshipped(
+    w: _Worker, sink: RecordSink, total: RunAggregates, per_scenario: bool, per_endpoint: bool = False
+) -> int | None:
     """A lost worker's records that it finished but never reported, taken from its own copy.
 
     Possible when that copy is on this host (always for ``--processes`` workers: a file in the run
@@ -335,7 +353,7 @@ def _recover_unshipped(w: _Worker, sink: RecordSink, total: RunAggregates, per_s
     missing = [line for line in read_lines([local]) if line.id not in shipped]
     if not missing:
         return 0
-    recorder = Recorder(per_scenario=per_scenario)
+    recorder = Recorder(per_scenario=per_scenario, per_endpoint=per_endpoint)
     for line in missing:
         recorder.add(record_from_line(line))
     total.merge_wire(recorder.take_delta())

@@ -35,6 +35,7 @@ from loadtest.gc_tuning import tune_gc
 from loadtest.locust.context import RunContext
 from loadtest.locust.executors import executor_for
 from loadtest.locust.progress import ProgressPrinter
+from loadtest.locust.prometheus import LiveMetrics, LiveView
 from loadtest.locust.settings import RunSettings
 from loadtest.metrics.recorder import RunAggregates
 from loadtest.profile.schema import Profile
@@ -106,9 +107,11 @@ def drain(ctx: RunContext, timeout: float) -> None:
         ctx.drain_expired_s = timeout
 
 
-def run_local(settings: RunSettings) -> RunOutcome:
-    """Everything in this process."""
+def run_local(settings: RunSettings, live: LiveMetrics | None = None) -> RunOutcome:
+    """Everything in this process; ``live``: the live metrics read this process's recorder."""
     ctx = RunContext(settings, 0, 1, "records.jsonl")
+    if live is not None:
+        live.attach(lambda: LiveView(ctx.recorder.result(), ctx.in_flight))
     ctx.open_capture(Path(settings.out_dir), CAPTURE_FILE)
     env = Environment(user_classes=[user_class(ctx.profile)], host=settings.host)
     ctx.env = env

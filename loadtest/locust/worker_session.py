@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import signal
 import socket
 import tempfile
@@ -57,9 +58,14 @@ def _local_log_path(out: Path, index: int) -> Path:
 
 def _setup_worker(
     data: Settings, out: str | None, keep_local: bool, copy_in_run_dir: bool = False
-) -> RunContext:
-    """The worker's RunContext from the master's ``loadtest_settings`` message.
+) -> tuple[RunContext, Path | None]:
+    """The worker's RunContext from the master's ``loadtest_settings`` message, and the folder of its own
+    record copy when that folder is a temporary one (removed after a clean finish).
 
+    ``out``: where a ``loadtest worker`` keeps its own copy of its records (and captures); without it, a
+    temporary folder that the worker removes once its part ended normally (the master has every line)
+    and keeps, and names, when it left early. The profile copy the run's context is built from lives in
+    a scratch folder removed as soon as the context is built: nothing is left in the working directory.
     ``copy_in_run_dir`` (a ``--processes`` worker, on the master's host): its records also go, as they
     finish, to ``worker-<i>.records.jsonl`` in the run folder, so that a worker killed between two
     reports loses nothing it finished (the master takes them from there; see _recover_unshipped).
@@ -71,14 +77,24 @@ def _setup_worker(
     except KeySourceError as e:
         raise RuntimeError(str(e)) from e
     run_dir_copy = Path(settings.out_dir) / f"worker-{index}.records.jsonl" if copy_in_run_dir else None
-    local = Path(out if out else Path("reports") / f"worker-{index}") if keep_local else None
-    folder = local if local is not None else Path(tempfile.mkdtemp(prefix="loadtest-worker-"))
-    folder.mkdir(parents=True, exist_ok=True)
-    profile_file = folder / f"{data.profile_name}.yaml"
+    temporary = None
+    local = None
+    if keep_local:
+        if out:
+            local = Path(out)
+        else:
+            local = temporary = Path(tempfile.mkdtemp(prefix=f"loadtest-worker-{index}-"))
+        local.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix="loadtest-worker-profile-"))
+    profile_file = scratch / f"{data.profile_name}.yaml"
     profile_file.write_text(data.profile)  # JSON is valid YAML
-    settings = replace(settings, profile_ref=str(profile_file), out_dir=str(folder))
-    # RunContext opens its own log; this process ships lines instead (the local copy is optional).
-    ctx = RunContext(settings, index, settings.processes, os.devnull)
+    settings = replace(settings, profile_ref=str(profile_file), out_dir=str(local or scratch))
+    try:
+        # RunContext opens its own log; this process ships lines instead (the local copy is optional).
+        ctx = RunContext(settings, index, settings.processes, os.devnull)
+    finally:
+        profile_file.unlink()
+        scratch.rmdir()
     capture_dir = local if local is not None else (run_dir_copy.parent if run_dir_copy is not None else None)
     if capture_dir is not None:  # its own file, written as requests end: a killed worker loses none
         ctx.open_capture(capture_dir, worker_capture_file(index))
@@ -86,16 +102,16 @@ def _setup_worker(
     os.close(null_log._fd)
     null_log._fd = -1
     ctx.log = ShippedLog(_local_log_path(local, index) if local is not None else run_dir_copy)  # type: ignore[assignment]
-    if local is None:
-        profile_file.unlink()
-        folder.rmdir()
     got = ctx.workload.fingerprint()
     if got != data.fingerprint:
+        ctx.log.close()
+        if temporary is not None:  # nothing ran: nothing to keep
+            shutil.rmtree(temporary, ignore_errors=True)
         raise RuntimeError(
             "this host builds different traffic from the same profile and seed (workload fingerprint "
             f"{got[:12]} ≠ the master's {data.fingerprint[:12]}): same loadtest version and tokenizer files?"
         )
-    return ctx
+    return ctx, temporary
 
 
 class WorkerSession:
@@ -122,6 +138,8 @@ class WorkerSession:
         self.copy_in_run_dir = copy_in_run_dir
         self.master_wait_s = master_wait_s
         self.ctx: RunContext | None = None
+        self.temporary: Path | None = None  # the own record copy's folder when no --out named one
+        self.left: str | None = None  # why this worker left the run early, if it did
         self.code = 0
         self.finishing = False
         self.started = time.monotonic()
@@ -133,7 +151,7 @@ class WorkerSession:
         try:
             data = from_data(Settings, msg.data)
             reply.index = data.index
-            ctx = _setup_worker(data, self.out, self.keep_local, self.copy_in_run_dir)
+            ctx, self.temporary = _setup_worker(data, self.out, self.keep_local, self.copy_in_run_dir)
         except Exception as e:  # noqa: BLE001 - reported to the master as one line
             reply.error = (
                 str(e) if isinstance(e, (RuntimeError, MessageError)) else f"{type(e).__name__}: {e}"
@@ -195,6 +213,7 @@ class WorkerSession:
 
     def leave(self, why: str) -> None:
         """Leave the run early: send what this worker has, then quit."""
+        self.left = why
         self.finish(False, 0.0, why)
         gevent.sleep(0.5)  # let the final message go out
         if self.ctx is not None:
@@ -240,7 +259,25 @@ class WorkerSession:
         self.runner.greenlet.join()
         if self.ctx is not None:
             self.ctx.close()
+        self._clean_up()
         return self.code
+
+    def _clean_up(self) -> None:
+        """A temporary record copy: removed after a clean finish (the master holds every line), kept and
+        named when this worker left early (the lines it could not ship are there). Captured samples
+        (capture-w<i>.jsonl, which only the worker holds) keep the folder, named."""
+        folder = self.temporary
+        if folder is None or not folder.exists():
+            return
+        if self.left is not None or self.code != 0:
+            print(f"worker: left the run early; its own copy of its records stays in {folder}", flush=True)
+            return
+        for path in folder.glob("records-w*.jsonl"):
+            path.unlink()
+        if any(p.stat().st_size for p in folder.iterdir() if p.is_file()):
+            print(f"worker: its captured samples stay in {folder}", flush=True)
+            return
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def worker_main(
@@ -257,8 +294,9 @@ def worker_main(
     ``master_wait_s``: how long to wait for a master to answer (Locust's connect blocks until one does)
     and then for its settings; past it the worker says so and exits 1.
 
-    ``out``: the folder for this worker's own copy of its records (default ``reports/worker-<i>/``);
-    ``keep_local=False`` keeps none (local workers: the master writes the same lines next to it).
+    ``out``: the folder for this worker's own copy of its records (default: a temporary folder, removed
+    after a clean finish, kept when the worker left early); ``keep_local=False`` keeps none (local
+    workers: the master writes the same lines next to it).
     ``parent_pid``: stop when that process (the local master) is gone. Signals end this worker's part
     early: it sends what it has and leaves.
     """

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 
 import numpy as np
@@ -92,6 +93,50 @@ def percentiles_of_counts(hist: HdrHistogram, counts: np.ndarray, pcts: Iterable
         idx = int(np.searchsorted(cum, target, side="left"))
         out.append(int(hist.get_highest_equivalent_value(hist.get_value_from_index(idx))))
     return out
+
+
+def _index_values(hist: HdrHistogram, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each of the first ``n`` count indexes: its lowest equivalent value and its range's size."""
+    return _index_table(n, hist.sub_bucket_half_count_magnitude, hist.unit_magnitude)
+
+
+@functools.lru_cache(maxsize=8)  # one table per histogram shape (every latency histogram shares one)
+def _index_table(n: int, half_magnitude: int, unit_magnitude: int) -> tuple[np.ndarray, np.ndarray]:
+    half = 1 << half_magnitude
+    index = np.arange(n, dtype=np.int64)
+    bucket = (index >> half_magnitude) - 1
+    sub = (index & (half - 1)) + half
+    low = bucket < 0
+    sub[low] -= half
+    bucket[low] = 0
+    shift = bucket + unit_magnitude
+    lowest, size = sub << shift, np.left_shift(1, shift)
+    lowest.flags.writeable = size.flags.writeable = False  # shared: never changed in place
+    return lowest, size
+
+
+def cumulative_at(hist: HdrHistogram, bounds: Iterable[float]) -> list[int]:
+    """How many values are at or under each bound, each value counted at its bucket's highest equivalent
+    value (what a Prometheus ``le`` bucket of this histogram holds), in one vectorized pass."""
+    n = hist.counts_len
+    counts = np.ctypeslib.as_array(hist.counts)[:n]
+    lowest, size = _index_values(hist, n)
+    cum = np.cumsum(counts, dtype=np.int64)
+    highest = lowest + size - 1
+    out = []
+    for b in bounds:
+        k = int(np.searchsorted(highest, b, side="right"))  # indexes whose whole range is ≤ b
+        out.append(int(cum[k - 1]) if k else 0)
+    return out
+
+
+def total_estimate(hist: HdrHistogram) -> float:
+    """The sum of the recorded values, each at its bucket's median equivalent value: count × hdrh's
+    ``get_mean_value()``, without its per-bucket Python loop."""
+    n = hist.counts_len
+    counts = np.ctypeslib.as_array(hist.counts)[:n]
+    lowest, size = _index_values(hist, n)
+    return float(np.dot(counts.astype(np.float64), (lowest + (size >> 1)).astype(np.float64)))
 
 
 def percentiles(hist: HdrHistogram, pcts: Iterable[float] = PERCENTILES) -> dict[str, int | None]:

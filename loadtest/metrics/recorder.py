@@ -252,26 +252,37 @@ class Track:
         return wire
 
 
+CELL_SEP = "\t"  # a cell's wire key: scenario, tab, endpoint index
+
+
 class RunAggregates:
-    """The merged state of a run: all requests, and each scenario apart when the profile mixes several."""
+    """The merged state of a run: all requests, each scenario apart when the profile mixes several, and
+    each (scenario, endpoint index) cell when the run has several endpoints (the live metrics' split)."""
 
     def __init__(self) -> None:
         self.all = Aggregate()
         self.scenarios: dict[str, Aggregate] = {}
+        self.cells: dict[tuple[str, int], Aggregate] = {}
 
     def merge_wire(self, wire: dict[str, Any]) -> None:
         self.all.merge_wire(wire["all"])
         for name, w in wire.get("scenarios", {}).items():
             self.scenarios.setdefault(name, Aggregate()).merge_wire(w)
+        for key, w in wire.get("cells", {}).items():
+            scenario, _, endpoint = key.rpartition(CELL_SEP)
+            self.cells.setdefault((scenario, int(endpoint)), Aggregate()).merge_wire(w)
 
 
 class Recorder:
-    """Per-process recorder: one track for all requests, plus one per scenario when asked."""
+    """Per-process recorder: one track for all requests, plus one per scenario when asked, and one per
+    (scenario, endpoint) cell when the run has several endpoints (``per_endpoint``)."""
 
-    def __init__(self, per_scenario: bool = False) -> None:
+    def __init__(self, per_scenario: bool = False, per_endpoint: bool = False) -> None:
         self.all = Track()
         self.per_scenario = per_scenario
+        self.per_endpoint = per_endpoint
         self.scenarios: dict[str, Track] = {}
+        self.cells: dict[tuple[str, int], Track] = {}
 
     def add(self, rec: RequestRecord) -> None:
         self.all.add(rec)
@@ -280,6 +291,12 @@ class Recorder:
             if track is None:
                 track = self.scenarios[rec.scenario] = Track()
             track.add(rec)
+        if self.per_endpoint:
+            key = (rec.scenario, rec.endpoint)
+            cell = self.cells.get(key)
+            if cell is None:
+                cell = self.cells[key] = Track()
+            cell.add(rec)
 
     @property
     def total(self) -> Aggregate:
@@ -294,6 +311,8 @@ class Recorder:
         tracks = [self.all]
         if self.per_scenario and rec.scenario in self.scenarios:
             tracks.append(self.scenarios[rec.scenario])
+        if (rec.scenario, rec.endpoint) in self.cells:
+            tracks.append(self.cells[(rec.scenario, rec.endpoint)])
         for t in tracks:
             t.note("slo_judged")
             if good:
@@ -306,19 +325,23 @@ class Recorder:
 
     def flush(self) -> None:
         self.all.flush()
-        for t in self.scenarios.values():
+        for t in (*self.scenarios.values(), *self.cells.values()):
             t.flush()
 
     def take_delta(self) -> dict[str, Any]:
-        """Wire form of everything since the last call (all requests and per scenario)."""
-        return {
+        """Wire form of everything since the last call (all requests, per scenario, per cell)."""
+        wire: dict[str, Any] = {
             "all": self.all.take_delta(),
             "scenarios": {n: t.take_delta() for n, t in self.scenarios.items()},
         }
+        if self.cells:
+            wire["cells"] = {f"{s}{CELL_SEP}{e}": t.take_delta() for (s, e), t in self.cells.items()}
+        return wire
 
     def result(self) -> RunAggregates:
         """This process's totals in the shape a master's merge produces."""
         out = RunAggregates()
         out.all = self.all.total
         out.scenarios = {n: t.total for n, t in self.scenarios.items()}
+        out.cells = {k: t.total for k, t in self.cells.items()}
         return out

@@ -345,6 +345,8 @@ TELEMETRY_PANELS: tuple[tuple[str, tuple[tuple[str, str], ...], str, float], ...
         1.0,
     ),
     ("Preemptions", (("preemptions", "preemptions per interval"),), "preemptions", 1.0),
+    ("GPU utilization (dcgm-exporter)", (("gpu_utilization", "GPU utilization, mean"),), "percent", 100.0),
+    ("GPU power (dcgm-exporter)", (("gpu_power_w", "power, all GPUs"),), "W", 1.0),
 )
 
 

@@ -37,8 +37,21 @@ def execute(
     LoadtestError when the run cannot start or its workers fail to come."""
     from loadtest.locust import master as distributed  # here, not above: Locust monkey-patches the process
     from loadtest.locust import runtime
+    from loadtest.locust.prometheus import LiveMetrics
 
     settings = prepared.settings
+    live = None
+    if telemetry.prometheus_port is not None:  # the run's own figures, live (docs/telemetry.md)
+        live = LiveMetrics(
+            telemetry.prometheus_bind,
+            telemetry.prometheus_port,
+            endpoints=list(settings.hosts or [settings.host or endpoint.host]),
+            scenario=prepared.profile.scenarios[0].name,
+        )
+        try:
+            live.start()
+        except RuntimeError as e:
+            raise LoadtestError(str(e)) from e
     poller = None
     if telemetry.enabled:
         poller = start_for_run(
@@ -47,6 +60,7 @@ def execute(
             server=endpoint.server,
             embedded=endpoint.engine_info is not None,
             api_key=prepared.api_key,
+            gpu_urls=[u.strip() for u in (telemetry.gpu_metrics_url or "").split(",")],
         )
     try:
         if master is not None:
@@ -57,16 +71,21 @@ def execute(
                 expect=settings.processes,
                 bind_host=master.bind_host,
                 wait_s=master.wait_s,
+                live=live,
             )
         elif settings.processes > 1:
-            outcome = distributed.run_master(settings, _free_port())
+            outcome = distributed.run_master(settings, _free_port(), live=live)
         else:
-            outcome = runtime.run_local(settings)
+            outcome = runtime.run_local(settings, live=live)
+        if live is not None:
+            live.finish(outcome.aggregates, telemetry.prometheus_hold_s)
     except RuntimeError as e:
         raise LoadtestError(str(e)) from e
     finally:
         if poller is not None:
             poller.stop()
+        if live is not None:
+            live.stop()
     return Executed(outcome, poller)
 
 

@@ -69,6 +69,10 @@ class TelemetryOptions:
 
     enabled: bool = True
     metrics_url: str | None = None  # comma-separated; default: HOST/metrics of each endpoint
+    gpu_metrics_url: str | None = None  # --dcgm-url: NVIDIA dcgm-exporter's /metrics, comma-separated
+    prometheus_port: int | None = None  # --prometheus-port: serve the run's live metrics there
+    prometheus_bind: str = "127.0.0.1"
+    prometheus_hold_s: float = 0.0  # after the run, until one scrape read the final figures, at most this
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from loadtest.telemetry.energy import energy_block
 from loadtest.telemetry.names import ENGINE_SERIES, SERIES, detect_engine
 from loadtest.telemetry.poller import TelemetryPoller
 from loadtest.telemetry.scrape import parse
@@ -30,11 +31,15 @@ def start_for_run(
     server: dict[str, Any] | None = None,
     embedded: bool = False,
     api_key: str | None = None,
+    gpu_urls: Sequence[str] = (),
 ) -> TelemetryPoller:
-    """A started poller for a run against ``host`` (the embedded engine is named loadtest-sim)."""
+    """A started poller for a run against ``host`` (the embedded engine is named loadtest-sim);
+    ``gpu_urls``: dcgm-exporter endpoints polled with it (GPU utilization, power, memory, clocks)."""
     hint = "loadtest-sim" if embedded else (server or {}).get("engine")
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
-    return TelemetryPoller(metrics_urls(host, override, server), engine_hint=hint, headers=headers).start()
+    gpu = [u for u in gpu_urls if u]
+    urls = metrics_urls(host, override, server) + gpu
+    return TelemetryPoller(urls, engine_hint=hint, headers=headers, bare_urls=frozenset(gpu)).start()
 
 
 @dataclass
@@ -62,6 +67,9 @@ def findings(
         window = (doc.get("judged") or {}).get("window")
         result = poller.result(run_started_epoch, window)
         if result is not None:
+            energy = energy_block(doc, result)  # GPU power polled (dcgm-exporter): J per output token
+            if energy is not None:
+                result["energy"] = energy
             out.telemetry = result
             prefix = poller.prefix_cache()
         elif poller.note:

@@ -13,15 +13,22 @@ SERIES = (
     "prefix_cache_hit_rate",
     "generation_tokens_per_s",
     "prompt_tokens_per_s",
+    "gpu_utilization",
+    "gpu_power_w",
+    "gpu_memory_used_mib",
+    "gpu_sm_clock_mhz",
 )
 
 
 @dataclass(frozen=True)
 class Gauge:
-    """A level read each tick; ``fraction`` levels (0..1) are averaged across sources, counts summed."""
+    """A level read each tick; ``fraction`` levels (0..1) and ``mean`` levels (clocks) are averaged
+    across sources, counts summed; ``scale`` converts the exposed unit (percent: 0.01)."""
 
     name: str
     fraction: bool = False
+    mean: bool = False
+    scale: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -100,8 +107,53 @@ ENGINE_SERIES: dict[str, dict[str, list[Source]]] = {
 }
 # The embedded engine (loadtest/sim/prom.py) speaks vLLM's names.
 ENGINE_SERIES["loadtest-sim"] = ENGINE_SERIES["vllm"]
-DETECT_ORDER = ("dynamo", "trtllm", "sglang", "vllm")
-PREFIX = {"dynamo": "dynamo_", "trtllm": "trtllm_", "sglang": "sglang:", "vllm": "vllm:"}
+
+# loadtest's own live metrics (a master's or a run's --prometheus-port, loadtest/locust/prometheus.py):
+# one name for each, shared by the exporter and this parser (docs/telemetry.md, "Live metrics").
+LIVE_REQUESTS = "loadtest_requests_total"  # counter, by outcome
+LIVE_OUTPUT_TOKENS = "loadtest_output_tokens_total"
+LIVE_INPUT_TOKENS = "loadtest_input_tokens_total"
+LIVE_OUTPUT_TPS = "loadtest_output_tokens_per_second"  # gauge: output tokens over the load so far
+LIVE_IN_FLIGHT = "loadtest_requests_in_flight"
+LIVE_SLO_JUDGED = "loadtest_slo_judged_total"
+LIVE_SLO_GOOD = "loadtest_slo_good_total"
+LIVE_SLO_ATTAINMENT = "loadtest_slo_attainment"  # gauge: good / judged
+LIVE_FINISHED = "loadtest_run_finished"  # gauge: 1 once the load and the drain are over (final figures)
+LIVE_HISTOGRAMS = {m: f"loadtest_{m}_seconds" for m in ("ttft", "itl", "tpot", "e2e")}
+LIVE_NAMES = (
+    LIVE_REQUESTS,
+    LIVE_OUTPUT_TOKENS,
+    LIVE_INPUT_TOKENS,
+    LIVE_OUTPUT_TPS,
+    LIVE_IN_FLIGHT,
+    LIVE_SLO_JUDGED,
+    LIVE_SLO_GOOD,
+    LIVE_SLO_ATTAINMENT,
+    LIVE_FINISHED,
+)
+ENGINE_SERIES["loadtest"] = {
+    "requests_running": [Gauge(LIVE_IN_FLIGHT)],
+    "generation_tokens_per_s": [Delta(LIVE_OUTPUT_TOKENS, True)],
+    "prompt_tokens_per_s": [Delta(LIVE_INPUT_TOKENS, True)],
+}
+
+# NVIDIA dcgm-exporter's GPU gauges (one label set per GPU), read from any source next to any engine's:
+# utilization in percent (averaged over the GPUs), power in W and framebuffer used in MiB (summed),
+# SM clock in MHz (averaged). Names: DCGM's field identifiers, docs/sources.md §11.
+GPU_SERIES: dict[str, list[Source]] = {
+    "gpu_utilization": [Gauge("DCGM_FI_DEV_GPU_UTIL", fraction=True, scale=0.01)],
+    "gpu_power_w": [Gauge("DCGM_FI_DEV_POWER_USAGE")],
+    "gpu_memory_used_mib": [Gauge("DCGM_FI_DEV_FB_USED")],
+    "gpu_sm_clock_mhz": [Gauge("DCGM_FI_DEV_SM_CLOCK", mean=True)],
+}
+DETECT_ORDER = ("dynamo", "trtllm", "sglang", "vllm", "loadtest")
+PREFIX = {
+    "dynamo": "dynamo_",
+    "trtllm": "trtllm_",
+    "sglang": "sglang:",
+    "vllm": "vllm:",
+    "loadtest": "loadtest_",
+}
 
 
 # Server-side latency histograms (Prometheus histograms in seconds: `_bucket{le}`, `_sum`, `_count`),
@@ -140,6 +192,7 @@ ENGINE_HISTOGRAMS: dict[str, dict[str, tuple[str, ...]]] = {
     },
 }
 ENGINE_HISTOGRAMS["loadtest-sim"] = ENGINE_HISTOGRAMS["vllm"]
+ENGINE_HISTOGRAMS["loadtest"] = {m: (name,) for m, name in LIVE_HISTOGRAMS.items()}
 HISTOGRAM_BASES = frozenset(n for table in ENGINE_HISTOGRAMS.values() for ns in table.values() for n in ns)
 
 
@@ -164,11 +217,11 @@ def wanted_names() -> frozenset[str]:
     """Every sample name any mapping reads (counters also without `_total`, as older exporters wrote)."""
     names = {
         n
-        for table in ENGINE_SERIES.values()
+        for table in (*ENGINE_SERIES.values(), GPU_SERIES)
         for srcs in table.values()
         for s in srcs
         for n in source_names(s)
-    }
+    } | set(LIVE_NAMES)
     hists = {h + suffix for h in HISTOGRAM_BASES for suffix in ("_bucket", "_sum", "_count")}
     return frozenset(names | {n.removesuffix("_total") for n in names} | hists)
 
@@ -190,5 +243,5 @@ def candidates(engine: str) -> dict[str, list[Source]]:
         srcs = list(own.get(series, []))
         for other in DETECT_ORDER:
             srcs += [s for s in ENGINE_SERIES[other].get(series, []) if s not in srcs]
-        out[series] = srcs
+        out[series] = srcs + GPU_SERIES.get(series, [])
     return out

@@ -55,7 +55,9 @@ def value_of(src: Source, prev: Scrape, cur: Scrape, dt: float) -> float | None:
     if isinstance(src, Gauge):
         if src.name not in cur.total:
             return None
-        return _fraction(cur.mean[src.name]) if src.fraction else round(cur.total[src.name], 3)
+        if src.fraction:
+            return _fraction(cur.mean[src.name] * src.scale)
+        return round((cur.mean if src.mean else cur.total)[src.name] * src.scale, 3)
     if isinstance(src, Delta):
         d = _delta(prev, cur, src.name)
         if d is None:
@@ -80,12 +82,14 @@ class TelemetryPoller:
         timeout_s: float | None = None,
         engine_hint: str | None = None,
         headers: dict[str, str] | None = None,
+        bare_urls: frozenset[str] = frozenset(),
     ) -> None:
         self.urls = list(urls)
         self.interval_s = interval_s
         self.timeout_s = timeout_s if timeout_s is not None else min(2.0, 0.8 * interval_s)
         self.engine_hint = engine_hint
         self.headers = headers
+        self.bare_urls = set(bare_urls)  # polled without ``headers`` (a GPU exporter never gets the API key)
         self.t: list[float] = []
         self.rows: list[dict[str, float | None]] = []
         self.seen: set[str] = set()
@@ -136,7 +140,7 @@ class TelemetryPoller:
         got = []
         for url in self.urls:
             try:
-                got.append(scrape(url, self.timeout_s, self.headers))
+                got.append(scrape(url, self.timeout_s, self._headers(url)))
             except ScrapeError as e:
                 self.errors[url] = str(e)
                 return None
@@ -155,12 +159,14 @@ class TelemetryPoller:
             got, keep = [], []
             for url in self.urls:
                 try:
-                    got.append(scrape(url, self.timeout_s, self.headers))
+                    got.append(scrape(url, self.timeout_s, self._headers(url)))
                 except ScrapeError as e:
                     self.errors[url] = str(e)
                     misses[url] = misses.get(url, 0) + 1
                     if e.status == 404 and url.endswith("/metrics") and not url.endswith(TRTLLM_PATH):
                         keep.append(url.removesuffix("/metrics") + TRTLLM_PATH)
+                        if url in self.bare_urls:
+                            self.bare_urls.add(keep[-1])
                     elif e.status != 404 and misses[url] < BASELINE_TRIES:
                         keep.append(url)
                     continue
@@ -175,6 +181,9 @@ class TelemetryPoller:
             if not any(u.endswith(TRTLLM_PATH) and u not in misses for u in keep):
                 self._stop.wait(self._next_tick(tick))
         return None
+
+    def _headers(self, url: str) -> dict[str, str] | None:
+        return None if url in self.bare_urls else self.headers
 
     def _next_tick(self, k: int) -> float:
         return max(0.0, self._t0 + k * self.interval_s - time.monotonic())

@@ -1,0 +1,210 @@
+"""The deployment files in deploy/: every Kubernetes manifest valid against the pinned Kubernetes schemas
+(offline, kubernetes-validate), each kustomization's files present, the containers' arguments accepted
+by the real command line, and the image definition's user, sources and ports."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from loadtest.cli.main import build_parser
+from loadtest.profile.loader import load_profile
+from loadtest.sim.__main__ import build_parser as sim_parser
+
+ROOT = Path(__file__).resolve().parents[1]
+DEPLOY = ROOT / "deploy"
+KUBE = DEPLOY / "kubernetes"
+# The oldest Kubernetes release still in the main clouds' standard support, and the newest schema set
+# kubernetes-validate carries (docs/deploy.md).
+KUBERNETES_VERSIONS = ["1.31.0", "1.37.0"]
+
+kubernetes_validate = pytest.importorskip("kubernetes_validate", reason="pip install kubernetes-validate")
+
+
+def _kustomizations() -> list[Path]:
+    return sorted(KUBE.rglob("kustomization.yaml"))
+
+
+def _manifests() -> list[Path]:
+    return sorted(p for p in KUBE.rglob("*.yaml") if p.name != "kustomization.yaml")
+
+
+def _docs(path: Path) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(path.read_text()) if d]
+
+
+def _rendered() -> dict[tuple[str, str], dict[str, Any]]:
+    """Base and overlay merged by hand the way kustomize merges these (resources, then ConfigMap data
+    patches), by (kind, name)."""
+    out: dict[tuple[str, str], dict[str, Any]] = {}
+
+    def add(kdir: Path) -> None:
+        k = yaml.safe_load((kdir / "kustomization.yaml").read_text())
+        for res in k.get("resources", []):
+            target = (kdir / res).resolve()
+            if target.is_dir():
+                add(target)
+            else:
+                for d in _docs(target):
+                    out[(d["kind"], d["metadata"]["name"])] = d
+        for patch in k.get("patches", []):
+            for d in _docs(kdir / patch["path"]):
+                out[(d["kind"], d["metadata"]["name"])].setdefault("data", {}).update(d.get("data", {}))
+
+    add(KUBE / "overlays" / "sim")
+    return out
+
+
+@pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
+def test_every_manifest_is_valid_against_the_kubernetes_schemas(version: str) -> None:
+    files = _manifests()
+    assert len(files) >= 8, files
+    for path in files:
+        for doc in _docs(path):
+            try:
+                kubernetes_validate.validate(doc, version, strict=True)  # unknown fields refused
+            except kubernetes_validate.ValidationError as e:
+                pytest.fail(f"{path.relative_to(ROOT)}: {doc['kind']}/{doc['metadata']['name']}: {e.message}")
+
+
+def test_each_kustomization_names_files_that_exist_and_every_file_is_named() -> None:
+    named: set[Path] = set()
+    for k in _kustomizations():
+        data = yaml.safe_load(k.read_text())
+        assert data["kind"] == "Kustomization", k
+        for ref in data.get("resources", []) + [p["path"] for p in data.get("patches", [])]:
+            target = (k.parent / ref).resolve()
+            assert target.exists(), f"{k.relative_to(ROOT)} names {ref}, which does not exist"
+            named.add(target if target.is_file() else target / "kustomization.yaml")
+    orphans = [p.relative_to(ROOT) for p in _manifests() if p.resolve() not in named]
+    assert orphans == [], f"manifests no kustomization uses: {orphans}"
+
+
+def _args(doc: dict[str, Any], env: dict[str, str]) -> list[str]:
+    """The container's arguments with Kubernetes' $(VAR) references expanded from ``env``."""
+    (container,) = doc["spec"]["template"]["spec"]["containers"]
+    return [re.sub(r"\$\((\w+)\)", lambda m: env[m.group(1)], a) for a in container["args"]]
+
+
+def _env(doc: dict[str, Any], maps: dict[str, dict[str, str]]) -> dict[str, str]:
+    (container,) = doc["spec"]["template"]["spec"]["containers"]
+    env = {}
+    for e in container.get("env", []):
+        ref = e.get("valueFrom", {}).get("configMapKeyRef")
+        if ref:
+            env[e["name"]] = maps[ref["name"]][ref["key"]]
+    return env
+
+
+def test_the_containers_arguments_are_what_the_command_line_accepts(tmp_path: Path) -> None:
+    res = _rendered()
+    maps = {name: d["data"] for (kind, name), d in res.items() if kind == "ConfigMap"}
+    master, worker = res[("Job", "loadtest-master")], res[("Job", "loadtest-worker")]
+    m = build_parser().parse_args(_args(master, _env(master, maps)))
+    assert m.command == "master" and m.master_bind_host == "0.0.0.0"
+    # the workers the master waits for are the worker Job's pods
+    assert m.expect_workers == worker["spec"]["parallelism"] == worker["spec"]["completions"]
+    w = build_parser().parse_args(_args(worker, {}))
+    assert w.command == "worker" and w.master_host == "loadtest-master"
+    svc = res[("Service", "loadtest-master")]
+    ports = {p["port"] for p in svc["spec"]["ports"]}
+    assert {w.master_port, m.master_port, m.prometheus_port} <= ports
+    # the Service reaches the master's pod
+    assert svc["spec"]["selector"].items() <= master["spec"]["template"]["metadata"]["labels"].items()
+    # the overlay's master talks to the overlay's engine, whose arguments the engine accepts
+    engine = res[("Deployment", "loadtest-engine")]
+    e_args = _args(engine, {})
+    assert e_args[:2] == ["serve", "sim"]
+    e = sim_parser().parse_args(e_args[2:])
+    assert m.host == f"http://loadtest-engine:{e.port}" and e.host == "0.0.0.0"
+    # the profile in the ConfigMap loads
+    mount = next(v for v in master["spec"]["template"]["spec"]["containers"][0]["volumeMounts"])
+    assert m.profile == f"{mount['mountPath']}/profile.yaml"
+    (tmp_path / "profile.yaml").write_text(maps["loadtest-profile"]["profile.yaml"])
+    assert load_profile(str(tmp_path / "profile.yaml"))[0].name == "k8s-chat"
+    # no secret value in any file: the API key comes from a Secret the user creates
+    assert not any(d["kind"] == "Secret" for d in res.values())
+    for doc in (master, worker):
+        spec = doc["spec"]["template"]["spec"]
+        assert spec["securityContext"]["runAsNonRoot"] is True
+        (c,) = spec["containers"]
+        key = next(e for e in c["env"] if e["name"] == "OPENAI_API_KEY")
+        assert key["valueFrom"]["secretKeyRef"]["name"] == "loadtest-api-key"
+
+
+def test_the_image_runs_as_a_user_and_copies_what_exists() -> None:
+    lines = [ln.split("#")[0].strip() for ln in (DEPLOY / "Dockerfile").read_text().splitlines()]
+    users = [ln.split()[1] for ln in lines if ln.startswith("USER ")]
+    assert users and users[-1].split(":")[0] not in ("0", "root")
+    for ln in lines:
+        if ln.startswith("COPY "):
+            for src in ln.split()[1:-1]:
+                assert (ROOT / src).exists(), f"deploy/Dockerfile copies {src}, which does not exist"
+    exposed = {int(p) for ln in lines if ln.startswith("EXPOSE ") for p in ln.split()[1:]}
+    assert {5557, 9646, 8000} <= exposed
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not installed (kustomize rendering)")
+def test_kustomize_renders_the_overlay_into_valid_resources(tmp_path: Path) -> None:
+    done = subprocess.run(
+        ["kubectl", "kustomize", str(KUBE / "overlays" / "sim")], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    docs = [d for d in yaml.safe_load_all(done.stdout) if d]
+    kinds = sorted(f"{d['kind']}/{d['metadata']['name']}" for d in docs)
+    assert kinds == sorted(f"{k}/{n}" for k, n in _rendered()), kinds
+    for doc in docs:
+        kubernetes_validate.validate(doc, KUBERNETES_VERSIONS[0], strict=True)
+        assert doc["metadata"]["labels"]["app.kubernetes.io/name"] == "loadtest"
+    run_map = next(d for d in docs if d["metadata"]["name"] == "loadtest-run")
+    assert run_map["data"]["host"] == "http://loadtest-engine:8000"  # the overlay's patch applied
+
+
+def _builder() -> list[str] | None:
+    """A container builder that can build here: a reachable Docker daemon, else podman; None otherwise."""
+    for tool in ("docker", "podman"):
+        if shutil.which(tool) is None:
+            continue
+        probe = subprocess.run([tool, "info"], capture_output=True, text=True, timeout=30)
+        if probe.returncode == 0:
+            return [tool]
+    return None
+
+
+@pytest.mark.skipif(
+    os.environ.get("LOADTEST_IMAGE_BUILD") != "1" or _builder() is None,
+    reason="image build: set LOADTEST_IMAGE_BUILD=1 where a Docker daemon or podman and the base image's "
+    "registry are reachable (docs/deploy.md)",
+)
+def test_the_image_builds_and_runs_every_role_as_a_user() -> None:
+    tool = _builder()
+    assert tool is not None
+    tag = "loadtest:test-deploy"
+    built = subprocess.run(
+        [*tool, "build", "-f", str(DEPLOY / "Dockerfile"), "-t", tag, str(ROOT)],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
+    uid = subprocess.run(
+        [*tool, "run", "--rm", "--entrypoint", "id", tag, "-u"], capture_output=True, text=True
+    )
+    assert uid.stdout.strip() == "10001", uid.stdout + uid.stderr
+    for role in (["master", "--help"], ["worker", "--help"], ["profiles", "list"]):
+        done = subprocess.run([*tool, "run", "--rm", tag, *role], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, (role, done.stdout[-2000:], done.stderr[-2000:])
+    sim = subprocess.run(
+        [*tool, "run", "--rm", tag, "serve", "sim", "--list-presets"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert sim.returncode == 0 and "H100" in sim.stdout, sim.stdout[-2000:] + sim.stderr[-2000:]
