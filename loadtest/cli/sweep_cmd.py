@@ -94,6 +94,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_smoke_option(s, "a point")
     s.add_argument("--processes", type=int, default=1, metavar="N", help="Locust processes per point")
     s.add_argument("--out", help="sweep folder (default: reports/<timestamp>-<profile>-sweep/)")
+    s.add_argument(
+        "--mlperf-endpoints",
+        metavar="DIR",
+        help="also write the concurrency points as an MLPerf Endpoints v1.0 submission tree in DIR "
+        "(results/<system>/<model>/r<N>/; system_desc.json from --endpoint-file's system:)",
+    )
     s.add_argument("--connect-timeout", type=float, metavar="S", help="default: the profile's client section")
     s.add_argument("--read-timeout", type=float, metavar="S", help="default: the profile's client section")
     s.add_argument("--insecure", action="store_true", help="do not verify TLS certificates")
