@@ -252,3 +252,50 @@ class LivePage:
             if e.get("method") == "Runtime.exceptionThrown"
             or (e.get("method") == "Runtime.consoleAPICalled" and e["params"]["type"] in ("error", "assert"))
         ]
+
+
+def open_url(url: str, shot: Path, profile_dir: Path, ready: str, timeout: float = 40) -> dict[str, Any]:
+    """Load a page served over http; wait until the JavaScript expression ``ready`` is true; screenshot;
+    return the page's text, whether it got ready, its requests and its errors."""
+    cdp = _Cdp(profile_dir)
+    try:
+        target = cdp.call("Target.createTarget", url="about:blank")["targetId"]
+        sid = cdp.call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
+        for domain in ("Runtime", "Log", "Network", "Page"):
+            cdp.call(f"{domain}.enable", sid)
+        cdp.call(
+            "Emulation.setDeviceMetricsOverride",
+            sid,
+            width=1400,
+            height=1000,
+            deviceScaleFactor=1,
+            mobile=False,
+        )
+        cdp.call("Page.navigate", sid, url=url)
+        cdp.wait_event("Page.loadEventFired")
+        got_ready = False
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            value = cdp.call("Runtime.evaluate", sid, expression=f"Boolean({ready})")["result"].get("value")
+            if value:
+                got_ready = True
+                break
+            time.sleep(0.25)
+        time.sleep(0.5)  # the chart's transitions
+        png = cdp.call("Page.captureScreenshot", sid, format="png")
+        shot.parent.mkdir(parents=True, exist_ok=True)
+        shot.write_bytes(base64.b64decode(png["data"]))
+        text = cdp.call("Runtime.evaluate", sid, expression="document.body.innerText")["result"].get(
+            "value", ""
+        )
+        ev = cdp.events
+        return {
+            "ready": got_ready,
+            "text": text,
+            "requests": [
+                e["params"]["request"]["url"] for e in ev if e.get("method") == "Network.requestWillBeSent"
+            ],
+            "errors": [e["params"] for e in ev if e.get("method") == "Runtime.exceptionThrown"],
+        }
+    finally:
+        cdp.close()

@@ -104,7 +104,8 @@ def test_metrics_percentiles_and_counts() -> None:
     m = build_metrics(rec.total)
     ttft = m["latency_ms"]["ttft"]
     assert ttft["count"] == 1000
-    assert abs(ttft["p50"] - 500) <= 0.5 and abs(ttft["p99"] - 990) <= 1.0  # 3 significant figures
+    # LoadGen's rank: sorted[⌊n·p⌋] is the 501st and the 991st; within the histogram's 3 significant figures
+    assert abs(ttft["p50"] - 501) <= 0.51 and abs(ttft["p99"] - 991) <= 1.0
     assert m["requests"]["ok"] == 1000 and m["requests"]["error_rate"] == 0.0
     assert m["tokens"]["mismatched_requests"] == 0
 

@@ -318,9 +318,11 @@ def test_verdict_exit_codes_and_junit(
     assert suite is not None
     cases = suite.findall("testcase")
     failures = [c for c in cases if c.find("failure") is not None]
+    errors = [c for c in cases if c.find("error") is not None]  # invalid: the run proves nothing
     assert int(suite.get("tests")) == len(cases) == len(run["verdict"]["checks"])
-    assert int(suite.get("failures")) == len(failures) == (0 if code == 0 else len(failures))
-    assert (code == 0) == (not failures)
+    assert int(suite.get("failures")) == len(failures) and int(suite.get("errors")) == len(errors)
+    assert (code == 0) == (not failures and not errors)
+    assert bool(errors) == (status == "invalid") and bool(failures) == (status not in ("pass", "invalid"))
     assert "Verdict:" in (tmp_path / "o" / "report.html").read_text()
 
 

@@ -603,6 +603,21 @@ def test_no_successful_request_never_passes_and_is_the_first_reason() -> None:
     assert v.status == "invalid" and not v.passed and "no request finished" in v.reasons[0]
 
 
+def test_junit_reports_an_invalid_run_as_an_error_and_a_miss_as_a_failure() -> None:
+    metrics, hists = make_run(tpot_over=150)
+    short = judge(metrics, hists, None, ValidityRules(min_duration_s=10_000), {})
+    assert short.status == "invalid"
+    suite = ET.fromstring(junit_xml(short).encode()).find("testsuite")
+    case = next(c for c in suite.findall("testcase") if c.get("name") == "min_duration")
+    assert case.find("failure") is None and case.find("error").get("type") == "invalid"
+    assert suite.get("errors") == "1" and suite.get("failures") == "0"
+    missed = judge(metrics, hists, SLOS, ValidityRules(), {})
+    assert missed.status == "slo_missed"
+    suite = ET.fromstring(junit_xml(missed).encode()).find("testsuite")
+    assert suite.get("errors") == "0" and int(suite.get("failures")) >= 1
+    assert all(c.find("error") is None for c in suite.findall("testcase"))
+
+
 def test_stopped_early_leads_the_verdict_and_junit() -> None:
     metrics, hists = _dead_run(20)
     cause = "endpoint failing: 100 % of 20 requests failed (http_4xx: HTTP 400: model 'x' does not exist)"

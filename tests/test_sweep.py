@@ -81,6 +81,8 @@ POINT_KEYS = (
     "exit_code",
     "verdict",
     "reason",
+    "needs_duration_s",
+    "duration_s",
 )
 
 

@@ -140,6 +140,17 @@ def build_parser() -> argparse.ArgumentParser:
         "report", help="rebuild report.html of a run folder from its run.json (sweep.html of a sweep folder)"
     )
     rep.add_argument("run_dir", metavar="DIR", help="a run folder (run.json) or a sweep folder (sweep.json)")
+    rep.add_argument(
+        "--mlperf-endpoints",
+        metavar="DIR",
+        help="a sweep folder: also write its concurrency points as an MLPerf Endpoints v1.0 submission tree "
+        "in DIR (docs/sweep.md)",
+    )
+    rep.add_argument(
+        "--endpoint-file",
+        metavar="YAML",
+        help="with --mlperf-endpoints: the system: fields of system_desc.json",
+    )
     add_export_parser(sub)  # export
 
     prof = sub.add_parser("profiles", help="list, show or validate traffic profiles (docs/profiles.md)")

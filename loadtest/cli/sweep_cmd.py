@@ -90,6 +90,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     s.add_argument("--processes", type=int, default=1, metavar="N", help="Locust processes per point")
     add_out_option(s, "the sweep folder (default: reports/<timestamp>-<profile>-sweep/)")
+    s.add_argument(
+        "--mlperf-endpoints",
+        metavar="DIR",
+        help="also write the concurrency points as an MLPerf Endpoints v1.0 submission tree in DIR "
+        "(results/<system>/<model>/r<N>/; system_desc.json from --endpoint-file's system:)",
+    )
     add_endpoint_options(s)  # hardware and price, passed to every point (docs/economics.md)
 
 

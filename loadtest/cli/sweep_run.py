@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import msgspec
 
@@ -25,6 +26,7 @@ from loadtest.contracts.sweep_document import (
     SweepPoint,
     write_sweep_document,
 )
+from loadtest.economics.spec import EndpointSpecError, load_endpoint_file
 from loadtest.errors import EXIT_COULD_NOT_RUN, LoadtestError, UsageError
 from loadtest.metrics.judged import judged_warmup_s
 from loadtest.metrics.slo import parse_slos
@@ -48,6 +50,7 @@ from loadtest.sweep.ladder import (
 from loadtest.sweep.model import POINTS_DIR, SWEEP_FILE
 from loadtest.sweep.runner import PointRunner
 from loadtest.sweep.search import DEFAULT_MAX_ITERATIONS, DEFAULT_TOLERANCE, Bisection
+from loadtest.sweep.submission import SubmissionError, write_submission
 
 EXIT_NO_POINT_PASSED = EXIT_CODES["slo_missed"]
 
@@ -70,6 +73,19 @@ class SweepPlan:
     stop_at_saturation: bool
     out: Path
     run_args: list[str] = field(default_factory=list)  # without --host
+    mlperf_endpoints: Path | None = None  # the MLPerf Endpoints submission tree to write
+    system: dict[str, Any] = field(default_factory=dict)  # --endpoint-file's system: (system_desc.json)
+
+
+def _system(args: argparse.Namespace) -> dict[str, Any]:
+    """--endpoint-file's ``system:`` (MLPerf Endpoints system-description fields), {} without one."""
+    path = getattr(args, "endpoint_file", None)
+    if not path:
+        return {}
+    try:
+        return dict(load_endpoint_file(path).system or {})
+    except EndpointSpecError as e:
+        raise UsageError(str(e)) from e
 
 
 def _whole(value: float | None, flag: str) -> int | None:
@@ -138,6 +154,17 @@ def _plan(args: argparse.Namespace) -> SweepPlan:
     if (out / SWEEP_FILE).exists() or (out / POINTS_DIR).exists():
         raise UsageError(f"{out} already holds a sweep: give a new --out folder")
     ensure_writable(out, "output folder")
+    mlperf_endpoints = Path(args.mlperf_endpoints) if getattr(args, "mlperf_endpoints", None) else None
+    if mlperf_endpoints is not None:
+        if mode != "concurrency":
+            raise UsageError(
+                "--mlperf-endpoints writes a curve over concurrency: use it with --ladder concurrency"
+            )
+        if (mlperf_endpoints / "results").exists():
+            raise UsageError(
+                f"--mlperf-endpoints {mlperf_endpoints} already holds results/: give a new folder"
+            )
+        ensure_writable(mlperf_endpoints, "--mlperf-endpoints folder")
     seed = prepared.settings.seed
     run_args = ["--profile", str(profile_path), "--seed", str(seed), "--processes", str(args.processes)]
     if args.point_duration:
@@ -188,6 +215,8 @@ def _plan(args: argparse.Namespace) -> SweepPlan:
         stop_at_saturation=args.stop_at_saturation,
         out=out,
         run_args=run_args,
+        mlperf_endpoints=mlperf_endpoints,
+        system=_system(args) if mlperf_endpoints is not None else {},
     )
 
 
@@ -304,6 +333,7 @@ def _search(bisection: Bisection | None) -> SearchSummary | None:
         highest_passing_rate=bisection.passed,
         lowest_failing_rate=bisection.failed,
         runs=len(bisection.tried),
+        lengthened_runs=len(bisection.lengthened),
     )
 
 
@@ -390,6 +420,15 @@ def run_sweep(args: argparse.Namespace) -> int:
         print(line)
     print(f"sweep.json: {plan.out / SWEEP_FILE}")
     print(f"report:     {report}")
+    if plan.mlperf_endpoints is not None:
+        try:
+            tree = write_submission(plan.out, doc, plan.mlperf_endpoints, plan.system)
+        except SubmissionError as e:
+            print(f"mlperf endpoints: not written: {e}")
+        else:
+            print(f"mlperf endpoints: {tree.curve} ({len(tree.points)} points)")
+            for why in tree.left_out:
+                print(f"  left out {why}")
     if runner.interrupted:
         return EXIT_INTERRUPTED.get(runner.interrupted, EXIT_COULD_NOT_RUN)
     if any(p.status == "failed" for p in doc.points):

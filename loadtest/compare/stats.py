@@ -8,6 +8,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from loadtest.metrics import hdr
+
 REPLICATES = 1000
 CONFIDENCE = 0.95
 BOOT_SEED = 7
@@ -54,9 +56,10 @@ def rng_for(*keys: str) -> np.random.Generator:
 
 
 def _rank_pos(cum: np.ndarray, q: float) -> np.ndarray:
-    """Per row, the index of the nearest-rank q-th percentile given cumulative weights."""
+    """Per row, the index of the q-th percentile at LoadGen's rank (the ⌊q/100 · n⌋-th sample from 0,
+    docs/metrics.md) given cumulative weights."""
     total = cum[:, -1]
-    k = np.maximum(np.ceil(q / 100.0 * total), 1)
+    k = np.minimum(np.floor(hdr.fraction(q) * total) + 1, total)
     return (cum < k[:, None]).sum(axis=1)
 
 
@@ -69,7 +72,7 @@ def _draw_counts(n: int, b: int, rng: np.random.Generator) -> np.ndarray:
 def _bootstrap_percentiles(
     xs: np.ndarray, qs: tuple[float, ...], batch: int, cum_weights: Callable[[int], np.ndarray]
 ) -> dict[float, Estimate]:
-    """Nearest-rank percentiles of sorted ``xs``; ``cum_weights(b)`` gives b resamples' cumulative weights."""
+    """Percentiles of sorted ``xs`` at LoadGen's rank; ``cum_weights(b)`` gives b resamples' cumulative weights."""
     n = xs.size
     reps = np.empty((REPLICATES, len(qs)))
     for b0 in range(0, REPLICATES, batch):
@@ -79,7 +82,7 @@ def _bootstrap_percentiles(
             reps[b0 : b0 + b, j] = xs[np.minimum(_rank_pos(cum, q), n - 1)]
     out = {}
     for j, q in enumerate(qs):
-        point = xs[min(max(int(np.ceil(q / 100.0 * n)), 1), n) - 1]
+        point = xs[hdr.loadgen_index(n, q)]
         out[q] = Estimate(float(point), reps[:, j])
     return out
 
@@ -87,7 +90,7 @@ def _bootstrap_percentiles(
 def percentiles(
     x: np.ndarray, qs: tuple[float, ...], rng: np.random.Generator
 ) -> dict[float, Estimate] | None:
-    """Nearest-rank percentiles of ``x`` (NaNs dropped), each with a bootstrap over the values."""
+    """Percentiles of ``x`` at LoadGen's rank (NaNs dropped), each with a bootstrap over the values."""
     xs = np.sort(x[~np.isnan(x)])
     n = xs.size
     if n == 0:

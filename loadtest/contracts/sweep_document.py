@@ -78,6 +78,10 @@ class _PointPlace(_Section, kw_only=True):
     exit_code: int | None = None
     verdict: str | None = None
     reason: str | None = None
+    # An invalid point that lacked only samples (early-stopping evidence, minimum queries or duration):
+    # the duration (s) that would have them (loadtest/sweep/evidence.py); a search reruns it that long.
+    needs_duration_s: float | None = None
+    duration_s: float | None = None  # the point's own duration when it differs from the sweep's
 
 
 class SweepPoint(_PointPlace, kw_only=True):
@@ -113,6 +117,7 @@ class SearchSummary(_Section):
     highest_passing_rate: float | None
     lowest_failing_rate: float | None
     runs: int
+    lengthened_runs: int = 0  # reruns of a rate whose point lacked samples, each longer (docs/sweep.md)
 
 
 class SweepEndpoint(_Section, omit_defaults=True):

@@ -46,12 +46,15 @@ class Price(BaseModel):
 
 
 class EndpointSpec(BaseModel):
-    """The file form (``--endpoint-file``): ``hardware: {gpu_kind, gpu_count}`` and ``price: {...}``."""
+    """The file form (``--endpoint-file``): ``hardware: {gpu_kind, gpu_count}`` and ``price: {...}``;
+    ``system``: MLPerf Endpoints system-description fields (``system_name``, ``submitter_org_names``,
+    ``node_types`` ...), written as given into a submission's ``system_desc.json`` (docs/sweep.md)."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     name: str | None = None
     hardware: Hardware = Field(default_factory=Hardware)
     price: Price | None = None
+    system: dict[str, Any] | None = None
 
     @model_validator(mode="after")
     def _gpu_price_needs_count(self) -> EndpointSpec:

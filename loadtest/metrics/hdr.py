@@ -57,11 +57,24 @@ def add_encoded(hist: HdrHistogram, encoded: str) -> None:
     hist.add(HdrHistogram.decode(encoded.encode("ascii")))
 
 
-def fast_percentiles(hist: HdrHistogram, pcts: Iterable[float]) -> list[int | None]:
-    """The values ``get_value_at_percentile`` gives, from one vectorized pass over the counts.
+def fraction(p: float) -> float:
+    """A percentile (99.9) as the fraction LoadGen multiplies by (0.999: the double nearest the decimal)."""
+    return float(f"{p / 100.0:.12g}")
 
-    hdrh walks every bucket in Python for each call (tens of ms on a 1 µs–1 h histogram); this is
-    what lets a live page refresh without stalling the generator's event loop.
+
+def loadgen_index(n: int, p: float) -> int:
+    """LoadGen's 0-based index of the p-th percentile among n ascending samples: ⌊n · p/100⌋, at most
+    n − 1 (``sample_latencies[sample_count * percentile]`` in loadgen/results.cc)."""
+    return min(int(n * fraction(p)), n - 1)
+
+
+def fast_percentiles(hist: HdrHistogram, pcts: Iterable[float]) -> list[int | None]:
+    """The sample at LoadGen's rank (``loadgen_index``) for each percentile, as the highest value
+    equivalent to its bucket, from one vectorized pass over the counts.
+
+    The rank is exact (the counts are); the value is the bucket's, within 3 significant figures.
+    hdrh's own ``get_value_at_percentile`` ranks by round(n · p) instead (one sample lower whenever the
+    fraction of n · p is below one half) and walks every bucket in Python for each call.
     """
     n = hist.get_total_count()
     pcts = list(pcts)
@@ -70,7 +83,7 @@ def fast_percentiles(hist: HdrHistogram, pcts: Iterable[float]) -> list[int | No
     cum = np.cumsum(np.ctypeslib.as_array(hist.counts)[: hist.counts_len], dtype=np.int64)
     out: list[int | None] = []
     for p in pcts:
-        idx = int(np.searchsorted(cum, hist.get_target_count_at_percentile(p), side="left"))
+        idx = int(np.searchsorted(cum, loadgen_index(n, p) + 1, side="left"))
         out.append(int(hist.get_highest_equivalent_value(hist.get_value_from_index(idx))))
     return out
 
@@ -89,8 +102,7 @@ def percentiles_of_counts(hist: HdrHistogram, counts: np.ndarray, pcts: Iterable
     cum = np.cumsum(counts, dtype=np.int64)
     out: list[int | None] = []
     for p in pcts:
-        target = max(int(min(p, 100.0) * n / 100 + 0.5), 1)  # hdrh's get_target_count_at_percentile
-        idx = int(np.searchsorted(cum, target, side="left"))
+        idx = int(np.searchsorted(cum, loadgen_index(n, p) + 1, side="left"))  # LoadGen's rank
         out.append(int(hist.get_highest_equivalent_value(hist.get_value_from_index(idx))))
     return out
 
@@ -139,10 +151,15 @@ def total_estimate(hist: HdrHistogram) -> float:
     return float(np.dot(counts.astype(np.float64), (lowest + (size >> 1)).astype(np.float64)))
 
 
+def value_at(hist: HdrHistogram, p: float) -> int | None:
+    """The one percentile ``fast_percentiles`` gives (None for an empty histogram)."""
+    return fast_percentiles(hist, (p,))[0]
+
+
 def percentiles(hist: HdrHistogram, pcts: Iterable[float] = PERCENTILES) -> dict[str, int | None]:
-    """Values at the given percentiles (HDR: the highest value equivalent to the ranked sample)."""
+    """Values at the given percentiles (LoadGen's rank; the highest value equivalent to that sample)."""
     pcts = list(pcts)
-    return {_pname(p): v for p, v in zip(pcts, fast_percentiles(hist, pcts), strict=True)}
+    return {percentile_key(p): v for p, v in zip(pcts, fast_percentiles(hist, pcts), strict=True)}
 
 
 def summary(hist: HdrHistogram) -> dict[str, float | int | None]:
@@ -185,5 +202,6 @@ def cdf_points(hist: HdrHistogram, max_points: int = 400) -> list[tuple[float, f
     return pts
 
 
-def _pname(p: float) -> str:
+def percentile_key(p: float) -> str:
+    """run.json's key of a percentile: ``p99``, ``p99_9``."""
     return f"p{p:g}".replace(".", "_")

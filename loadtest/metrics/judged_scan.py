@@ -178,7 +178,7 @@ class JudgingScan:
                 return None
             h = hdr.new_histogram(HIST_HIGHEST["schedule_lag"])
             hdr.record_many(h, values)
-            return round(h.get_value_at_percentile(99) / 1000.0, 3)
+            return round((hdr.value_at(h, 99) or 0) / 1000.0, 3)
 
         t0 = min(self._t, default=0.0)
         every = [lag for lag in self._lag if lag != _NO_SEND]

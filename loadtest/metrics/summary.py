@@ -117,8 +117,8 @@ def _generator_health(agg: Aggregate) -> dict[str, Any]:
     has_cpu = cpu.get_total_count() > 0
     return {
         "cpu_samples": int(cpu.get_total_count()),
-        "cpu_p50_percent": round(cpu.get_value_at_percentile(50) / 10, 1) if has_cpu else None,
-        "cpu_p90_percent": round(cpu.get_value_at_percentile(90) / 10, 1) if has_cpu else None,
+        "cpu_p50_percent": round((hdr.value_at(cpu, 50) or 0) / 10, 1) if has_cpu else None,
+        "cpu_p90_percent": round((hdr.value_at(cpu, 90) or 0) / 10, 1) if has_cpu else None,
         "cpu_max_percent": round(cpu.get_max_value() / 10, 1) if has_cpu else None,
-        "schedule_lag_p99_ms": _ms(lag.get_value_at_percentile(99)) if lag.get_total_count() else None,
+        "schedule_lag_p99_ms": _ms(hdr.value_at(lag, 99)) if lag.get_total_count() else None,
     }

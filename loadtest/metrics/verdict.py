@@ -12,6 +12,8 @@ from hdrh.histogram import HdrHistogram
 
 from loadtest.client.failures import commonest_from_metrics, failing_text, pct
 from loadtest.metrics import early_stopping as es
+from loadtest.metrics import hdr
+from loadtest.metrics.samples import LatencySamples
 from loadtest.metrics.slo import AnySlo, ErrorRateSlo, Slo, parse_slos
 
 CheckKind = Literal["endpoint", "quality", "validity", "health", "slo", "tokens"]
@@ -239,18 +241,29 @@ def _health_checks(
 
 
 def _percentile_checks(
-    slo: Slo, metrics: Mapping[str, Any], hist: HdrHistogram | None, confidence: float, smoke: bool = False
+    slo: Slo,
+    metrics: Mapping[str, Any],
+    hist: HdrHistogram | None,
+    confidence: float,
+    smoke: bool = False,
+    samples: LatencySamples | None = None,
 ) -> list[Check]:
     """The raw-percentile SLO check and its early-stopping check (histogram values are µs); ``smoke``:
-    too little evidence is reported, not applied (a missed SLO still blocks)."""
+    too little evidence is reported, not applied (a missed SLO still blocks). ``samples``: the exact
+    values, used instead of the histogram for a metric they hold (LoadGen's rule on each sample)."""
     key = slo.key
+    exact = samples if samples is not None and samples.count(slo.metric) else None
     n = (
-        int(hist.get_total_count())
+        exact.count(slo.metric)
+        if exact is not None
+        else int(hist.get_total_count())
         if hist is not None
         else int(_get(metrics, "latency_ms", slo.metric, "count") or 0)
     )
-    if hist is not None and n:
-        raw = round(hist.get_value_at_percentile(slo.percentile) / 1000.0, 3)
+    if exact is not None:
+        raw = round((exact.percentile(slo.metric, slo.percentile) or 0) / 1000.0, 3)
+    elif hist is not None and n:
+        raw = round((hdr.value_at(hist, slo.percentile) or 0) / 1000.0, 3)
     else:
         raw = _get(metrics, "latency_ms", slo.metric, _pkey(slo.percentile))
     if not n or raw is None:
@@ -265,7 +278,7 @@ def _percentile_checks(
             )
         ]
     raw_ok = raw <= slo.limit_ms
-    if hist is None:
+    if hist is None and exact is None:
         return [
             Check(
                 key,
@@ -285,14 +298,19 @@ def _percentile_checks(
                 blocking=raw_ok,
             ),
         ]
-    est_us = es.percentile_estimate_from_histogram(hist, slo.p, confidence)
+    if exact is not None:
+        est_us: float | None = exact.estimate(slo.metric, slo.p, confidence)
+        over = exact.count_above(slo.metric, slo.limit_ms * 1000.0)
+    else:
+        assert hist is not None
+        est_us = es.percentile_estimate_from_histogram(hist, slo.p, confidence)
+        over = es.count_above(hist, slo.limit_ms * 1000.0)
     est = None if est_us is None else round(est_us / 1000.0, 3)
     est_txt = (
         f"early-stopping estimate {est:g} ms"
         if est is not None
         else f"no early-stopping estimate (needs ≥ {es.min_queries_for_percentile(slo.p, confidence)} samples)"
     )
-    over = es.count_above(hist, slo.limit_ms * 1000.0)
     need = es.find_min_passing(over, slo.p, confidence) + over
     es_ok = n >= need
     return [
@@ -585,6 +603,7 @@ def judge(
     stopped_early: str | None = None,
     extra_checks: Sequence[ExtraCheck] = (),
     notes: Sequence[str] = (),
+    samples: LatencySamples | None = None,
 ) -> Verdict:
     """Judge a run from its run.json ``metrics`` dict and its (µs) histograms.
 
@@ -593,7 +612,8 @@ def judge(
     class and message (``http_4xx: HTTP 400: ...``, from the record log; else taken from ``metrics``);
     ``stopped_early`` is the cause when the run was stopped for failing wholesale (always a failure).
 
-    Percentile SLOs use the histogram when given (any percentile), else ``metrics['latency_ms']``.
+    Percentile SLOs use ``samples`` (the record log's exact values) for the metrics they hold, else the
+    histogram when given (any percentile, LoadGen's rank), else ``metrics['latency_ms']``.
     Early stopping (LoadGen Server, per metric): n = the metric's sample count, t = samples over
     the limit; it passes when n ≥ find_min_passing(t, p) + t. A percentile meeting its limit
     without that evidence makes the run invalid.
@@ -613,7 +633,9 @@ def judge(
     ]
     for s in parsed:
         if isinstance(s, Slo):
-            checks.extend(_percentile_checks(s, metrics, hists.get(s.metric), rules.confidence, rules.smoke))
+            checks.extend(
+                _percentile_checks(s, metrics, hists.get(s.metric), rules.confidence, rules.smoke, samples)
+            )
     tok = _token_check(metrics, rules)
     if tok is not None:
         checks.append(tok)
@@ -641,14 +663,18 @@ def judge(
 def junit_xml(verdict: Verdict, suite_name: str = "loadtest", time_s: float = 0.0) -> str:
     """JUnit XML: testsuites > testsuite > one testcase per check (classname ``<suite>.<kind>``).
 
-    A failed blocking check is a ``<failure>``; a failed non-blocking (flagged) check passes with
-    its warning in ``<system-out>``. ``errors`` and ``skipped`` are always 0.
+    A failed blocking check is a ``<failure>`` (the endpoint missed: an SLO, the error rate, the
+    quality gate), or an ``<error>`` when it makes the run invalid (too short, too few samples to prove
+    a percentile, an overloaded generator): the measurement proves nothing either way, which a CI
+    system tells from a miss. A failed non-blocking (flagged) check passes with its warning in
+    ``<system-out>``. ``skipped`` is always 0.
     """
     blocking_failures = [c for c in verdict.checks if c.blocking and not c.passed]
+    invalid = [c for c in blocking_failures if _status_of(c) == "invalid"]
     counts = {
         "tests": str(len(verdict.checks)),
-        "failures": str(len(blocking_failures)),
-        "errors": "0",
+        "failures": str(len(blocking_failures) - len(invalid)),
+        "errors": str(len(invalid)),
         "skipped": "0",
         "time": f"{time_s:.3f}",
     }
@@ -662,7 +688,8 @@ def junit_xml(verdict: Verdict, suite_name: str = "loadtest", time_s: float = 0.
             suite, "testcase", {"name": c.name, "classname": f"{suite_name}.{c.kind}", "time": "0"}
         )
         if not c.passed and c.blocking:
-            fail = ET.SubElement(case, "failure", {"message": _reason(c), "type": _status_of(c)})
+            tag = "error" if _status_of(c) == "invalid" else "failure"
+            fail = ET.SubElement(case, tag, {"message": _reason(c), "type": _status_of(c)})
             fail.text = c.detail
         elif not c.passed:
             out = ET.SubElement(case, "system-out")

@@ -289,5 +289,5 @@ def render_run_report(run_dir: Path) -> Path:
     log, info = load_log(run_dir, run)
     out = run_dir / Path(run.files.report or REPORT_NAME).name
     out.write_text(render_html(run, log, info, load_samples(run_dir)), encoding="utf-8")
-    write_summary(run_dir, run)
+    write_summary(run_dir, run, log.samples if log is not None else None)
     return out

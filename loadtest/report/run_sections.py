@@ -184,7 +184,7 @@ def time_series_charts(run: RunDocument, log: LogSummary | None) -> list[Chart]:
             "ttft-series",
             "TTFT percentiles over time (ms)",
             f"p50, p90 and p99 time to first token (from the scheduled time) of the successful requests whose "
-            f"first token arrived in each {per}; exact nearest-rank percentiles; gaps mean no such request.",
+            f"first token arrived in each {per}; exact percentiles at LoadGen's rank; gaps mean no such request.",
             html(
                 charts.lines_figure(
                     x,

@@ -40,6 +40,7 @@ _FLOAT_FIELDS = (
     "usage_prompt_tokens",
     "usage_completion_tokens",
     "usage_cached_tokens",
+    "stream",  # 1.0 for a streamed request
 )
 
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from loadtest.metrics.samples import LatencySamples
 from loadtest.results.columns import LogBatch, LogReader
 
 # ITL is per chunk (hundreds of millions in a big run): per-bucket percentiles come from log-spaced
@@ -53,6 +54,8 @@ class LogSummary:
     lengths: dict[str, dict[str, np.ndarray]]
     token_diff: dict[str, list[int]]
     token_diff_labels: list[str]
+    # The exact TTFT, TPOT and E2E samples (LoadGen's percentiles: mlperf_log_summary.txt)
+    samples: LatencySamples = field(default_factory=LatencySamples)
 
 
 class LogStats:
@@ -69,6 +72,7 @@ class LogStats:
         self._outcome_names: list[str] = []
         self._scenario_names: list[str] = []
         self.records = 0
+        self.samples = LatencySamples()
 
     # ---- accumulation ----
     def _bucket(self, epoch: np.ndarray) -> np.ndarray:
@@ -98,6 +102,7 @@ class LogStats:
         for k, v in keep.items():
             self._cols.setdefault(k, []).append(v)
         ok = b.outcome == 0  # OUTCOMES[0] is "ok"
+        self.samples.add_columns(t, ok, b.f["stream"] == 1.0, b.f["ttft_us"], b.f["tpot_us"], b.f["e2e_us"])
         # Output tokens by the bucket their chunks arrived in (non-streamed answers: at the end).
         rec = b.chunk_record
         chunk_b = self._bucket(t[rec] + b.chunk_us / 1e6)
@@ -212,6 +217,7 @@ class LogStats:
             lengths=self._lengths(c, ok),
             token_diff=_token_diffs(c, ok),
             token_diff_labels=_diff_labels(),
+            samples=self.samples,
         )
 
     def _lengths(self, c: dict[str, np.ndarray], ok: np.ndarray) -> dict[str, dict[str, np.ndarray]]:
@@ -253,14 +259,15 @@ def _binned_pct(counts: np.ndarray, p: float) -> np.ndarray:
     """Per row: the geometric middle of the bin holding the p-quantile (NaN for empty rows)."""
     total = counts.sum(axis=1)
     cum = np.cumsum(counts, axis=1)
-    target = np.maximum(np.ceil(p * total), 1)
+    target = np.minimum(np.floor(p * total) + 1, np.maximum(total, 1))  # LoadGen's rank
     idx = (cum < target[:, None]).sum(axis=1)
     val = 10 ** ((idx + 0.5) / ITL_BINS_PER_DECADE)
     return np.where(total > 0, val, np.nan)
 
 
 def _group_pct(groups: np.ndarray, values: np.ndarray, nb: int, p: float) -> np.ndarray:
-    """Per group 0..nb-1: the nearest-rank p-quantile of its non-NaN values (NaN when none)."""
+    """Per group 0..nb-1: the p-quantile of its non-NaN values at LoadGen's rank, the ⌊p · n⌋-th from 0
+    (NaN when none)."""
     keep = ~np.isnan(values)
     g, v = groups[keep], values[keep]
     out = np.full(nb, np.nan)
@@ -270,7 +277,7 @@ def _group_pct(groups: np.ndarray, values: np.ndarray, nb: int, p: float) -> np.
     v = v[order]
     counts = np.bincount(g, minlength=nb)[:nb]
     starts = np.cumsum(counts) - counts
-    rank = np.maximum(np.ceil(p * counts).astype(np.int64), 1)
+    rank = np.minimum(np.floor(p * counts).astype(np.int64) + 1, counts)
     has = counts > 0
     out[has] = v[starts[has] + rank[has] - 1]
     return out

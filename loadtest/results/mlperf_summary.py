@@ -1,8 +1,9 @@
-"""``mlperf_log_summary.txt``: the run in MLPerf LoadGen's summary layout (field names as LoadGen prints them)."""
+"""``mlperf_log_summary.txt``: the run in MLPerf LoadGen's Server or Offline summary form, then loadtest's own section."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from itertools import islice
 from pathlib import Path
 
 from hdrh.histogram import HdrHistogram
@@ -10,39 +11,59 @@ from hdrh.histogram import HdrHistogram
 from loadtest.contracts.run_document import Check, RunDocument
 from loadtest.metrics import early_stopping as es
 from loadtest.metrics import hdr
+from loadtest.metrics.samples import LatencySamples
 from loadtest.results.percentiles import decode
+from loadtest.results.record_log import read_lines, record_files
 
 SUMMARY_NAME = "mlperf_log_summary.txt"
 RULE = "=" * 48
 PERCENTILES: tuple[float, ...] = (50.0, 90.0, 95.0, 97.0, 99.0, 99.9)
 ESTIMATE_PERCENTILES: tuple[float, ...] = (90.0, 99.0, 99.9)
-# (histogram, LoadGen's label for min/max/mean, its label in the percentile lines)
-_STATS: tuple[tuple[str, str, str], ...] = (
-    ("e2e", "latency", "latency"),
-    ("ttft", "First Token latency", "first token latency"),
-    ("tpot", "Time to Output Token", "time to output token"),
-    ("itl", "Inter-token latency", "inter-token latency"),
+OWN_SECTION = "loadtest Additional Results"
+# LoadGen's labels, spacing included (mlcommons-loadgen 6.0.17, PerformanceSummary::LogSummary):
+# (histogram, min/max/mean label, percentile label)
+_LOADGEN_STATS: dict[str, tuple[str, str, str]] = {
+    "e2e": (
+        "{} latency (ns)                : ",
+        "{} latency (ns)               : ",
+        "{} percentile latency (ns)   : ",
+    ),
+    "ttft": (
+        "{} First Token latency (ns)                : ",
+        "{} First Token latency (ns)               : ",
+        "{} percentile first token latency (ns)   : ",
+    ),
+    "tpot": (
+        "{} Time per Output Token (ns)                : ",
+        "{} Time per Output Token (ns)               : ",
+        "{} percentile time to output token (ns)   : ",
+    ),
+}
+_ITL_STATS = (
+    "{} Inter-token latency (ns)                : ",
+    "{} Inter-token latency (ns)               : ",
+    "{} percentile inter-token latency (ns)   : ",
 )
+_MORE_QUERIES = " with the run being successful if every additional\n query were under latency."
 
 
 def _yes(ok: bool) -> str:
     return "Yes" if ok else "NO"
 
 
-def _num(v: float | None, digits: int = 2) -> str:
-    return "n/a" if v is None else f"{v:.{digits}f}"
-
-
-def _ordinal(p: float) -> str:
-    return f"{p:g}th"
+def _two(v: float) -> str:
+    """LoadGen's DoubleToString: two decimals."""
+    return f"{v:.2f}"
 
 
 def scenario_name(run: RunDocument) -> str:
-    """The LoadGen scenario the run's load corresponds to (Server, SingleStream), or our own name."""
+    """The LoadGen scenario the run's load corresponds to (Server, Offline, SingleStream), or our own name."""
     load = run.config.load
     if load.mode == "open" and load.rate is not None:
         return "Server" if load.arrival in (None, "poisson") else f"Server ({load.arrival} arrivals)"
     if load.mode == "closed" and load.concurrency is not None:
+        if "offline" in (run.config.profile or ""):
+            return "Offline"
         n = load.concurrency
         return "SingleStream" if n == 1 else f"Concurrency ({n} streams)"
     if load.trace:
@@ -60,44 +81,6 @@ def _passed(run: RunDocument, pred: Callable[[Check], bool]) -> bool:
     return all(c.passed for c in _checks(run) if pred(c))
 
 
-def _early_stopping(run: RunDocument, metric: str, label: str, hist: HdrHistogram | None) -> list[str]:
-    lines = [f"{label} Early Stopping Result:"]
-    for c in _checks(run):
-        if c.name.startswith(f"early_stopping.{metric}_"):
-            slo = c.name.split(".", 1)[1]
-            lines.append(
-                f" * Run successful ({slo})." if c.passed else f" * Run unsuccessful ({slo}): {c.detail}."
-            )
-    n = int(hist.get_total_count()) if hist is not None else 0
-    lines.append(f" * Processed {n} queries.")
-    for p in ESTIMATE_PERCENTILES:
-        est = es.percentile_estimate_from_histogram(hist, p / 100.0) if hist is not None else None
-        if est is None:
-            need = es.min_queries_for_percentile(p / 100.0)
-            lines.append(
-                f" * Early stopping {_ordinal(p)} percentile estimate: not enough queries (needs {need})"
-            )
-        else:
-            lines.append(f" * Early stopping {_ordinal(p)} percentile estimate (ns): {est * 1000}")
-    return lines
-
-
-def _stats(hist: HdrHistogram | None, label: str, plabel: str) -> list[str]:
-    if hist is None:
-        return [f"{f'Min {label} (ns)':<44}: n/a"]
-    s = hdr.summary(hist)
-    lo, hi, mean = s["min"], s["max"], s["mean"]
-    assert lo is not None and hi is not None and mean is not None  # decode() returns no empty histogram
-    lines = [
-        f"{f'Min {label} (ns)':<44}: {int(lo) * 1000}",
-        f"{f'Max {label} (ns)':<44}: {int(hi) * 1000}",
-        f"{f'Mean {label} (ns)':<44}: {round(float(mean) * 1000)}",
-    ]
-    for p, v in zip(PERCENTILES, hdr.fast_percentiles(hist, PERCENTILES), strict=True):
-        lines.append(f"{f'{p:.2f} percentile {plabel} (ns)':<44}: {int(v or 0) * 1000}")
-    return lines
-
-
 def _limit(slos: dict[str, float | None], metric: str) -> tuple[int, str]:
     """(limit in ns, judged percentile) of the metric's percentile SLO; (0, "n/a") without one."""
     for key, ms in sorted(slos.items()):
@@ -106,20 +89,139 @@ def _limit(slos: dict[str, float | None], metric: str) -> tuple[int, str]:
     return 0, "n/a"
 
 
-def format_summary(run: RunDocument) -> str:
-    """The summary text for a run.json document."""
+class _Dist:
+    """One metric's distribution in ns: the record log's exact samples, else the run.json histogram."""
+
+    def __init__(self, metric: str, samples: LatencySamples | None, hist: HdrHistogram | None) -> None:
+        self.metric = metric
+        self.exact = samples if samples is not None and samples.count(metric) else None
+        self.hist = hist
+
+    @property
+    def n(self) -> int:
+        if self.exact is not None:
+            return self.exact.count(self.metric)
+        return int(self.hist.get_total_count()) if self.hist is not None else 0
+
+    def stats_ns(self) -> tuple[int, int, int, list[int]] | None:
+        """min, max, mean and PERCENTILES, in integer ns (LoadGen prints integers)."""
+        if self.exact is not None:
+            v = self.exact.values(self.metric)
+            pcts = [round(float(v[hdr.loadgen_index(len(v), p)]) * 1000) for p in PERCENTILES]
+            return round(float(v[0]) * 1000), round(float(v[-1]) * 1000), int(float(v.mean()) * 1000), pcts
+        if self.hist is None:
+            return None
+        s = hdr.summary(self.hist)
+        lo, hi, mean = s["min"], s["max"], s["mean"]
+        assert lo is not None and hi is not None and mean is not None  # decode() returns no empty histogram
+        pcts = [int(v or 0) * 1000 for v in hdr.fast_percentiles(self.hist, PERCENTILES)]
+        return int(lo) * 1000, int(hi) * 1000, int(float(mean) * 1000), pcts
+
+    def estimate_ns(self, p: float) -> int | None:
+        """The early-stopping estimate of the p-th percentile (p in percent), ns."""
+        if self.exact is not None:
+            est = self.exact.estimate(self.metric, p / 100.0)
+            return None if est is None else round(est * 1000)
+        if self.hist is None:
+            return None
+        est_h = es.percentile_estimate_from_histogram(self.hist, p / 100.0)
+        return None if est_h is None else est_h * 1000
+
+
+def _stat_lines(dist: _Dist, labels: tuple[str, str, str]) -> list[str]:
+    stats = dist.stats_ns()
+    lo_label, mean_label, p_label = labels
+    if stats is None:
+        return [lo_label.format("Min") + "n/a"]
+    lo, hi, mean, pcts = stats
+    lines = [
+        lo_label.format("Min") + str(lo),
+        lo_label.format("Max") + str(hi),
+        mean_label.format("Mean") + str(mean),
+    ]
+    lines += [p_label.format(_two(p)) + str(v) for p, v in zip(PERCENTILES, pcts, strict=True)]
+    return lines
+
+
+def _early_stopping_result(run: RunDocument, metric: str) -> list[str]:
+    """LoadGen's Server early-stopping lines for the metric's judged percentile SLO (an empty line
+    without one: LoadGen prints its empty recommendation)."""
+    for c in _checks(run):
+        if c.name.startswith(f"early_stopping.{metric}_p"):
+            if c.passed:
+                return [" * Run successful."]
+            n, need = int(c.value or 0), int(c.limit or 0)
+            return [
+                " * Run unsuccessful.",
+                f" * Processed {n} queries.",
+                f" * Would need to run at least {max(need - n, 0)} more queries,",
+                *_MORE_QUERIES.split("\n"),
+            ]
+    return [""]
+
+
+def _recommendations(
+    run: RunDocument, offline: bool, perf_ok: bool, duration_ok: bool, queries_ok: bool
+) -> list[str]:
+    out = []
+    if not perf_ok:
+        slo_failed = [c.name for c in _checks(run) if c.kind == "slo" and not c.passed]
+        ttft = any(name.startswith("ttft_") for name in slo_failed)
+        tpot = any(name.startswith("tpot_") for name in slo_failed)
+        if ttft:
+            out.append(" * TTFT constrain not met: Reduce target QPS to improve latency.")
+        if tpot:
+            out.append(" * TPOT constrain not met: Reduce target QPS to improve latency.")
+        if not ttft and not tpot:
+            out.append(" * Reduce target QPS to improve latency.")
+    if not duration_ok:
+        out.append(
+            " * Increase expected QPS so the loadgen pre-generates a larger (coalesced) query."
+            if offline
+            else " * Increase the target QPS so the loadgen pre-generates more queries."
+        )
+    if not queries_ok:
+        out += [
+            " * The test exited early, before enough queries were issued.",
+            "   See the detailed log for why this may have occurred.",
+        ]
+    return out
+
+
+def _count_line(n: int, one: str, many: str, none: str) -> str:
+    if n == 0:
+        return none
+    return (
+        f"1 {one} encountered. See detailed log." if n == 1 else f"{n} {many} encountered. See detailed log."
+    )
+
+
+def format_summary(run: RunDocument, samples: LatencySamples | None = None) -> str:
+    """The summary text for a run.json document; ``samples``: the record log's exact values (the
+    histograms' otherwise)."""
     req, thr = run.metrics.requests, run.metrics.throughput
-    cfg, load, verdict, endpoint = run.config, run.config.load, run.verdict, run.endpoint
+    cfg, load, endpoint = run.config, run.config.load, run.endpoint
+    scenario = scenario_name(run)
+    offline = scenario == "Offline"
     interrupted = run.status == "interrupted"
     duration = run.metrics.window.duration_s
-    # LoadGen's validity: a smoke run's minimums are reported, not applied, but LoadGen applies them.
+    hists = {name: decode(run, name) for name in ("e2e", "ttft", "tpot", "itl")}
+    dists = {name: _Dist(name, samples, hists[name]) for name in ("e2e", "ttft", "tpot")}
+    perf_ok = _passed(run, lambda c: c.kind == "slo")
+    duration_ok = _passed(run, lambda c: c.name == "min_duration")
+    queries_ok = _passed(run, lambda c: c.name == "min_queries")
+    es_ok = _passed(run, lambda c: c.name.startswith("early_stopping."))
+    # LoadGen's validity: duration, queries, constraints and early stopping (a smoke run's minimums are
+    # reported, not applied, by the verdict: LoadGen applies them); a run that is not a pass or was
+    # interrupted is not valid either.
     valid = (
-        verdict is not None
-        and verdict.status == "pass"
+        run.verdict is not None
+        and run.verdict.status == "pass"
         and not interrupted
         and _passed(run, lambda c: c.kind == "validity")
     )
-    hists = {name: decode(run, name) for name, _, _ in _STATS}
+    completed = req.completed
+    tokens_per_s = thr.output_tokens_per_s or 0.0
     sut = f"{cfg.model or 'unknown model'} @ {endpoint.url or 'unknown endpoint'}"
     if endpoint.embedded:
         sut += " (embedded simulator)"
@@ -128,51 +230,142 @@ def format_summary(run: RunDocument) -> str:
         "MLPerf Results Summary",
         RULE,
         f"SUT name : {sut}",
-        f"Scenario : {scenario_name(run)}",
+        f"Scenario : {scenario}",
         "Mode     : PerformanceOnly",
-        f"Completed samples per second    : {_num(thr.requests_per_s)}",
-        f"Completed tokens per second: {_num(thr.output_tokens_per_s)}",
-        f"Result is : {'VALID' if valid else 'INVALID'}",
-        f"  Performance constraints satisfied : {_yes(_passed(run, lambda c: c.kind == 'slo'))}",
-        f"  Min duration satisfied : {_yes(_passed(run, lambda c: c.name == 'min_duration'))}",
-        f"  Min queries satisfied : {_yes(_passed(run, lambda c: c.name == 'min_queries'))}",
-        "  Early stopping satisfied: " + _yes(_passed(run, lambda c: c.name.startswith("early_stopping."))),
-        f"  Generator health satisfied : {_yes(_passed(run, lambda c: c.kind == 'health'))}",
-        "  Run completed (not interrupted) : "
-        + ("Yes" if not interrupted else f"NO ({run.interrupted_reason or 'interrupted'})"),
-        f"loadtest verdict : {_verdict_text(run)}",
-        *_early_stopping(run, "ttft", "TTFT", hists["ttft"]),
-        *_early_stopping(run, "tpot", "TPOT", hists["tpot"]),
-        "",
-        RULE,
-        "Additional Stats",
-        RULE,
-        f"Scheduled samples per second : {_num(req.completed / duration if duration else None)}",
-        *_stats(hists["e2e"], "latency", "latency"),
-        "",
-        f"{'Completed tokens per second':<44}: {_num(thr.output_tokens_per_s)}",
     ]
-    for name, label, plabel in _STATS[1:]:
-        lines += [*_stats(hists[name], label, plabel), ""]
+    if offline:
+        lines += [
+            f"Samples per second: {completed / duration if duration else 0.0:.6g}",
+            f"Tokens per second: {tokens_per_s:.6g}",
+        ]
+    else:  # (n − 1) completed over the time to the last completion (LoadGen: one sample opens the range)
+        lines += [
+            f"Completed samples per second    : {_two((completed - 1) / duration if duration and completed else 0.0)}",
+            f"Completed tokens per second: {_two(tokens_per_s)}",
+        ]
+    lines.append(f"Result is : {'VALID' if valid else 'INVALID'}")
+    if not offline:
+        lines.append(f"  Performance constraints satisfied : {_yes(perf_ok)}")
+    lines += [
+        f"  Min duration satisfied : {_yes(duration_ok)}",
+        f"  Min queries satisfied : {_yes(queries_ok)}",
+        f"  Early stopping satisfied: {_yes(es_ok)}",
+    ]
+    if not valid:
+        lines += ["Recommendations:", *_recommendations(run, offline, perf_ok, duration_ok, queries_ok)]
+    if not offline:
+        lines += ["TTFT Early Stopping Result:", *_early_stopping_result(run, "ttft")]
+        lines += ["TPOT Early Stopping Result:", *_early_stopping_result(run, "tpot")]
+    lines += ["", RULE, "Additional Stats", RULE]
+    if not offline:
+        lines.append(f"Scheduled samples per second : {_two(_scheduled_rate(samples, completed, duration))}")
+    lines += _stat_lines(dists["e2e"], _LOADGEN_STATS["e2e"])
+    lines.append("")
+    if offline:
+        lines.append("")
+    else:
+        lines.append(f"{'Completed tokens per second':<44}: {_two(tokens_per_s)}")
+        lines += _stat_lines(dists["ttft"], _LOADGEN_STATS["ttft"])
+        lines.append("")
+        lines += _stat_lines(dists["tpot"], _LOADGEN_STATS["tpot"])
+        lines.append("")
     slos = cfg.slos or {}
     judging = cfg.profile_resolved.get("judging") or {}
+    min_queries = int(judging.get("min_queries") or 0)
+    seed = cfg.seed
     lines += [
         RULE,
         "Test Parameters Used",
         RULE,
-        "samples_per_query : 1",
-        f"target_qps : {load.rate if load.rate is not None else 0}",
-        f"target_concurrency : {load.concurrency if load.concurrency is not None else 0}",
-        f"arrival : {load.arrival or 'n/a'}",
+        f"samples_per_query : {completed if offline else 1}",
+        f"target_qps : {load.rate if load.rate is not None else 0:g}",
         f"ttft_latency (ns): {_limit(slos, 'ttft')[0]}",
-        f"ttft_percentile : {_limit(slos, 'ttft')[1]}",
         f"tpot_latency (ns): {_limit(slos, 'tpot')[0]}",
-        f"tpot_percentile : {_limit(slos, 'tpot')[1]}",
+        f"max_async_queries : {1 if offline else 0}",
         f"min_duration (ms): {round(float(judging.get('min_duration_s') or 0) * 1000)}",
         f"max_duration (ms): {round(float(cfg.duration_s or 0) * 1000)}",
-        f"min_query_count : {judging.get('min_queries') or 0}",
+        f"min_query_count : {max(min_queries, 1) if offline else min_queries}",
         "max_query_count : 0",
-        f"schedule_rng_seed : {cfg.seed}",
+        f"qsl_rng_seed : {seed}",
+        f"sample_index_rng_seed : {seed}",
+        f"schedule_rng_seed : {seed}",
+        "accuracy_log_rng_seed : 0",
+        "accuracy_log_probability : 0",
+        "accuracy_log_sampling_target : 0",
+        "print_timestamps : 0",
+        "performance_issue_unique : 0",
+        "performance_issue_same : 0",
+        "performance_issue_same_index : 0",
+        f"performance_sample_count : {completed}",
+        "accuracy_sample_count : 0",
+        "",
+    ]
+    warnings = [c.detail for c in _checks(run) if not c.passed and not c.blocking]
+    warnings += run.notes
+    if interrupted:
+        warnings.insert(0, f"the run was interrupted ({run.interrupted_reason or 'unknown reason'})")
+    failed = {o: n for o, n in req.by_outcome.items() if n and o != "ok"}
+    lines.append(_count_line(len(warnings), "warning", "warnings", "No warnings encountered during test."))
+    lines.append("")
+    lines.append(_count_line(sum(failed.values()), "ERROR", "ERRORS", "No errors encountered during test."))
+    lines += _own_section(run, hists, dists, warnings, failed)
+    return "\n".join(lines) + "\n"
+
+
+def _scheduled_rate(samples: LatencySamples | None, completed: int, duration: float) -> float:
+    """LoadGen's scheduled samples per second: (n − 1) over the last query's scheduled time (from the
+    record log); without the log, completed over the run's window."""
+    if samples is not None and samples.issued > 1 and samples.first_scheduled is not None:
+        span = (samples.last_scheduled or 0.0) - samples.first_scheduled
+        if span > 0:
+            return (samples.issued - 1) / span
+    return completed / duration if duration else 0.0
+
+
+def _own_section(
+    run: RunDocument,
+    hists: dict[str, HdrHistogram | None],
+    dists: dict[str, _Dist],
+    warnings: list[str],
+    failed: dict[str, int],
+) -> list[str]:
+    """What LoadGen's file has no place for: our verdict, the checks LoadGen does not make, the
+    early-stopping estimates, ITL, the run's identity, the warnings and errors spelled out."""
+    cfg, load, endpoint = run.config, run.config.load, run.endpoint
+    interrupted = run.status == "interrupted"
+    v = run.verdict
+    lines = [
+        "",
+        RULE,
+        OWN_SECTION,
+        RULE,
+        f"loadtest verdict : {f'{v.status} (exit {v.exit_code})' if v is not None else 'none (exit n/a)'}",
+        f"  Generator health satisfied : {_yes(_passed(run, lambda c: c.kind == 'health'))}",
+        "  Run completed (not interrupted) : "
+        + ("Yes" if not interrupted else f"NO ({run.interrupted_reason or 'interrupted'})"),
+    ]
+    for c in _checks(run):
+        if c.name.startswith("early_stopping."):
+            lines.append(f" * {c.name}: {'passed' if c.passed else 'failed'}: {c.detail}")
+    for metric, label in (("ttft", "TTFT"), ("tpot", "TPOT")):
+        dist = dists[metric]
+        lines.append(f"{label} early stopping estimates ({dist.n} queries):")
+        for p in ESTIMATE_PERCENTILES:
+            est = dist.estimate_ns(p)
+            if est is None:
+                need = es.min_queries_for_percentile(p / 100.0)
+                lines.append(
+                    f" * Early stopping {p:g}th percentile estimate: not enough queries (needs {need})"
+                )
+            else:
+                lines.append(f" * Early stopping {p:g}th percentile estimate (ns): {est}")
+    lines += ["", *_stat_lines(_Dist("itl", None, hists["itl"]), _ITL_STATS), ""]
+    lines += [
+        f"target_concurrency : {load.concurrency if load.concurrency is not None else 0}",
+        f"arrival : {load.arrival or 'n/a'}",
+        f"ttft_percentile : {_limit(cfg.slos or {}, 'ttft')[1]}",
+        f"tpot_percentile : {_limit(cfg.slos or {}, 'tpot')[1]}",
+        f"percentile_rule : sorted[floor(n * p)] ({'record log' if dists['e2e'].exact is not None else 'histogram'})",
         f"profile : {cfg.profile or 'n/a'}",
         f"workload_fingerprint : {run.workload.fingerprint or 'n/a'}",
         f"tool : {run.tool.name or 'loadtest'} {run.tool.version or ''}".rstrip(),
@@ -180,34 +373,35 @@ def format_summary(run: RunDocument) -> str:
         f"run_id : {run.run_id or 'n/a'}",
         "",
     ]
-    warnings = [c.detail for c in _checks(run) if not c.passed and not c.blocking]
-    warnings += run.notes
-    if interrupted:
-        warnings.insert(0, f"the run was interrupted ({run.interrupted_reason or 'unknown reason'})")
     if warnings:
         lines.append(f"{len(warnings)} warning{'s' if len(warnings) != 1 else ''} encountered during test:")
         lines += [f" * {w}" for w in warnings]
-    else:
-        lines.append("No warnings encountered during test.")
-    lines.append("")
-    failed = {o: n for o, n in req.by_outcome.items() if n and o != "ok"}
     if failed:
         total = sum(failed.values())
         what = ", ".join(f"{o} {n}" for o, n in failed.items())
         lines.append(f"{total} error{'s' if total != 1 else ''} encountered during test: {what}.")
-    else:
-        lines.append("No errors encountered during test.")
-    return "\n".join(lines) + "\n"
+    return lines
 
 
-def _verdict_text(run: RunDocument) -> str:
-    """The verdict's status and exit code, ``none (exit n/a)`` for a run without one."""
-    v = run.verdict
-    return f"{v.status} (exit {v.exit_code})" if v is not None else "none (exit n/a)"
+def load_samples(run_dir: Path, run: RunDocument, batch: int = 20_000) -> LatencySamples | None:
+    """The exact samples of the run's record logs (those run.json names, else every one in the
+    folder); None when the folder has none."""
+    named = [Path(run_dir) / Path(n).name for n in run.files.records]
+    paths = [p for p in named if p.is_file()] or record_files(Path(run_dir))
+    if not paths:
+        return None
+    samples = LatencySamples()
+    lines = read_lines(paths)
+    while part := list(islice(lines, batch)):
+        samples.add(part)
+    return samples
 
 
-def write_summary(run_dir: Path, run: RunDocument) -> Path:
-    """Write ``run_dir/mlperf_log_summary.txt`` and return its path."""
+def write_summary(run_dir: Path, run: RunDocument, samples: LatencySamples | None = None) -> Path:
+    """Write ``run_dir/mlperf_log_summary.txt`` (exact from the record log when the folder has it:
+    ``samples`` when the caller read it already, else read here) and return its path."""
     path = Path(run_dir) / SUMMARY_NAME
-    path.write_text(format_summary(run), encoding="utf-8")
+    if samples is None:
+        samples = load_samples(run_dir, run)
+    path.write_text(format_summary(run, samples), encoding="utf-8")
     return path

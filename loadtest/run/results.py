@@ -17,6 +17,7 @@ from loadtest.contracts.run_document import RUN_FILE, RunDocument, from_data, wr
 from loadtest.errors import EXIT_COULD_NOT_RUN
 from loadtest.locust.settings import RunSettings, load_mode
 from loadtest.metrics.judged_scan import JudgingScan, LineAggregator
+from loadtest.metrics.samples import LatencySamples
 from loadtest.metrics.slo import AnySlo
 from loadtest.metrics.summary import build_metrics
 from loadtest.metrics.verdict import ValidityRules, Verdict, headline, health_warnings, judge, junit_xml
@@ -125,20 +126,27 @@ def finalize(run: FinishedRun) -> Finalized:
     paths = [out / f for f in outcome.record_files]
     scan = JudgingScan(judging.warmup_s, judging.cooldown_s, run.slos, per_scenario)
     failures = FailureTally()
+    samples = LatencySamples()  # the exact values behind the reported percentiles (LoadGen's rule)
     for batch in line_batches(paths):
         scan.add(batch)
         failures.add(batch)
+        samples.add(batch)
         for p in extras:
             p.add(batch)
     judged = scan.window()
     # Pass two, for a judged window: its metrics rebuilt from the lines inside it, and its failures.
-    judged_failures, judged_aggregates = failures, None
+    judged_failures, judged_aggregates, judged_samples = failures, None, samples
     if judged.window is not None:
-        aggregator, judged_failures = LineAggregator(per_scenario), FailureTally()
+        aggregator, judged_failures, judged_samples = (
+            LineAggregator(per_scenario),
+            FailureTally(),
+            LatencySamples(),
+        )
         for batch in line_batches(paths):
             inside = [ln for ln in batch if judged.contains(ln)]
             aggregator.add(inside)
             judged_failures.add(inside)
+            judged_samples.add(inside)
         judged_aggregates = aggregator.result()
 
     tokens_part = tokens.contribute(doc)  # run.json `tokens`; a note when counted with a guess
@@ -160,8 +168,10 @@ def finalize(run: FinishedRun) -> Finalized:
     if judged.note:
         doc["notes"].append(judged.note)
     metrics, hists = doc["metrics"], outcome.aggregates.all.hists
+    _exact(metrics, samples)
     if judged.window is not None and judged_aggregates is not None:
         metrics, hists = build_metrics(judged_aggregates.all), judged_aggregates.all.hists
+        _exact(metrics, judged_samples)
         doc["judged"] = {"window": judged.window.to_dict(), "metrics": metrics}
     doc["config"]["judging"] = {
         **judged.config,
@@ -205,6 +215,7 @@ def finalize(run: FinishedRun) -> Finalized:
         stopped_early=stop_cause,
         extra_checks=[check for part in [*parts, remarks] for check in part.checks],
         notes=doc["notes"],
+        samples=judged_samples,
     )
     doc["verdict"] = verdict.to_dict()
     doc["config"]["slos"] = {s.key: getattr(s, "limit_ms", getattr(s, "limit", None)) for s in run.slos}
@@ -228,6 +239,13 @@ def finalize(run: FinishedRun) -> Finalized:
     lines += reason_lines(verdict.reasons if not verdict.passed else health_warnings(verdict))
     lines.append(verdict_line(verdict, code, judging.smoke))
     return Finalized(document, verdict, run_json, report, lines, code)
+
+
+def _exact(metrics: dict[str, Any], samples: LatencySamples) -> None:
+    """The latency figures of ``metrics`` from the exact samples, and tps_per_user from their TPOT p90."""
+    samples.apply(metrics["latency_ms"])
+    tpot_p90 = metrics["latency_ms"]["tpot"]["p90"]
+    metrics["throughput"]["tps_per_user"] = round(1000.0 / tpot_p90, 3) if tpot_p90 else None
 
 
 def _apply(doc: dict[str, Any], part: Contribution) -> None:

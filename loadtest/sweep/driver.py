@@ -121,7 +121,7 @@ class Sweep:
             rate = bisection.next_rate()
             if rate is None:
                 break
-            point = rate_point(rate)
+            point = rate_point(rate, bisection.next_duration())
             if point.label in used or point.rate is None or point.rate <= 0:
                 bisection.stop(f"the bracket is narrower than the rate's precision ({point.label})")
                 break
@@ -130,5 +130,11 @@ class Sweep:
             if self.halted:
                 bisection.stop(self.halted)
                 break
+            if entry.needs_duration_s is not None:  # proved nothing: too few samples, not a miss
+                self.echo(
+                    f"       {point.label}: too few samples to judge; again for {entry.needs_duration_s:g} s"
+                )
+                bisection.record_insufficient(point.rate, entry.needs_duration_s)
+                continue
             bisection.record(point.rate, entry.verdict == "pass" and entry.exit_code == 0)
         self.stopped_because = self.halted or bisection.done_because

@@ -22,6 +22,7 @@ class LoadPoint:
     concurrency: int | None = None
     rate: float | None = None
     offline: bool = False
+    duration_s: float | None = None  # this point's own --duration (a search point lengthened for samples)
 
     def folder(self, index: int) -> str:
         """The point's run folder, relative to the sweep folder: ``points/03-c8``."""
@@ -29,10 +30,11 @@ class LoadPoint:
 
     def run_args(self) -> list[str]:
         """The ``loadtest run`` options that set this load."""
+        own = ["--duration", f"{self.duration_s:g}"] if self.duration_s is not None else []
         if self.concurrency is not None:
-            return ["--concurrency", str(self.concurrency)]
+            return ["--concurrency", str(self.concurrency), *own]
         assert self.rate is not None
-        return ["--rate", repr(self.rate)]
+        return ["--rate", repr(self.rate), *own]
 
     @property
     def load(self) -> float:
@@ -52,9 +54,11 @@ def concurrency_point(n: int) -> LoadPoint:
     return LoadPoint(f"c{n}", concurrency=n)
 
 
-def rate_point(rate: float) -> LoadPoint:
+def rate_point(rate: float, duration_s: float | None = None) -> LoadPoint:
+    """An open-loop point; with ``duration_s`` (its own duration) the label says it: ``r12.5-90s``."""
     r = float(rate_text(rate))  # the run gets exactly the rate its label shows
-    return LoadPoint(f"r{rate_text(r)}", rate=r)
+    label = f"r{rate_text(r)}" + (f"-{duration_s:.0f}s" if duration_s is not None else "")
+    return LoadPoint(label, rate=r, duration_s=duration_s)
 
 
 def offline_point(concurrency: int) -> LoadPoint:

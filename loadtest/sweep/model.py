@@ -22,6 +22,7 @@ from loadtest.contracts.sweep_document import (
     SweepPoint,
     read_sweep_document,
 )
+from loadtest.sweep.evidence import needs_duration_s
 
 __all__ = [
     "FIGURE_KEYS",
@@ -84,10 +85,11 @@ def point_entry(
     run: RunDocument | None = None,
     reason: str | None = None,
     offline: bool = False,
+    duration_s: float | None = None,
 ) -> SweepPoint:
     """One point of sweep.json; figures and verdict come from ``run`` (its run.json) if any. A point
     whose verdict is not a pass, and that has no other ``reason``, takes its verdict's first reason
-    (the real cause, with its fix)."""
+    (the real cause, with its fix); ``duration_s``: the point's own duration (a lengthened search point)."""
     figures = point_figures(run) if run is not None else PointFigures()
     verdict = run.verdict.status if run is not None and run.verdict is not None else None
     if reason is None and run is not None and run.verdict is not None and verdict != "pass":
@@ -103,6 +105,8 @@ def point_entry(
         exit_code=exit_code,
         verdict=verdict,
         reason=reason,
+        needs_duration_s=needs_duration_s(run) if run is not None else None,
+        duration_s=duration_s,
         **msgspec.structs.asdict(figures),
     )
 

@@ -117,6 +117,7 @@ class PointRunner:
                 rel_dir=rel,
                 exit_code=code,
                 offline=point.offline,
+                duration_s=point.duration_s,
             )
         status = "interrupted" if run.status == "interrupted" else "completed"
         reason = run.interrupted_reason if status == "interrupted" else None
@@ -131,6 +132,7 @@ class PointRunner:
             rel_dir=rel,
             exit_code=code,
             offline=point.offline,
+            duration_s=point.duration_s,
         )
 
     def skipped(self, index: int, point: LoadPoint, why: str) -> SweepPoint:
@@ -145,4 +147,5 @@ class PointRunner:
             exit_code=None,
             reason=why,
             offline=point.offline,
+            duration_s=point.duration_s,
         )

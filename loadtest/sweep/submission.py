@@ -1,0 +1,251 @@
+"""An MLPerf Endpoints v1.0 submission tree (``results/<system>/<model>/r<N>/``) from a sweep's concurrency points."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from loadtest.contracts.run_document import Metrics, RunDocument, Summary
+from loadtest.contracts.sweep_document import SweepDocument
+from loadtest.sweep.model import read_run_json, sweep_root
+
+FORMAT_VERSION = "1.0"
+POINT_FILES = ("point.yaml", "result_summary.json", "accuracy_results.json", "system_desc.json")
+# result_summary.json's percentile keys, as the MLPerf Endpoints client writes them ("90.0"), and
+# run.json's Summary fields holding them (ms)
+_PERCENTILES = (("50.0", "p50"), ("90.0", "p90"), ("95.0", "p95"), ("99.0", "p99"), ("99.9", "p99_9"))
+_SLUG = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+class SubmissionError(ValueError):
+    """A submission tree that cannot be written; the message names the folder and the fix."""
+
+
+@dataclass
+class Written:
+    """The tree written: its root, the curve folder, one ``r<N>`` per point, and the points left out."""
+
+    root: Path
+    curve: Path
+    points: list[Path] = field(default_factory=list)
+    left_out: list[str] = field(default_factory=list)
+
+
+def slug(text: str) -> str:
+    """A path segment safe in a folder name and the visualizer's ids."""
+    return _SLUG.sub("-", text).strip("-") or "unknown"
+
+
+def _stat_block(s: Summary | None, count: int) -> dict[str, Any]:
+    """An Endpoints stat block in ns: min, max, avg, total (avg × the completed samples), percentiles."""
+    if s is None or not s.count:
+        return {"total": 0, "percentiles": {}}
+
+    def ns(ms: float | None) -> int | None:
+        return None if ms is None else round(ms * 1e6)
+
+    avg = ns(s.mean)
+    return {
+        "min": ns(s.min),
+        "max": ns(s.max),
+        "avg": avg,
+        "total": (avg or 0) * count,
+        "percentiles": {
+            key: ns(getattr(s, attr)) for key, attr in _PERCENTILES if getattr(s, attr) is not None
+        },
+    }
+
+
+def result_summary(run: RunDocument, run_rel: str) -> dict[str, Any]:
+    """``result_summary.json``: the Endpoints client's Report fields from run.json's judged metrics, with
+    the figures the visualizer reads (``system_tps``, ``tps_per_user``, ``qps``, the ttft block)."""
+    m: Metrics = run.judged_metrics()
+    req, thr, tokens = m.requests, m.throughput, m.tokens
+    lat = m.latency_ms
+    ok = req.ok
+    judging = run.config.profile_resolved.get("judging") or {}
+    return {
+        "version": f"{run.tool.name} {run.tool.version}",
+        "state": "complete" if run.status == "completed" else run.status,
+        "complete": run.status == "completed",
+        "n_samples_issued": req.completed,
+        "n_samples_completed": ok,
+        "n_samples_failed": req.failed + req.cancelled,
+        "duration_ns": round(m.window.duration_s * 1e9),
+        "qps": thr.requests_per_s,
+        "system_tps": thr.output_tokens_per_s,
+        "tps_per_user": thr.tps_per_user,
+        "ttft": _stat_block(lat.get("ttft"), ok),
+        "tpot": _stat_block(lat.get("tpot"), ok),
+        "latency": _stat_block(lat.get("e2e"), ok),
+        "output_sequence_lengths": {
+            "total": tokens.counted_output_total,
+            "avg": round(tokens.counted_output_total / ok, 3) if ok else None,
+        },
+        "input_sequence_lengths": {
+            "total": tokens.counted_input_total,
+            "avg": round(tokens.counted_input_total / ok, 3) if ok else None,
+        },
+        "run_config": {
+            "type": "offline" if "offline" in run.config.profile else "concurrency",
+            "concurrency": run.config.load.concurrency,
+            "min_duration_ms": round(float(judging.get("min_duration_s") or 0) * 1000),
+            "duration_ms": round(float(run.config.duration_s or 0) * 1000),
+            "seed": run.config.seed,
+        },
+        "loadtest": {
+            "run": run_rel,
+            "run_id": run.run_id,
+            "verdict": run.verdict.status if run.verdict is not None else None,
+            "smoke": bool(run.config.judging is not None and run.config.judging.smoke),
+            "tokens_counted_by": tokens.counted_by,
+        },
+    }
+
+
+def point_yaml(run: RunDocument, label: str, offline: bool) -> dict[str, Any]:
+    """``point.yaml``: the point's configuration and the model and dataset it ran."""
+    m = run.judged_metrics()
+    ok = m.requests.ok
+    return {
+        "concurrency": run.config.load.concurrency,
+        "load_pattern": "max_throughput" if offline else "concurrency",
+        "model_name": run.config.model or "unknown",
+        "dataset_name": run.config.profile,
+        "input_token_average": round(m.tokens.counted_input_total / ok, 3) if ok else None,
+        "output_token_average": round(m.tokens.counted_output_total / ok, 3) if ok else None,
+        "run_date": run.created,
+        "duration_s": run.config.duration_s,
+        "seed": run.config.seed,
+        "loadtest_point": label,
+    }
+
+
+def accuracy_results(run: RunDocument) -> dict[str, Any]:
+    """``accuracy_results.json``: no accuracy run (an empty ``accuracy_scores``), and the quality
+    gate's result when the run had one (docs/quality.md)."""
+    out: dict[str, Any] = {
+        "accuracy_scores": [],
+        "note": "no accuracy run: loadtest measures performance; its quality gate checks answers' form, not accuracy",
+    }
+    q = run.quality
+    if q is not None:
+        out["quality_gate"] = {
+            "checked": q.checked,
+            "passed": q.passed,
+            "pass_rate": q.pass_rate,
+            "min": q.min,
+            "gate": list(q.gate),
+        }
+    return out
+
+
+def system_desc(
+    run: RunDocument, system: Mapping[str, Any], system_name: str, embedded: bool = False
+) -> dict[str, Any]:
+    """``system_desc.json``: the endpoint description's ``system`` fields as given, over what run.json
+    knows (name, endpoint URL, serving engine, accelerators); ``embedded``: the sweep's own engine."""
+    ep = run.endpoint
+    embedded = embedded or ep.embedded
+    server = ep.server or {}
+    framework = server.get("engine") or ("loadtest embedded engine (simulated)" if embedded else None)
+    desc: dict[str, Any] = {"system_name": system_name, "endpoint_url": ep.url}
+    if framework:
+        desc["serving_framework"] = framework
+    hw = ep.hardware
+    if hw is not None and hw.gpu_kind != "unknown":
+        desc["node_types"] = [
+            {
+                "node_count": 1,
+                "accelerator_info": [
+                    {"accelerator_model_name": hw.gpu_kind, "accelerators_per_node": hw.gpu_count or 1}
+                ],
+            }
+        ]
+        desc["system_size"] = hw.gpu_count or 1
+    if embedded:
+        desc["system_type_detail"] = "simulated engine, not hardware"
+    desc.update(system)
+    return desc
+
+
+def write_submission(
+    sweep_dir: Path, doc: SweepDocument, out: Path, system: Mapping[str, Any] | None = None
+) -> Written:
+    """Write ``out/results/<system>/<model>/r<N>/`` for every completed concurrency point of the sweep
+    (the offline point too, at its concurrency, unless a ladder point has it), and ``out/src/loadtest/README.md``.
+
+    ``system``: the endpoint description's ``system`` mapping (--endpoint-file), written into each
+    point's system_desc.json. Raises SubmissionError when no point can be written.
+    """
+    system = dict(system or {})
+    root = sweep_root(sweep_dir)
+    entries: list[tuple[int, str, bool, RunDocument, str]] = []
+    left_out: list[str] = []
+    for p in doc.points:
+        if p.concurrency is None:
+            left_out.append(f"{p.label}: an open-loop point (a submission is a curve over concurrency)")
+            continue
+        run = read_run_json(root / p.dir) if p.status == "completed" else None
+        if run is None:
+            left_out.append(
+                f"{p.label}: {p.status}{f' ({p.reason})' if p.reason else ''}, no run.json to report"
+            )
+            continue
+        entries.append((p.concurrency, p.label, p.offline, run, p.dir))
+    by_n: dict[int, tuple[int, str, bool, RunDocument, str]] = {}
+    for e in sorted(entries, key=lambda e: e[2]):  # ladder points first: they keep their r<N>
+        if e[0] in by_n:
+            left_out.append(f"{e[1]}: concurrency {e[0]} is already {by_n[e[0]][1]}")
+            continue
+        by_n[e[0]] = e
+    if not by_n:
+        raise SubmissionError(
+            f"{sweep_dir}: no completed concurrency point to write (--mlperf-endpoints needs a "
+            "--ladder concurrency sweep, or its offline point)"
+        )
+    first = next(iter(by_n.values()))[3]
+    system_name = str(system.get("system_name") or first.endpoint.name or _default_system(doc))
+    model = first.config.model or (first.endpoint.models[0] if first.endpoint.models else "unknown-model")
+    curve = out / "results" / slug(system_name) / slug(model)
+    written = Written(root=out, curve=curve, left_out=left_out)
+    for n in sorted(by_n):
+        _, label, offline, run, rel = by_n[n]
+        folder = curve / f"r{n}"
+        folder.mkdir(parents=True, exist_ok=True)
+        run_rel = str((root / rel).resolve())
+        (folder / "point.yaml").write_text(yaml.safe_dump(point_yaml(run, label, offline), sort_keys=False))
+        _write_json(folder / "result_summary.json", result_summary(run, run_rel))
+        _write_json(folder / "accuracy_results.json", accuracy_results(run))
+        _write_json(folder / "system_desc.json", system_desc(run, system, system_name, doc.endpoint.embedded))
+        written.points.append(folder)
+    readme = out / "src" / "loadtest" / "README.md"
+    readme.parent.mkdir(parents=True, exist_ok=True)
+    readme.write_text(
+        f"# {doc.profile} sweep\n\nMeasured by {doc.tool.get('name', 'loadtest')} {doc.tool.get('version', '')} "
+        f"(`loadtest sweep --mlperf-endpoints`), from the sweep folder {root.resolve()} "
+        f"(sweep.json, one run folder per point).\n",
+        encoding="utf-8",
+    )
+    return written
+
+
+def _default_system(doc: SweepDocument) -> str:
+    """The sweep's engine (``loadtest-sim-H100``) or its endpoint's host:port."""
+    ep = doc.endpoint
+    if ep.embedded:
+        engine = ep.engine or {}
+        gpu = engine.get("gpu")
+        gpu_name = gpu.get("name") if isinstance(gpu, dict) else gpu
+        return f"loadtest-sim-{gpu_name or 'gpu'}"
+    return ep.url.split("//", 1)[-1].split("/", 1)[0] or "endpoint"
+
+
+def _write_json(path: Path, data: Mapping[str, Any]) -> None:
+    path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")

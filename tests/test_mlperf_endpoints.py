@@ -1,0 +1,159 @@
+"""`loadtest sweep --mlperf-endpoints`: an MLPerf Endpoints v1.0 submission tree that mlperf-viz 2.0.0 loads and shows."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from loadtest.sweep import load_sweep
+from loadtest.sweep.submission import POINT_FILES
+from tests.browser import ARTIFACTS, CHROMIUM, open_url
+from tests.conftest import run_cli
+
+viz_bundle = pytest.importorskip("mlperf_endpoints_visualizer.bundle")
+VIZ = [sys.executable, "-m", "mlperf_endpoints_visualizer.cli"]
+LADDER = (1, 4, 16)
+
+
+@pytest.fixture(scope="module")
+def submission(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A concurrency sweep of mlperf-llama3.1-8b-server (smoke) on the embedded engine, with its tree."""
+    base = tmp_path_factory.mktemp("endpoints")
+    endpoint = base / "endpoint.yaml"
+    endpoint.write_text(
+        yaml.safe_dump(
+            {
+                "name": "sim-h100",
+                "hardware": {"gpu_kind": "H100", "gpu_count": 1},
+                "system": {"system_name": "loadtest-sim-h100", "submitter_org_names": "Example Org"},
+            }
+        )
+    )
+    sweep, tree = base / "sweep", base / "tree"
+    r = run_cli(
+        ["sweep", "--profile", "mlperf-llama3.1-8b-server", "--smoke", "--ladder", "concurrency", "--points"]
+        + [
+            ",".join(map(str, LADDER)),
+            "--point-duration",
+            "2",
+            "--engine-speedup",
+            "10",
+            "--offline-concurrency",
+        ]
+        + ["32", "--endpoint-file", str(endpoint), "--mlperf-endpoints", str(tree), "--out", str(sweep)],
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "mlperf endpoints: " in r.stdout
+    return sweep, tree
+
+
+def test_the_tree_has_every_point_and_its_figures(submission: tuple[Path, Path]) -> None:
+    sweep, tree = submission
+    doc = load_sweep(sweep)
+    curve = tree / "results" / "loadtest-sim-h100" / "Llama-3.1-8B"
+    assert sorted(p.name for p in curve.iterdir()) == sorted(f"r{n}" for n in (*LADDER, 32))
+    for p in doc.points:
+        folder = curve / f"r{p.concurrency}"
+        assert sorted(f.name for f in folder.iterdir()) == sorted(POINT_FILES)
+        summary = json.loads((folder / "result_summary.json").read_text())
+        run = json.loads((sweep / p.dir / "run.json").read_text())
+        m = run["metrics"]
+        assert summary["system_tps"] == m["throughput"]["output_tokens_per_s"] == p.output_tps
+        assert summary["tps_per_user"] == p.tps_per_user and summary["qps"] == p.requests_per_s
+        assert summary["ttft"]["percentiles"]["90.0"] == round(m["latency_ms"]["ttft"]["p90"] * 1e6)
+        assert summary["n_samples_completed"] == m["requests"]["ok"]
+        point = yaml.safe_load((folder / "point.yaml").read_text())
+        assert point["concurrency"] == p.concurrency and point["load_pattern"] == (
+            "max_throughput" if p.offline else "concurrency"
+        )
+        system = json.loads((folder / "system_desc.json").read_text())
+        assert system["system_name"] == "loadtest-sim-h100" and system["submitter_org_names"] == "Example Org"
+        assert system["node_types"][0]["accelerator_info"][0]["accelerator_model_name"] == "H100"
+        accuracy = json.loads((folder / "accuracy_results.json").read_text())
+        assert accuracy["accuracy_scores"] == [] and "no accuracy run" in accuracy["note"]
+
+
+def test_mlperf_viz_loads_it_without_warnings(submission: tuple[Path, Path], tmp_path: Path) -> None:
+    sweep, tree = submission
+    out = tmp_path / "bundle.json"
+    r = subprocess.run(
+        [*VIZ, str(tree), "--strict", "--export", str(out)], capture_output=True, text=True, timeout=60
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "warning" not in r.stderr and "Found 1 submission(s) and 4 run(s)" in r.stdout
+    bundle = json.loads(out.read_text())
+    assert bundle["warnings"] == []
+    doc = load_sweep(sweep)
+    runs = {run["label"]: run["run"] for run in bundle["runs"]}
+    for p in doc.points:
+        derived = runs[f"r{p.concurrency}"]["derived_fields"]
+        assert derived["system_tps"] == p.output_tps and derived["tps_per_user"] == p.tps_per_user
+        assert derived["ttft"] == pytest.approx(p.ttft_p90_ms, abs=1e-6)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="needs chromium")
+def test_mlperf_viz_page_shows_our_points(submission: tuple[Path, Path], tmp_path: Path) -> None:
+    _, tree = submission
+    port = _free_port()
+    server = subprocess.Popen(
+        [*VIZ, str(tree), "--no-browser", "--port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.2)
+        shot = ARTIFACTS / "mlperf_viz_submission.png"
+        page = open_url(
+            f"http://127.0.0.1:{port}/",
+            shot,
+            tmp_path / "chromium",
+            ready="document.body.innerText.includes('loadtest-sim-h100') && document.querySelectorAll('svg circle').length >= 4",
+        )
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+    assert page["ready"], page["text"][:2000]
+    assert any(u.endswith("/cli-data.json") for u in page["requests"])
+    assert "Example Org" in page["text"] and "Llama 3.1 8B" in page["text"]
+    assert "System Throughput" in page["text"] and not page["errors"], page["errors"]
+    assert shot.stat().st_size > 20_000
+
+
+def test_report_writes_the_same_tree_from_a_finished_sweep(
+    submission: tuple[Path, Path], tmp_path: Path
+) -> None:
+    sweep, tree = submission
+    endpoint = tree.parent / "endpoint.yaml"
+    again = tmp_path / "again"
+    r = run_cli(["report", str(sweep), "--mlperf-endpoints", str(again), "--endpoint-file", str(endpoint)])
+    assert r.returncode == 0, r.stderr
+    first = sorted(p.relative_to(tree) for p in (tree / "results").rglob("*") if p.is_file())
+    second = sorted(p.relative_to(again) for p in (again / "results").rglob("*") if p.is_file())
+    assert first == second and len(first) == 4 * len(POINT_FILES)
+    for rel in first:
+        assert (tree / rel).read_bytes() == (again / rel).read_bytes(), rel
+    r = run_cli(["report", str(sweep), "--mlperf-endpoints", str(again)])
+    assert r.returncode == 2 and "already holds results/" in r.stderr
+    point = next(p for p in (sweep / "points").iterdir() if p.is_dir())
+    r = run_cli(["report", str(point), "--mlperf-endpoints", str(tmp_path / "x")])
+    assert r.returncode == 2 and "needs a sweep folder" in r.stderr
