@@ -4,13 +4,20 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import re
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
-from loadtest.metrics.run_length import evidence_duration_s, evidence_requests, judged_seconds_for
+from loadtest.metrics.run_length import (
+    drain_timeout_for,
+    evidence_duration_s,
+    evidence_requests,
+    judged_seconds_for,
+    longest_output,
+)
 from loadtest.metrics.slo import Slo, parse_slos
 from loadtest.profile.loader import load_profile, shipped_profiles
 from loadtest.sim.presets import EngineConfig, get_gpu, get_model
@@ -246,3 +253,17 @@ def test_the_run_length_for_a_percentile_follows_early_stopping_and_the_arrivals
     # Burstier arrivals need longer for the same evidence; an explicit warm-up of 0 needs no extra.
     assert judged_seconds_for(459, 10.0, cv=4.0) > 1.25 * judged
     assert evidence_duration_s(0.99, 10.0, warmup=0) == float(int(judged) + 1)
+
+
+def test_the_drain_lets_an_endpoint_that_meets_the_slos_finish_its_longest_answer() -> None:
+    """DeepSeek-R1 answers of up to 20,000 tokens at the 80 ms TPOT limit take ~1,600 s: a 60 s drain
+    counted 107 of 603 of them as the endpoint's timeouts in a 600 s default run."""
+    r1, _ = load_profile("mlperf-deepseek-r1-server")
+    longest = max(longest_output(sc.output_tokens) or 0 for sc in r1.scenarios)
+    assert drain_timeout_for(r1) == math.ceil((2.0 + longest * 0.080) * 1.1)
+    chat, _ = load_profile("long-context-agent")  # an E2E limit of 15 s: the 60 s floor
+    assert drain_timeout_for(chat) == 60.0
+    assert drain_timeout_for(load_profile("interactive-chat")[0]) == 60.0  # no latency SLO
+    set_by_user = r1.model_copy(update={"client": r1.client.model_copy(update={"drain_timeout_s": 5.0})})
+    set_by_user.client.model_fields_set.add("drain_timeout_s")
+    assert drain_timeout_for(set_by_user) == 5.0

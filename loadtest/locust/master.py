@@ -44,6 +44,7 @@ from loadtest.locust.settings import RunSettings
 from loadtest.locust.shipping import RecordSink
 from loadtest.metrics.judged import record_from_line
 from loadtest.metrics.recorder import Recorder, RunAggregates
+from loadtest.metrics.run_length import drain_timeout_for
 from loadtest.profile.schema import Profile
 from loadtest.results.record_log import read_lines
 from loadtest.workload.builder import Workload
@@ -262,7 +263,7 @@ class MasterSession:
             drive_load(runner, profile, settings, stopper)
             progress.stop()
             drain = stopper.reason is None
-            drain_s = profile.client.drain_timeout_s
+            drain_s = drain_timeout_for(profile)
             if drain:
                 progress.draining(None, drain_s)
             send(runner, Finish(drain=drain, timeout=drain_s))

@@ -38,6 +38,7 @@ from loadtest.locust.progress import ProgressPrinter
 from loadtest.locust.prometheus import LiveMetrics, LiveView
 from loadtest.locust.settings import RunSettings
 from loadtest.metrics.recorder import RunAggregates
+from loadtest.metrics.run_length import drain_timeout_for
 from loadtest.profile.schema import Profile
 from loadtest.results.capture import CAPTURE_FILE
 
@@ -130,8 +131,9 @@ def run_local(settings: RunSettings, live: LiveMetrics | None = None) -> RunOutc
     drive_load(runner, ctx.profile, settings, stopper)
     progress.stop()
     if stopper.reason is None:
-        progress.draining(ctx.in_flight, ctx.profile.client.drain_timeout_s)
-        drain(ctx, ctx.profile.client.drain_timeout_s)
+        drain_s = drain_timeout_for(ctx.profile)
+        progress.draining(ctx.in_flight, drain_s)
+        drain(ctx, drain_s)
     runner.stop()
     runner.quit()
     ctx.close()

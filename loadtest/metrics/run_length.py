@@ -1,4 +1,4 @@
-"""How long an open-loop run must be for early stopping to prove its SLO percentiles, given the arrivals' spread."""
+"""How long a run must be for early stopping to prove its SLO percentiles, and how long its end-of-run drain waits."""
 
 from __future__ import annotations
 
@@ -6,6 +6,9 @@ import math
 
 from loadtest.metrics import early_stopping as es
 from loadtest.metrics.judged import judged_warmup_s
+from loadtest.metrics.slo import Slo, parse_slos
+from loadtest.profile.dists import Empirical, Fixed, Length
+from loadtest.profile.schema import Profile
 
 # A run's judged count is random (Poisson or gamma arrivals): the length is chosen so that even a count
 # this many standard deviations below its mean still reaches the evidence the percentile needs.
@@ -43,3 +46,46 @@ def evidence_duration_s(
     while duration - judged_warmup_s(warmup, duration) < judged:
         duration += 1
     return float(duration)
+
+
+# The end-of-run drain when the profile does not set client.drain_timeout_s and its SLOs do not say
+# how long a compliant answer may take; at most MAX_AUTO_DRAIN_S however long the answers.
+DEFAULT_DRAIN_S = 60.0
+MAX_AUTO_DRAIN_S = 3600.0
+DRAIN_MARGIN = 1.1
+
+
+def longest_output(length: Length | None) -> int | None:
+    """The most output tokens a length spec can ask for (None: unbounded or not given)."""
+    if isinstance(length, Fixed):
+        return length.value
+    if isinstance(length, Empirical):
+        return int(length.points[-1][1])
+    return getattr(length, "max", None)
+
+
+def drain_timeout_for(profile: Profile) -> float:
+    """How long requests in flight get to finish after the load stops (docs/reliability.md).
+
+    ``client.drain_timeout_s`` when the profile sets it; otherwise long enough that an endpoint which
+    meets the profile's SLOs finishes its longest answer: the E2E limit, or the TTFT limit plus the
+    longest output at the TPOT limit, with a tenth more, at least 60 s. Without such SLOs, 60 s. So a
+    request still unanswered when the drain ends is the endpoint's timeout, never a long answer cut off.
+    """
+    client = profile.client
+    if "drain_timeout_s" in client.model_fields_set:
+        return client.drain_timeout_s
+    limits: dict[str, float] = {}
+    for slo in parse_slos(profile.slos or {}):
+        if isinstance(slo, Slo):
+            limits[slo.metric] = max(limits.get(slo.metric, 0.0), slo.limit_ms / 1e3)
+    if "e2e" in limits:
+        need = limits["e2e"]
+    elif "tpot" in limits:
+        outputs = [longest_output(sc.output_tokens) for sc in profile.scenarios]
+        if not outputs or any(n is None for n in outputs):
+            return client.drain_timeout_s
+        need = limits.get("ttft", 0.0) + max(n for n in outputs if n is not None) * limits["tpot"]
+    else:
+        return client.drain_timeout_s
+    return float(min(MAX_AUTO_DRAIN_S, max(client.drain_timeout_s, math.ceil(need * DRAIN_MARGIN))))
