@@ -1,11 +1,17 @@
 """Live progress of `loadtest run` (locust/progress.py): a line on stderr every --progress seconds with
 the requests so far (growing), their rates, TTFT and the requests in flight, and the drain announced;
-none with --progress 0; the same from a master whose workers report."""
+none with --progress 0; the same from a master whose workers report; by default every 5 s on a terminal,
+none when piped, none with --quiet."""
 
 from __future__ import annotations
 
+import os
+import pty
 import re
+import select
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -13,7 +19,7 @@ import pytest
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from conftest import run_cli, write_profile  # noqa: E402
+from conftest import CLI, run_cli, write_profile  # noqa: E402
 
 LINE = re.compile(
     r"^progress (\d+) s / 6 s: (\d+) requests \((\d+) ok, (\d+) failed\), [\d.]+ req/s, [\d,]+ output tok/s, "
@@ -48,3 +54,61 @@ def test_no_progress_with_progress_0(tmp_path: Path) -> None:
     )
     assert res.returncode == 0, res.stderr[-2000:]
     assert not [ln for ln in res.stderr.splitlines() if ln.startswith(("progress ", "load stopped"))]
+
+
+def _in_a_terminal(argv: list[str], timeout: float) -> tuple[int, str]:
+    """Run ``argv`` with stdout and stderr on a pseudo-terminal (what a person sees); exit code and output."""
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen([*CLI, *argv], stdout=follower, stderr=follower, stdin=subprocess.DEVNULL)
+    os.close(follower)
+    out = bytearray()
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([leader], [], [], 1.0)
+            if ready:
+                try:
+                    chunk = os.read(leader, 65536)
+                except OSError:  # the terminal closed: the process ended
+                    break
+                if not chunk:
+                    break
+                out += chunk
+            elif proc.poll() is not None:
+                break
+        return proc.wait(timeout=30), out.decode(errors="replace")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(leader)
+
+
+def test_a_60_s_run_in_a_terminal_shows_progress_and_a_piped_quiet_one_shows_none(tmp_path: Path) -> None:
+    prof = write_profile(
+        tmp_path / "p.yaml", load={"concurrency": 1}, output_tokens={"dist": "fixed", "value": 4}
+    )
+    code, seen = _in_a_terminal(
+        [
+            "run",
+            "--profile",
+            str(prof),
+            "--duration",
+            "60",
+            "--engine-speedup",
+            "10",
+            "--out",
+            str(tmp_path / "t"),
+        ],
+        timeout=240,
+    )
+    assert code == 0, seen[-2000:]
+    ticks = [ln for ln in seen.splitlines() if ln.startswith("progress ")]
+    assert len(ticks) >= 10, seen[-3000:]  # every 5 s by default on a terminal
+    piped = run_cli(
+        ["run", "--profile", str(prof), "--duration", "6", "--quiet", "--out", str(tmp_path / "p")]
+    )
+    assert piped.returncode == 0, piped.stderr[-2000:]
+    text = piped.stdout + piped.stderr
+    assert not [ln for ln in text.splitlines() if ln.startswith(("progress ", "load stopped"))]
+    assert "verdict: PASS" in piped.stdout  # quiet is about the ticker, not the result

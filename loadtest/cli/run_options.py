@@ -10,6 +10,7 @@ from typing import Any, get_args
 from loadtest.client.preflight import CHECK_MODELS
 from loadtest.economics.spec import OPTION_FIELDS
 from loadtest.errors import LoadtestError
+from loadtest.locust.progress import DEFAULT_PROGRESS_S
 from loadtest.metrics.verdict import GeneratorHealth
 from loadtest.run.options import EndpointOptions, RunOptions, TelemetryOptions
 from loadtest.sim.start import EngineOverrides
@@ -59,15 +60,33 @@ def _positive_int(text: str) -> int:
 
 
 def add_progress_option(parser: argparse.ArgumentParser) -> None:
-    """``--progress S`` of run and master: a progress line on stderr every S seconds (0: none)."""
+    """``--progress S`` / ``--quiet`` of run and master: a progress line on stderr every S seconds."""
     parser.add_argument(
         "--progress",
         type=float,
-        default=10.0,
+        default=None,
         metavar="S",
         help="while the load runs, a line on stderr every S seconds: requests (ok, failed), req/s, "
-        "output tokens/s, TTFT p50/p99, requests in flight; and the drain announced (0: none; default 10)",
+        "output tokens/s, TTFT p50/p99, requests in flight; and the drain announced (0: none; default: "
+        f"every {DEFAULT_PROGRESS_S:g} s when stderr is a terminal, none when it is piped)",
     )
+    parser.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        help="no progress lines (the start-up lines, warnings and the verdict still print)",
+    )
+
+
+def progress_interval(args: argparse.Namespace) -> float:
+    """The progress interval the options ask for: none with --quiet, --progress when given, else the
+    default on a terminal and none when stderr is piped (a CI log keeps the summary, not the ticker)."""
+    if getattr(args, "quiet", False):
+        return 0.0
+    given = getattr(args, "progress", None)
+    if given is not None:
+        return float(given)
+    return DEFAULT_PROGRESS_S if sys.stderr.isatty() else 0.0
 
 
 def add_capture_options(parser: argparse.ArgumentParser) -> None:
@@ -109,7 +128,7 @@ def run_options(args: argparse.Namespace, **given: Any) -> RunOptions:
         "cooldown": getattr(args, "cooldown", None),
         "generator_health": getattr(args, "generator_health", None),
         "smoke": getattr(args, "smoke", False),
-        "progress_s": getattr(args, "progress", 0.0),
+        "progress_s": progress_interval(args),
         "max_requests": getattr(args, "max_requests", None),
         "api_key_env": getattr(args, "api_key_env", None),
         "api_key_file": getattr(args, "api_key_file", None),

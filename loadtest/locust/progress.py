@@ -13,7 +13,7 @@ from loadtest.fmt import fmt_ms, fmt_num
 from loadtest.metrics import hdr
 from loadtest.metrics.recorder import Aggregate
 
-DEFAULT_PROGRESS_S = 10.0
+DEFAULT_PROGRESS_S = 5.0  # a 60 s run shows 11 lines
 
 
 def progress_line(
