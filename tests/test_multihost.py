@@ -180,7 +180,11 @@ def test_a_worker_cut_off_mid_run_is_named_and_its_records_recovered(lab: Lab, t
     assert f"worker {1 - victim} (" not in reason, reason
     assert any(f"worker {victim}" in n for n in run["notes"]), run["notes"]
     verdict = [ln for ln in log.splitlines() if ln.startswith("verdict:")][-1]  # the command's last line
-    assert f"worker {victim} was lost" in verdict, verdict
+    # What happened to the run leads, before what its partial figures say about the endpoint.
+    assert verdict.split("): ", 1)[1].startswith(f"interrupted: worker {victim} ("), verdict
+    reasons = log[: log.rindex("verdict:")].rstrip().splitlines()
+    first = next(ln for ln in reasons if ln.startswith("  - "))
+    assert first.startswith(f"  - interrupted: worker {victim} ("), reasons[-6:]
     # Recovered as with a killed worker: what it finished but never reported came from its own copy
     # (the same file system), so the folder holds more of its lines than the master had at the cut,
     # and they are a prefix of that copy.

@@ -236,8 +236,11 @@ def finalize(run: FinishedRun) -> Finalized:
     )
     # The reasons, one a line with its fix (a passing run's: the generator-health warnings), then the
     # verdict line, last.
-    lines += reason_lines(verdict.reasons if not verdict.passed else health_warnings(verdict))
-    lines.append(verdict_line(verdict, code, judging.smoke))
+    # An interrupted run (a signal, a lost worker) says so first: what happened to the run comes
+    # before what its partial figures say about the endpoint.
+    interrupted = [f"interrupted: {outcome.interrupted_reason}"] if outcome.interrupted_reason else []
+    lines += reason_lines(interrupted + (verdict.reasons if not verdict.passed else health_warnings(verdict)))
+    lines.append(verdict_line(verdict, code, judging.smoke, outcome.interrupted_reason))
     return Finalized(document, verdict, run_json, report, lines, code)
 
 
@@ -349,15 +352,21 @@ def reason_lines(reasons: list[str], width: int = 100) -> list[str]:
     ]
 
 
-def verdict_line(verdict: Verdict, exit_code: int | None = None, smoke: bool = False) -> str:
+def verdict_line(
+    verdict: Verdict, exit_code: int | None = None, smoke: bool = False, interrupted: str | None = None
+) -> str:
     """The one line a CI log shows last: the status, the check count, the exit code and the headline
     (``too short; too few samples to prove ttft_p99``; the reasons are the lines above it);
     ``exit_code`` is the process's (an interrupted run's 130/143); ``smoke``: a smoke run, which the line
-    says is not a compliant result."""
+    says is not a compliant result; ``interrupted``: why the run stopped early (a signal, a lost
+    worker), which then leads the line."""
     label = VERDICT_LABELS.get(verdict.status, verdict.status) + (
         " [smoke run: not a compliant result]" if smoke else ""
     )
-    why = f": {headline(verdict.status, verdict.checks)}" if verdict.status != "pass" else ""
+    causes = [f"interrupted: {interrupted}"] if interrupted else []
+    if verdict.status != "pass":
+        causes.append(headline(verdict.status, verdict.checks))
+    why = f": {'; '.join(causes)}" if causes else ""
     checks = len(verdict.checks)
     code = verdict.exit_code if exit_code is None else exit_code
     return f"verdict: {label} ({checks} check{'s' if checks != 1 else ''}, exit {code}){why}"
