@@ -18,7 +18,7 @@ compared at the same CPU share, as load generators are run. Every figure is prin
 `loadtest run` open loop (Poisson arrivals, 500 req/s, 50-token batched answers) and prints the arrival
 rate the schedule asked for and the rate the requests were sent at in the window, and the schedule lag.
 
-    .venv/bin/python tests/bench/bench_run_capacity.py [--duration 10] [--warmup 3] [--concurrency 16] \
+    .venv/bin/python tests/bench/bench_run_capacity.py [--duration 10] [--warmup 3] [--rounds 3] [--concurrency 16] \
         [--paced-concurrency 400] [--paced-run-concurrency 800] [--open-rate 500] [--framing chunked|coalesced|content-length] \
         [--only batched|paced|open]
 """
@@ -123,7 +123,7 @@ def measure_run(
     if bad or not lines:
         raise SystemExit(f"run: outcomes {bad or 'none'} in the window (expected only ok)")
     events = sum(len(r["chunks_us"]) for r in lines)
-    ttft = [r["ttft_us"] / 1e3 for r in lines if r.get("ttft_us") is not None]
+    ttft = [(r["ttft_us"] - (r.get("sent_us") or 0)) / 1e3 for r in lines if r.get("ttft_us") is not None]
     gaps = [(b - a) / 1e3 for r in lines for a, b in zip(r["chunks_us"], r["chunks_us"][1:], strict=False)]
     return {
         "events": events,
@@ -132,7 +132,36 @@ def measure_run(
         "wall_s": t1 - t0,
         "ttft_p99_ms": float(np.percentile(ttft, 99)) if ttft else None,
         "itl_p99_ms": float(np.percentile(gaps, 99)) if gaps else None,
+        "lines": lines,
     }
+
+
+def over_server(lines: list[dict[str, Any]], truth: dict[str, list[int]]) -> tuple[float, float, float, int]:
+    """How much later than the server the run saw each token (ms, p99): client TTFT (from its send)
+    minus the server's (its first token's write minus the request's arrival: so the request's transit
+    and the server's own delay in reading it count against the client); the first token's read after
+    the response headers' minus the server's write interval (the read side alone); each client gap
+    between tokens minus the server's gap between those writes; and the requests matched by wire id."""
+    ttft_over: list[float] = []
+    read_over: list[float] = []
+    gap_over: list[float] = []
+    matched = 0
+    for r in lines:
+        times = truth.get(r.get("wire_id") or "")
+        chunks = r["chunks_us"]
+        if not times or len(times) - 1 != len(chunks) or r.get("ttft_us") is None:
+            continue
+        matched += 1
+        ttft = (r["ttft_us"] - (r.get("sent_us") or 0)) / 1e3  # from the request's send
+        ttft_over.append(ttft - (times[1] - times[0]) / 1e6)
+        if r.get("headers_us") is not None:  # the server writes its headers as the request arrives
+            read_over.append((r["ttft_us"] - r["headers_us"]) / 1e3 - (times[1] - times[0]) / 1e6)
+        for k in range(1, len(chunks)):
+            gap_over.append((chunks[k] - chunks[k - 1]) / 1e3 - (times[k + 1] - times[k]) / 1e6)
+    if not matched:
+        raise SystemExit("no record of the run matched the server's truth by X-Request-Id")
+    read = float(np.percentile(read_over, 99)) if read_over else float("nan")
+    return float(np.percentile(ttft_over, 99)), read, float(np.percentile(gap_over, 99)), matched
 
 
 def measure_open(
@@ -233,39 +262,75 @@ def part(
     args: argparse.Namespace,
     tokens: int,
 ) -> None:
-    """One part: a whole ``loadtest run`` with ``streams[0]`` streams, then the baseline with ``streams[1]``."""
+    """One part, ``args.rounds`` times: a whole ``loadtest run`` with ``streams[0]`` streams, then the
+    baseline with ``streams[1]``, each against a fresh server. The machine's speed drifts between
+    minutes, so the figures are the medians of the rounds and the ratio the median of each round's own
+    ratio (its spread printed too)."""
     extra = ["--framing", framing] if mode == "batched" else ["--tokens", str(PACED_TOKENS)]
     ramp = PACED_TTFT_MS / 1e3 + PACED_TOKENS * PACED_ITL_MS / 1e3 if mode == "paced" else 0.0
     run_streams, base_streams = streams
-    with tempfile.TemporaryDirectory(prefix="bench-run-capacity-") as d:
-        with ServerProcess(mode, *extra) as srv:
-            run = measure_run(
-                srv.base_url.removesuffix("/v1"), run_streams, args.duration, args.warmup, tokens, Path(d)
-            )
-        with ServerProcess(mode, *extra) as srv:
-            base = measure_gevent(
-                srv.base_url.removesuffix("/v1"), base_streams, args.duration, args.warmup, ramp
-            )
-    run_rate = run["events"] / run["cpu_s"]
-    base_rate = base["events"] / base["cpu_s"]
+    rounds: list[dict[str, float]] = []
+    for _ in range(max(1, args.rounds)):
+        with tempfile.TemporaryDirectory(prefix="bench-run-capacity-") as d:
+            with ServerProcess(mode, *extra) as srv:
+                run = measure_run(
+                    srv.base_url.removesuffix("/v1"), run_streams, args.duration, args.warmup, tokens, Path(d)
+                )
+                told = srv.get_json("/truth") if mode == "paced" else {}
+                truth = told.get("requests", {})
+            with ServerProcess(mode, *extra) as srv:
+                base = measure_gevent(
+                    srv.base_url.removesuffix("/v1"), base_streams, args.duration, args.warmup, ramp
+                )
+        r = {
+            "run_rate": run["events"] / run["cpu_s"],
+            "run_util": run["cpu_s"] / run["wall_s"] * 100,
+            "base_rate": base["events"] / base["cpu_s"],
+            "base_util": base["cpu_s"] / base["window_s"] * 100,
+        }
+        r["ratio"] = r["run_rate"] / r["base_rate"]
+        if mode == "paced":
+            r["ttft_added"] = (run["ttft_p99_ms"] or 0) - PACED_TTFT_MS
+            r["base_ttft_added"] = (base["ttft_p99_ms"] or 0) - PACED_TTFT_MS
+            r["itl"] = run["itl_p99_ms"] or 0.0
+            r["ttft_over"], r["read_over"], r["gap_over"], r["matched"] = over_server(run["lines"], truth)
+            r["base_gap"] = base["gap_p99_ms"] or 0.0
+            late = told.get("lateness_ns") or [0]
+            r["server_late"] = float(np.percentile(late, 99)) / 1e6  # its own loop's delay, in every figure
+        rounds.append(r)
+
+    def med(key: str) -> float:
+        return float(np.median([r[key] for r in rounds]))
+
+    line(f"{name}_rounds", len(rounds), "rounds")
     line(f"{name}_run_streams", run_streams, "streams")
     line(f"{name}_gevent_streams", base_streams, "streams")
-    line(f"{name}_run_events_per_cpu_s", run_rate, "events/s")
-    line(f"{name}_run_cpu_util", run["cpu_s"] / run["wall_s"] * 100, "%", "{:.1f}")
-    line(f"{name}_gevent_events_per_cpu_s", base_rate, "events/s")
-    line(f"{name}_gevent_cpu_util", base["cpu_s"] / base["window_s"] * 100, "%", "{:.1f}")
-    line(f"{name}_run_vs_gevent", run_rate / base_rate, "x", "{:.2f}")
+    line(f"{name}_run_events_per_cpu_s", med("run_rate"), "events/s")
+    line(f"{name}_run_cpu_util", med("run_util"), "%", "{:.1f}")
+    line(f"{name}_gevent_events_per_cpu_s", med("base_rate"), "events/s")
+    line(f"{name}_gevent_cpu_util", med("base_util"), "%", "{:.1f}")
+    line(f"{name}_run_vs_gevent", med("ratio"), "x", "{:.2f}")
+    ratios = [r["ratio"] for r in rounds]
+    line(f"{name}_run_vs_gevent_range", f"{min(ratios):.2f}-{max(ratios):.2f}", "x")
     if mode == "paced":
-        line(f"{name}_run_ttft_p99_added", (run["ttft_p99_ms"] or 0) - PACED_TTFT_MS, "ms", "{:.2f}")
-        line(f"{name}_gevent_ttft_p99_added", (base["ttft_p99_ms"] or 0) - PACED_TTFT_MS, "ms", "{:.2f}")
-        line(f"{name}_run_itl_p99", run["itl_p99_ms"] or 0.0, "ms", "{:.2f}")
-        line(f"{name}_gevent_gap_p99", base["gap_p99_ms"] or 0.0, "ms", "{:.2f}")
+        line(f"{name}_run_ttft_p99_added", med("ttft_added"), "ms", "{:.2f}")
+        line(f"{name}_gevent_ttft_p99_added", med("base_ttft_added"), "ms", "{:.2f}")
+        line(f"{name}_run_itl_p99", med("itl"), "ms", "{:.2f}")
+        line(f"{name}_run_ttft_p99_over_server", med("ttft_over"), "ms", "{:.2f}")
+        line(f"{name}_run_first_token_read_p99_over_server", med("read_over"), "ms", "{:.2f}")
+        line(f"{name}_run_gap_p99_over_server", med("gap_over"), "ms", "{:.2f}")
+        line(f"{name}_run_requests_matched_to_truth", int(sum(r["matched"] for r in rounds)), "requests")
+        line(f"{name}_gevent_gap_p99", med("base_gap"), "ms", "{:.2f}")
+        line(f"{name}_server_write_lateness_p99", med("server_late"), "ms", "{:.2f}")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--duration", type=float, default=10.0, help="measurement window per part, s")
     ap.add_argument("--warmup", type=float, default=3.0, help="seconds before the window opens")
+    ap.add_argument(
+        "--rounds", type=int, default=3, help="run and baseline alternate this many times per part (medians)"
+    )
     ap.add_argument("--concurrency", type=int, default=16, help="streams against the batched server")
     ap.add_argument(
         "--paced-concurrency",

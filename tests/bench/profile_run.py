@@ -28,7 +28,7 @@ CLIENT_CPU = "0"
 
 def _profile(mode: str) -> dict[str, object]:
     tokens = 250 if mode == "batched" else 49
-    streams = 16 if mode == "batched" else 400
+    streams = 16 if mode == "batched" else 800  # paced: about half a core, as bench_run_capacity
     return {
         "name": "profile",
         "input_tokens": {"dist": "fixed", "value": 12},
