@@ -109,6 +109,25 @@ class _Cdp:
         os.close(self.r)
 
 
+def _open_page(cdp: _Cdp, url: str, width: int, height: int, network: bool = True) -> str:
+    """A new tab of ``width`` × ``height`` CSS pixels with ``url`` loaded; its session id."""
+    target = cdp.call("Target.createTarget", url="about:blank")["targetId"]
+    sid: str = cdp.call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
+    for domain in ("Runtime", "Log", *(("Network",) if network else ()), "Page"):
+        cdp.call(f"{domain}.enable", sid)
+    cdp.call(
+        "Emulation.setDeviceMetricsOverride",
+        sid,
+        width=width,
+        height=height,
+        deviceScaleFactor=1,
+        mobile=False,
+    )
+    cdp.call("Page.navigate", sid, url=url)
+    cdp.wait_event("Page.loadEventFired")
+    return sid
+
+
 def open_in_chromium(
     page: Path,
     shot: Path,
@@ -124,21 +143,8 @@ def open_in_chromium(
     """
     cdp = _Cdp(profile_dir)
     try:
-        target = cdp.call("Target.createTarget", url="about:blank")["targetId"]
-        sid = cdp.call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
-        for domain in ("Runtime", "Log", "Network", "Page"):
-            cdp.call(f"{domain}.enable", sid)
-        cdp.call(
-            "Emulation.setDeviceMetricsOverride",
-            sid,
-            width=1280,
-            height=900,
-            deviceScaleFactor=1,
-            mobile=False,
-        )
         url = page.resolve().as_uri()
-        cdp.call("Page.navigate", sid, url=url)
-        cdp.wait_event("Page.loadEventFired")
+        sid = _open_page(cdp, url, 1280, 900)
         probe = (
             "JSON.stringify({plots: document.querySelectorAll('.js-plotly-plot').length,"
             " svgs: document.querySelectorAll('.js-plotly-plot .main-svg').length,"
@@ -190,20 +196,7 @@ class LivePage:
     def __init__(self, url: str, profile_dir: Path, width: int = 1280, height: int = 900) -> None:
         self.cdp = _Cdp(profile_dir)
         try:
-            target = self.cdp.call("Target.createTarget", url="about:blank")["targetId"]
-            self.sid = self.cdp.call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
-            for domain in ("Runtime", "Log", "Page"):
-                self.cdp.call(f"{domain}.enable", self.sid)
-            self.cdp.call(
-                "Emulation.setDeviceMetricsOverride",
-                self.sid,
-                width=width,
-                height=height,
-                deviceScaleFactor=1,
-                mobile=False,
-            )
-            self.cdp.call("Page.navigate", self.sid, url=url)
-            self.cdp.wait_event("Page.loadEventFired")
+            self.sid = _open_page(self.cdp, url, width, height, network=False)
         except BaseException:
             self.cdp.close()
             raise
@@ -259,20 +252,7 @@ def open_url(url: str, shot: Path, profile_dir: Path, ready: str, timeout: float
     return the page's text, whether it got ready, its requests and its errors."""
     cdp = _Cdp(profile_dir)
     try:
-        target = cdp.call("Target.createTarget", url="about:blank")["targetId"]
-        sid = cdp.call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
-        for domain in ("Runtime", "Log", "Network", "Page"):
-            cdp.call(f"{domain}.enable", sid)
-        cdp.call(
-            "Emulation.setDeviceMetricsOverride",
-            sid,
-            width=1400,
-            height=1000,
-            deviceScaleFactor=1,
-            mobile=False,
-        )
-        cdp.call("Page.navigate", sid, url=url)
-        cdp.wait_event("Page.loadEventFired")
+        sid = _open_page(cdp, url, 1400, 1000)
         got_ready = False
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

@@ -21,6 +21,19 @@ class HostAction(argparse.Action):
         namespace.host = hosts[0]
 
 
+def add_hosts_options(parser: argparse.ArgumentParser) -> None:
+    """``-H/--host`` (several times: a fleet), --hosts-file and --balance; without them, the embedded engine."""
+    parser.add_argument(
+        "-H",
+        "--host",
+        action=HostAction,
+        metavar="URL",
+        help="endpoint base URL, e.g. http://10.0.0.5:8000; give it again for each replica "
+        "(default: start the embedded engine)",
+    )
+    add_fleet_options(parser)
+
+
 def add_fleet_options(parser: argparse.ArgumentParser) -> None:
     """--hosts-file and --balance (``--host`` itself uses HostAction)."""
     parser.add_argument(

@@ -14,7 +14,7 @@ from loadtest.cli.common_options import (
     workload_parent,
 )
 from loadtest.cli.compare_cmd import add_parser as add_compare_parser
-from loadtest.cli.endpoint_flags import HostAction, add_endpoint_check_option, add_fleet_options
+from loadtest.cli.endpoint_flags import add_endpoint_check_option, add_hosts_options
 from loadtest.cli.endpoint_options import add_endpoint_options
 from loadtest.cli.export_cmd import add_parser as add_export_parser
 from loadtest.cli.run_options import (
@@ -52,15 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
             engine_parent(),
         ],
     )
-    run.add_argument(
-        "-H",
-        "--host",
-        action=HostAction,
-        metavar="URL",
-        help="endpoint base URL, e.g. http://10.0.0.5:8000; give it again for each replica "
-        "(default: start the embedded engine)",
-    )
-    add_fleet_options(run)  # --hosts-file, --balance (docs/multi-endpoint.md)
+    add_hosts_options(run)  # -H/--host, --hosts-file, --balance (docs/multi-endpoint.md)
     add_endpoint_check_option(run)  # --endpoint-check models|none|PATH
     add_endpoint_options(run)  # --gpu-kind, --gpu-count, prices, --endpoint-file (docs/economics.md)
     add_capture_options(run)
@@ -90,15 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
         "folder (run.json, records, report.html) goes under --out.",
         parents=[workload_parent("a run"), client_parent(), telemetry_parent(), engine_parent()],
     )
-    ui.add_argument(
-        "-H",
-        "--host",
-        action=HostAction,
-        metavar="URL",
-        help="endpoint base URL, e.g. http://10.0.0.5:8000; give it again for each replica "
-        "(default: start the embedded engine)",
-    )
-    add_fleet_options(ui)  # --hosts-file, --balance (docs/multi-endpoint.md)
+    add_hosts_options(ui)  # -H/--host, --hosts-file, --balance (docs/multi-endpoint.md)
     add_endpoint_check_option(ui)
     ui.add_argument(
         "--processes", type=int, default=1, metavar="N", help="Locust processes (the UI supports 1 for now)"
