@@ -171,33 +171,38 @@ def _captured(out: Path) -> list[dict[str, Any]]:
     ]
 
 
-def test_a_parquet_prompt_file_reaches_vllm_as_written(vllm: ServedVllm, tmp_path: Path) -> None:
-    """Completions with `echo`: vLLM streams back the prompt it received, so the server itself shows
-    that every prompt is the dataset's text, byte for byte; its prompt token count equals the client's."""
-    import pyarrow.parquet as pq
-
-    rows = pq.read_table(DATASETS / "prompts.parquet").to_pylist()
+def _dataset_run(
+    vllm: ServedVllm, tmp_path: Path, name: str, **profile: Any
+) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:
+    """An 8 s dataset run against ``vllm`` with every request captured; run.json, the records (all
+    ok) and the capture lines."""
     prof = tmp_path / "p.yaml"
     prof.write_text(
-        json.dumps(
-            {
-                "name": "vllm-parquet",
-                "api": "completions",
-                "dataset": {"path": str(DATASETS / "prompts.parquet"), "output_tokens": "dataset"},
-                "ignore_eos": True,
-                "request": {"extra_body": {"echo": True}},
-                "load": {"concurrency": 2},
-                "duration_s": 8,
-            }
-        )
+        json.dumps({"name": name, "ignore_eos": True, "load": {"concurrency": 2}, "duration_s": 8, **profile})
     )
     env_state = {"LOADTEST_STATE_DIR": str(vllm.state_dir)}
     res, run, records = run_load(
         ["--profile", str(prof), "--host", vllm.url, "--capture", "1000"], tmp_path / "o", env=env_state
     )
     assert records and all(r["outcome"] == "ok" for r in records), (res.stderr[-2000:], records[:2])
+    return run, records, _captured(tmp_path / "o")
+
+
+def test_a_parquet_prompt_file_reaches_vllm_as_written(vllm: ServedVllm, tmp_path: Path) -> None:
+    """Completions with `echo`: vLLM streams back the prompt it received, so the server itself shows
+    that every prompt is the dataset's text, byte for byte; its prompt token count equals the client's."""
+    import pyarrow.parquet as pq
+
+    rows = pq.read_table(DATASETS / "prompts.parquet").to_pylist()
+    run, records, captured = _dataset_run(
+        vllm,
+        tmp_path,
+        "vllm-parquet",
+        api="completions",
+        dataset={"path": str(DATASETS / "prompts.parquet"), "output_tokens": "dataset"},
+        request={"extra_body": {"echo": True}},
+    )
     prompts = {row["prompt"] for row in rows}
-    captured = _captured(tmp_path / "o")
     assert len(captured) == len(records)
     for c in captured:
         sent = json.loads(c["request"])["prompt"]
@@ -214,24 +219,13 @@ def test_a_sharegpt_file_reaches_vllm_with_its_turns_and_counts(vllm: ServedVllm
     count (its chat template over those messages) equals the client's for every request."""
     convs = json.loads((DATASETS / "sharegpt.json").read_text())
     turns = {t["value"] for c in convs for t in c["conversations"] if t["from"] in ("human", "system")}
-    prof = tmp_path / "p.yaml"
-    prof.write_text(
-        json.dumps(
-            {
-                "name": "vllm-sharegpt",
-                "dataset": {"path": str(DATASETS / "sharegpt.json"), "output_tokens": "reference"},
-                "ignore_eos": True,
-                "load": {"concurrency": 2},
-                "duration_s": 8,
-            }
-        )
+    run, records, captured = _dataset_run(
+        vllm,
+        tmp_path,
+        "vllm-sharegpt",
+        dataset={"path": str(DATASETS / "sharegpt.json"), "output_tokens": "reference"},
     )
-    env_state = {"LOADTEST_STATE_DIR": str(vllm.state_dir)}
-    res, run, records = run_load(
-        ["--profile", str(prof), "--host", vllm.url, "--capture", "1000"], tmp_path / "o", env=env_state
-    )
-    assert records and all(r["outcome"] == "ok" for r in records), (res.stderr[-2000:], records[:2])
-    for c in _captured(tmp_path / "o"):
+    for c in captured:
         messages = json.loads(c["request"])["messages"]
         sent = {m["content"] for m in messages if m["role"] in ("user", "system")}
         assert sent <= turns, sorted(sent - turns)[:1]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import time
@@ -25,7 +26,7 @@ from loadtest.metrics.recorder import Recorder
 from loadtest.metrics.slo import RequestSlo, merge_slos
 from loadtest.profile.client import RetrySpec
 from loadtest.profile.quality import CaptureSpec
-from loadtest.results.capture import CaptureLog
+from loadtest.results.capture import CaptureLog, share
 from loadtest.results.record_log import RecordLog
 from loadtest.workload.builder import Workload
 
@@ -226,7 +227,7 @@ class RunContext:
             # Locust's Statistics and Charts tabs show this time: the type says it is the E2E latency
             # (from the scheduled time) and the size the output tokens; TTFT, ITL, TPOT are on the LLM views.
             self.env.events.request.fire(
-                request_type=f"{rec.api.upper()} E2E (size: output tokens)",
+                request_type=_request_type(rec.api),
                 name=rec.scenario,
                 response_time=e2e,
                 response_length=rec.output_tokens,
@@ -242,8 +243,12 @@ class RunContext:
             self.capture.close()
 
 
+@functools.cache
+def _request_type(api: str) -> str:
+    """Locust's request type for an API's records (one string per API, not one per request)."""
+    return f"{api.upper()} E2E (size: output tokens)"
+
+
 def unit_share(total: int | None, index: int, n: int) -> int | None:
     """Worker ``index`` of ``n``'s share of ``total`` units (None: no bound); the shares add up to it."""
-    if total is None:
-        return None
-    return total // n + (1 if index < total % n else 0)
+    return None if total is None else share(total, index, n)

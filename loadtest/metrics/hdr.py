@@ -76,16 +76,7 @@ def fast_percentiles(hist: HdrHistogram, pcts: Iterable[float]) -> list[int | No
     hdrh's own ``get_value_at_percentile`` ranks by round(n · p) instead (one sample lower whenever the
     fraction of n · p is below one half) and walks every bucket in Python for each call.
     """
-    n = hist.get_total_count()
-    pcts = list(pcts)
-    if not n:
-        return [None] * len(pcts)
-    cum = np.cumsum(np.ctypeslib.as_array(hist.counts)[: hist.counts_len], dtype=np.int64)
-    out: list[int | None] = []
-    for p in pcts:
-        idx = int(np.searchsorted(cum, loadgen_index(n, p) + 1, side="left"))
-        out.append(int(hist.get_highest_equivalent_value(hist.get_value_from_index(idx))))
-    return out
+    return percentiles_of_counts(hist, np.ctypeslib.as_array(hist.counts)[: hist.counts_len], pcts)
 
 
 def counts_of(hist: HdrHistogram) -> np.ndarray:
@@ -94,12 +85,13 @@ def counts_of(hist: HdrHistogram) -> np.ndarray:
 
 
 def percentiles_of_counts(hist: HdrHistogram, counts: np.ndarray, pcts: Iterable[float]) -> list[int | None]:
-    """``fast_percentiles`` of bucket counts laid out like ``hist``'s (a window: two ``counts_of`` apart)."""
+    """``fast_percentiles`` of bucket counts laid out like ``hist``'s (its own, or a window's: two
+    ``counts_of`` apart)."""
     pcts = list(pcts)
-    n = int(counts.sum())
+    cum = np.cumsum(counts, dtype=np.int64)
+    n = int(cum[-1]) if len(cum) else 0
     if n <= 0:
         return [None] * len(pcts)
-    cum = np.cumsum(counts, dtype=np.int64)
     out: list[int | None] = []
     for p in pcts:
         idx = int(np.searchsorted(cum, loadgen_index(n, p) + 1, side="left"))  # LoadGen's rank

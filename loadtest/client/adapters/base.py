@@ -96,6 +96,14 @@ def openai_body(client: OpenAIClient, req: PreparedRequest) -> dict[str, Any]:
     return body
 
 
+def keep_answer(client: OpenAIClient, rec: RequestRecord, answer: str, tools: str, reasoning: str) -> None:
+    """An answer's texts on its record, and the client's token counts of them: the output is the
+    answer, the tool-call arguments and the reasoning; the reasoning's share also on its own."""
+    rec.answer_text, rec.tool_calls_text, rec.reasoning_text = answer, tools, reasoning
+    rec.reasoning_tokens_client = client.tokenizer.count(reasoning) if reasoning else 0
+    rec.completion_tokens_client = client.tokenizer.count(answer + tools) + rec.reasoning_tokens_client
+
+
 def done_time(resp: Response) -> int:
     """When the answer ended: the last read, else the headers."""
     return resp.times[-1] if resp.times else resp.headers_ns

@@ -13,6 +13,7 @@ from loadtest.client.adapters.base import (
     is_context_length_error,
     json_decoder,
     json_encoder,
+    keep_answer,
     openai_body,
 )
 from loadtest.client.http import Response
@@ -53,20 +54,13 @@ def classify_choices_stream(client: OpenAIClient, rec: RequestRecord, resp: Resp
         ct = resp.content_type or "none"
         rec.error = f"expected an SSE stream (text/event-stream), got content-type {ct}: {snippet(resp.body)}"
         return
-    tokenizer = client.tokenizer
     s = parse_stream(resp.chunks, resp.times)
     rec.chunk_ns = s.chunk_ns
     rec.first_token_ns = s.first_token_ns
     rec.first_answer_ns = s.first_answer_ns
     rec.finish_reason = s.finish_reason
-    rec.answer_text = s.answer_text
-    rec.tool_calls_text = s.tool_text
-    rec.reasoning_text = s.reasoning_text
     rec.done_ns = done_time(resp)
-    rec.completion_tokens_client = tokenizer.count(s.answer_text + s.tool_text) + (
-        rec_reason := tokenizer.count(s.reasoning_text)
-    )
-    rec.reasoning_tokens_client = rec_reason
+    keep_answer(client, rec, s.answer_text, s.tool_text, s.reasoning_text)
     if s.usage is not None:
         u = s.usage
         rec.prompt_tokens_server = u.prompt_tokens
@@ -117,9 +111,7 @@ def classify_choices_object(client: OpenAIClient, rec: RequestRecord, resp: Resp
         rec.finish_reason = c.get("finish_reason") or rec.finish_reason
     rec.first_token_ns = rec.done_ns
     rec.first_answer_ns = rec.done_ns
-    rec.answer_text, rec.tool_calls_text, rec.reasoning_text = text, tools, reasoning
-    rec.reasoning_tokens_client = client.tokenizer.count(reasoning) if reasoning else 0
-    rec.completion_tokens_client = client.tokenizer.count(text + tools) + rec.reasoning_tokens_client
+    keep_answer(client, rec, text, tools, reasoning)
     usage = obj.get("usage") or {}
     rec.prompt_tokens_server = usage.get("prompt_tokens")
     rec.completion_tokens_server = usage.get("completion_tokens")

@@ -11,6 +11,7 @@ from loadtest.client.adapters.base import (
     done_time,
     is_context_length_error,
     json_encoder,
+    keep_answer,
 )
 from loadtest.client.http import Response
 from loadtest.client.messages_sse import (
@@ -58,12 +59,6 @@ def _usage(rec: RequestRecord, u: Usage | None) -> None:
     rec.completion_tokens_server = u.output_tokens
 
 
-def _count(client: OpenAIClient, rec: RequestRecord, answer: str, tools: str, reasoning: str) -> None:
-    rec.answer_text, rec.tool_calls_text, rec.reasoning_text = answer, tools, reasoning
-    rec.reasoning_tokens_client = client.tokenizer.count(reasoning) if reasoning else 0
-    rec.completion_tokens_client = client.tokenizer.count(answer + tools) + rec.reasoning_tokens_client
-
-
 def _whole(client: OpenAIClient, rec: RequestRecord, resp: Response) -> None:
     if resp.broken:
         rec.outcome, rec.error = resp.broken_outcome, resp.broken
@@ -89,7 +84,7 @@ def _whole(client: OpenAIClient, rec: RequestRecord, resp: Response) -> None:
             reasoning.append(b.thinking or "")
         elif b.type == "tool_use":
             tools.append(json_encoder.encode(b.input or {}).decode())
-    _count(client, rec, "".join(answer), "".join(tools), "".join(reasoning))
+    keep_answer(client, rec, "".join(answer), "".join(tools), "".join(reasoning))
     rec.first_token_ns = rec.first_answer_ns = rec.done_ns
     rec.finish_reason = finish_reason(msg.stop_reason)
     _usage(rec, msg.usage)
@@ -107,7 +102,7 @@ def _stream(client: OpenAIClient, rec: RequestRecord, resp: Response) -> None:
     rec.chunk_ns = s.chunk_ns
     rec.first_token_ns, rec.first_answer_ns = s.first_token_ns, s.first_answer_ns
     rec.finish_reason = finish_reason(s.stop_reason)
-    _count(client, rec, s.answer_text, s.tool_text, s.reasoning_text)
+    keep_answer(client, rec, s.answer_text, s.tool_text, s.reasoning_text)
     _usage(rec, s.usage)
     _stream_outcome(rec, resp, s)
 

@@ -12,6 +12,7 @@ from loadtest.client.adapters.base import (
     done_time,
     json_decoder,
     json_object,
+    keep_answer,
 )
 from loadtest.client.http import Response
 from loadtest.client.secrets import snippet
@@ -51,12 +52,6 @@ def _finish_reason(response: dict[str, Any]) -> str:
     return "stop"
 
 
-def _count(client: OpenAIClient, rec: RequestRecord, answer: str, reasoning: str) -> None:
-    rec.answer_text, rec.reasoning_text = answer, reasoning
-    rec.reasoning_tokens_client = client.tokenizer.count(reasoning) if reasoning else 0
-    rec.completion_tokens_client = client.tokenizer.count(answer) + rec.reasoning_tokens_client
-
-
 def _whole(client: OpenAIClient, rec: RequestRecord, resp: Response) -> None:
     obj = json_object(rec, resp)
     if obj is None:
@@ -65,7 +60,7 @@ def _whole(client: OpenAIClient, rec: RequestRecord, resp: Response) -> None:
         rec.outcome, rec.error = "protocol_error", f"not a Responses API object: {snippet(resp.body)}"
         return
     answer, reasoning = _output_texts(obj["output"])
-    _count(client, rec, answer, reasoning)
+    keep_answer(client, rec, answer, "", reasoning)
     rec.first_token_ns = rec.first_answer_ns = rec.done_ns
     rec.finish_reason = _finish_reason(obj)
     _usage(rec, obj.get("usage"))
@@ -168,7 +163,7 @@ def _stream(client: OpenAIClient, rec: RequestRecord, resp: Response) -> None:
         elif kind in ("error", "response.failed"):
             err = obj.get("message") or ((obj.get("response") or {}).get("error") or {}).get("message")
             error = str(err or kind)
-    _count(client, rec, "".join(answer), "".join(reasoning))
+    keep_answer(client, rec, "".join(answer), "", "".join(reasoning))
     if complete is not None:
         rec.finish_reason = _finish_reason(complete)
         _usage(rec, complete.get("usage"))
