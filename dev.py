@@ -62,19 +62,36 @@ def ensure_real_engines() -> None:
         print(f"note: could not install the real engines ({e}); their tests will be skipped", flush=True)
 
 
+def apt_install(packages: list[str], what: str) -> bool:
+    """Install Debian packages when this is a Debian-like Linux and we are root; False (saying so) when not."""
+    if not (sys.platform.startswith("linux") and shutil.which("apt-get") and os.geteuid() == 0):
+        print(f"note: cannot install {' '.join(packages)} here (apt-get as root); {what}", flush=True)
+        return False
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    try:
+        sh(["apt-get", "update", "-qq"], env=env)
+        sh(["apt-get", "install", "-y", "-qq", *packages], env=env, stdout=subprocess.DEVNULL)
+    except subprocess.CalledProcessError as e:
+        print(f"note: could not install {' '.join(packages)} ({e}); {what}", flush=True)
+        return False
+    return True
+
+
 def ensure_browser() -> None:
     """The report tests render pages in headless Chromium; install Debian's package when we can."""
     if shutil.which("chromium") or shutil.which("chromium-browser"):
         return
-    if sys.platform.startswith("linux") and shutil.which("apt-get") and os.geteuid() == 0:
-        env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-        try:
-            sh(["apt-get", "update", "-qq"], env=env)
-            sh(["apt-get", "install", "-y", "-qq", "chromium"], env=env, stdout=subprocess.DEVNULL)
-        except subprocess.CalledProcessError as e:
-            print(f"note: could not install chromium ({e}); browser tests will be skipped", flush=True)
-    else:
-        print("note: no chromium found and cannot install it here; browser tests will be skipped", flush=True)
+    apt_install(["chromium"], "browser tests will be skipped")
+
+
+def ensure_image_builder() -> None:
+    """tests/test_deploy.py builds deploy/Dockerfile with buildah on a Debian base that debootstrap makes
+    (tools/build_image.py; no registry, no daemon); install Debian's packages when we can."""
+    if os.environ.get("LOADTEST_IMAGE_BUILD") == "0" or (
+        shutil.which("buildah") and shutil.which("debootstrap")
+    ):
+        return
+    apt_install(["buildah", "debootstrap"], "the image build test will be skipped")
 
 
 def main() -> int:
@@ -86,6 +103,7 @@ def main() -> int:
     if what == "run":
         return subprocess.call([str(BIN / "loadtest"), "run", *rest], cwd=ROOT)
     ensure_browser()
+    ensure_image_builder()
     ensure_real_engines()
     rc = subprocess.call(
         [str(BIN / "ruff"), "check", "loadtest", "servers", "tests", "tools", "dev.py"], cwd=ROOT
