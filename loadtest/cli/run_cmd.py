@@ -51,7 +51,7 @@ def run_command(args: argparse.Namespace) -> int:
                     out,
                     ep.facts(),
                     telemetry=executed.telemetry,
-                    early_notes=ep.notes,
+                    early_notes=[*ep.notes, *executed.notes],
                     junit=args.junit,
                 )
             )

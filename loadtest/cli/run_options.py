@@ -163,8 +163,29 @@ def endpoint_options(args: argparse.Namespace) -> EndpointOptions:
     )
 
 
+def _header(text: str) -> tuple[str, str]:
+    """``--otlp-header K=V``."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        # the value is not echoed: it may be a secret given in another form ("Authorization: Bearer ...")
+        raise argparse.ArgumentTypeError("a header is KEY=VALUE, e.g. x-scope-orgid=fleet")
+    return key.strip(), value.strip()
+
+
+def _interval(text: str) -> float:
+    """``--otlp-interval S``: a positive number of seconds."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value >= 0.1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give seconds, at least 0.1 (e.g. 10)")
+    return value
+
+
 def add_live_metrics_options(parser: argparse.ArgumentParser) -> None:
-    """``--dcgm-url`` and ``--prometheus-port/-bind-host/-hold`` of run and master (docs/telemetry.md)."""
+    """``--dcgm-url``, ``--prometheus-port/-bind-host/-hold`` and ``--otlp*`` of run and master
+    (docs/telemetry.md)."""
     parser.add_argument(
         "--dcgm-url",
         metavar="URL",
@@ -192,6 +213,34 @@ def add_live_metrics_options(parser: argparse.ArgumentParser) -> None:
         help="after the load, keep serving until one scrape has read the final figures, at most S seconds "
         "(default: 0)",
     )
+    parser.add_argument(
+        "--otlp",
+        action="store_true",
+        help="push the live metrics over OTLP/HTTP to the collector that OTEL_EXPORTER_OTLP_METRICS_ENDPOINT "
+        "or OTEL_EXPORTER_OTLP_ENDPOINT names (default http://localhost:4318); needs loadtest[otlp]",
+    )
+    parser.add_argument(
+        "--otlp-endpoint",
+        metavar="URL",
+        help="push the live metrics over OTLP/HTTP to this collector (a base URL gets /v1/metrics) every "
+        "--otlp-interval and once at the end; implies --otlp",
+    )
+    parser.add_argument(
+        "--otlp-interval",
+        type=_interval,
+        default=10.0,
+        metavar="S",
+        help="seconds between OTLP pushes (default: %(default)g)",
+    )
+    parser.add_argument(
+        "--otlp-header",
+        type=_header,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a header on every OTLP push (repeatable); put secrets in OTEL_EXPORTER_OTLP_HEADERS instead, "
+        "which the exporter reads and nothing writes down",
+    )
 
 
 def telemetry_options(args: argparse.Namespace) -> TelemetryOptions:
@@ -203,6 +252,10 @@ def telemetry_options(args: argparse.Namespace) -> TelemetryOptions:
         prometheus_port=getattr(args, "prometheus_port", None),
         prometheus_bind=getattr(args, "prometheus_bind_host", "127.0.0.1"),
         prometheus_hold_s=getattr(args, "prometheus_hold", 0.0),
+        otlp=bool(getattr(args, "otlp", False) or getattr(args, "otlp_endpoint", None)),
+        otlp_endpoint=getattr(args, "otlp_endpoint", None),
+        otlp_interval_s=getattr(args, "otlp_interval", 10.0),
+        otlp_headers=tuple(getattr(args, "otlp_header", None) or ()),
     )
 
 

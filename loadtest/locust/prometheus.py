@@ -132,11 +132,12 @@ class LiveCollector(Collector):
 
 
 class LiveMetrics:
-    """``start()`` serves ``/metrics`` (gevent's WSGI server, in this process's hub); ``attach`` says
-    where the figures come from; ``finish`` marks them final and keeps serving until one scrape has
-    read them or ``hold_s`` passed; ``stop`` closes the port."""
+    """``start()`` serves ``/metrics`` (gevent's WSGI server, in this process's hub; not with ``port``
+    None: the figures are then only read, by the OTLP push); ``attach`` says where the figures come
+    from; ``final`` marks them final, ``hold`` keeps serving until one scrape has read them or
+    ``hold_s`` passed; ``stop`` closes the port."""
 
-    def __init__(self, bind: str, port: int, endpoints: list[str], scenario: str) -> None:
+    def __init__(self, bind: str, port: int | None, endpoints: list[str], scenario: str) -> None:
         self.bind, self.port = bind, port
         self.collector = LiveCollector(endpoints, scenario)
         self.registry = CollectorRegistry(auto_describe=False)
@@ -157,6 +158,8 @@ class LiveMetrics:
         return f"http://{self.bind}:{self.port}/metrics"
 
     def start(self) -> LiveMetrics:
+        if self.port is None:
+            return self
         server = WSGIServer((self.bind, self.port), self._wsgi, log=None, error_log=None)
         try:
             server.start()
@@ -174,12 +177,15 @@ class LiveMetrics:
     def attach(self, view: Callable[[], LiveView | None]) -> None:
         self.collector.view = view
 
-    def finish(self, aggregates: RunAggregates, hold_s: float) -> None:
-        """The run's final figures from now on; wait for one scrape of them, at most ``hold_s``."""
+    def final(self, aggregates: RunAggregates) -> None:
+        """The run's final figures from now on (``loadtest_run_finished`` 1, nothing in flight)."""
         self.collector.view = lambda: LiveView(aggregates, 0)
         self.collector.finished = True
+
+    def hold(self, hold_s: float) -> None:
+        """Keep serving until one scrape has read the final figures, at most ``hold_s``."""
         deadline = time.monotonic() + hold_s
-        while self._final_scrapes == 0 and time.monotonic() < deadline:
+        while self._server is not None and self._final_scrapes == 0 and time.monotonic() < deadline:
             gevent.sleep(0.05)
 
     def stop(self) -> None:

@@ -4,7 +4,7 @@ in this process, over local worker processes, or over `loadtest worker` processe
 from __future__ import annotations
 
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from loadtest.errors import LoadtestError
@@ -14,6 +14,7 @@ from loadtest.run.options import MasterOptions, TelemetryOptions
 from loadtest.telemetry import TelemetryPoller, start_for_run
 
 if TYPE_CHECKING:  # importing locust monkey-patches the process: only where a run happens
+    from loadtest.locust.otlp_push import OtlpTarget
     from loadtest.locust.runtime import RunOutcome
 
 
@@ -23,6 +24,7 @@ class Executed:
 
     outcome: RunOutcome
     telemetry: TelemetryPoller | None = None
+    notes: list[str] = field(default_factory=list)  # for run.json's notes (failed OTLP pushes)
 
 
 def execute(
@@ -37,11 +39,17 @@ def execute(
     LoadtestError when the run cannot start or its workers fail to come."""
     from loadtest.locust import master as distributed  # here, not above: Locust monkey-patches the process
     from loadtest.locust import runtime
+    from loadtest.locust.otlp_push import OtlpPusher, require_exporter
     from loadtest.locust.prometheus import LiveMetrics
 
     settings = prepared.settings
-    live = None
-    if telemetry.prometheus_port is not None:  # the run's own figures, live (docs/telemetry.md)
+    target = None
+    if telemetry.otlp:
+        require_exporter()
+        target = _otlp_target(telemetry)
+    live, pusher = None, None
+    # the run's own figures, live: served for Prometheus, pushed over OTLP, or both (docs/telemetry.md)
+    if telemetry.prometheus_port is not None or telemetry.otlp:
         live = LiveMetrics(
             telemetry.prometheus_bind,
             telemetry.prometheus_port,
@@ -52,6 +60,8 @@ def execute(
             live.start()
         except RuntimeError as e:
             raise LoadtestError(str(e)) from e
+        if target is not None:  # the same figures pushed to an OTLP collector
+            pusher = OtlpPusher(live.collector, target, _resource(prepared)).start()
     poller = None
     if telemetry.enabled:
         poller = start_for_run(
@@ -78,15 +88,44 @@ def execute(
         else:
             outcome = runtime.run_local(settings, live=live)
         if live is not None:
-            live.finish(outcome.aggregates, telemetry.prometheus_hold_s)
+            live.final(outcome.aggregates)
+            if pusher is not None:
+                pusher.finish()
+            live.hold(telemetry.prometheus_hold_s)
     except RuntimeError as e:
         raise LoadtestError(str(e)) from e
     finally:
         if poller is not None:
             poller.stop()
+        if pusher is not None:
+            pusher.stop()
         if live is not None:
             live.stop()
-    return Executed(outcome, poller)
+    return Executed(outcome, poller, pusher.notes() if pusher is not None else [])
+
+
+def _otlp_target(telemetry: TelemetryOptions) -> OtlpTarget:
+    from loadtest.locust.otlp_push import OtlpTarget, resolve_endpoint
+
+    interval = telemetry.otlp_interval_s
+    return OtlpTarget(
+        resolve_endpoint(telemetry.otlp_endpoint),
+        interval,
+        dict(telemetry.otlp_headers),
+        timeout_s=min(interval, 5.0),
+    )
+
+
+def _resource(prepared: Prepared) -> dict[str, str]:
+    """The OTLP resource: which tool, which run, which profile."""
+    from loadtest import __version__
+
+    return {
+        "service.name": "loadtest",
+        "service.version": __version__,
+        "loadtest.run_id": prepared.settings.run_id,
+        "loadtest.profile": prepared.profile.name,
+    }
 
 
 def _free_port() -> int:

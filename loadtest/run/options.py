@@ -73,6 +73,10 @@ class TelemetryOptions:
     prometheus_port: int | None = None  # --prometheus-port: serve the run's live metrics there
     prometheus_bind: str = "127.0.0.1"
     prometheus_hold_s: float = 0.0  # after the run, until one scrape read the final figures, at most this
+    otlp: bool = False  # --otlp / --otlp-endpoint: push the live metrics to an OTLP/HTTP collector
+    otlp_endpoint: str | None = None  # None: OTEL_EXPORTER_OTLP_(METRICS_)ENDPOINT, else localhost:4318
+    otlp_interval_s: float = 10.0
+    otlp_headers: tuple[tuple[str, str], ...] = ()  # --otlp-header K=V (the OTEL_* headers: the exporter's)
 
 
 @dataclass(frozen=True, slots=True)
