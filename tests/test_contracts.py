@@ -21,6 +21,7 @@ from loadtest.contracts.messages import (
     Ready,
     Report,
     Settings,
+    Standby,
     WireMessage,
     from_data,
     report_from,
@@ -217,6 +218,7 @@ DELTA: dict[str, Any] = {
 }
 MESSAGES: list[WireMessage] = [
     Hello(),
+    Standby(),
     Settings(
         index=1, settings='{"run_id": "r"}', profile='{"name": "p"}', profile_name="p", fingerprint="ab12"
     ),

@@ -45,9 +45,12 @@ def _docs(path: Path) -> list[dict[str, Any]]:
     return [d for d in yaml.safe_load_all(path.read_text()) if d]
 
 
-def _rendered() -> dict[tuple[str, str], dict[str, Any]]:
-    """Base and overlay merged by hand the way kustomize merges these (resources, then ConfigMap data
-    patches), by (kind, name)."""
+OVERLAYS = ["sim", "ui-sim"]  # the headless run and the web UI, each against the embedded engine
+
+
+def _rendered(overlay: str = "sim") -> dict[tuple[str, str], dict[str, Any]]:
+    """An overlay and what it builds on merged by hand the way kustomize merges these (resources, then
+    ConfigMap data patches), by (kind, name)."""
     out: dict[tuple[str, str], dict[str, Any]] = {}
 
     def add(kdir: Path) -> None:
@@ -63,7 +66,7 @@ def _rendered() -> dict[tuple[str, str], dict[str, Any]]:
             for d in _docs(kdir / patch["path"]):
                 out[(d["kind"], d["metadata"]["name"])].setdefault("data", {}).update(d.get("data", {}))
 
-    add(KUBE / "overlays" / "sim")
+    add(KUBE / "overlays" / overlay)
     return out
 
 
@@ -103,7 +106,7 @@ def _env(doc: dict[str, Any], maps: dict[str, dict[str, str]]) -> dict[str, str]
     env = {}
     for e in container.get("env", []):
         ref = e.get("valueFrom", {}).get("configMapKeyRef")
-        if ref:
+        if ref and ref["name"] in maps:
             env[e["name"]] = maps[ref["name"]][ref["key"]]
     return env
 
@@ -156,19 +159,61 @@ def test_the_image_runs_as_a_user_and_copies_what_exists() -> None:
     assert {5557, 9646, 8000} <= exposed
 
 
+def test_the_ui_containers_arguments_are_what_the_command_line_accepts(tmp_path: Path) -> None:
+    """The web UI overlay: `loadtest ui` as a Deployment behind a Service with Locust's port names, its
+    workers a Deployment whose replicas it waits for, the login and the API key from Secrets."""
+    res = _rendered("ui-sim")
+    maps = {name: d["data"] for (kind, name), d in res.items() if kind == "ConfigMap"}
+    ui, worker = res[("Deployment", "loadtest-ui")], res[("Deployment", "loadtest-ui-worker")]
+    u = build_parser().parse_args(_args(ui, _env(ui, maps)))
+    assert u.command == "ui" and u.web_host == "0.0.0.0" and u.master_bind_host == "0.0.0.0"
+    assert u.expect_workers == worker["spec"]["replicas"] and u.processes == 1
+    assert ui["spec"]["replicas"] == 1 and ui["spec"]["strategy"]["type"] == "Recreate"
+    # off loopback the UI needs --web-login: its variable comes from a Secret, never from a file here
+    (c,) = ui["spec"]["template"]["spec"]["containers"]
+    login = next(e for e in c["env"] if e["name"] == u.web_login)
+    assert login["valueFrom"]["secretKeyRef"]["name"] == "loadtest-ui-login"
+    assert "optional" not in login["valueFrom"]["secretKeyRef"]  # no login, no UI: the pod waits for it
+    w = build_parser().parse_args(_args(worker, {}))
+    assert w.command == "worker" and w.master_host == "loadtest-ui" and w.master_port == u.master_port
+    svc = res[("Service", "loadtest-ui")]
+    ports = {p["name"]: p["port"] for p in svc["spec"]["ports"]}
+    assert (
+        ports
+        == {"master-p1": u.master_port, "master-p3": u.web_port}
+        == {"master-p1": 5557, "master-p3": 8089}
+    )
+    assert svc["spec"]["selector"].items() <= ui["spec"]["template"]["metadata"]["labels"].items()
+    assert not svc["spec"]["selector"].items() <= worker["spec"]["template"]["metadata"]["labels"].items()
+    engine = sim_parser().parse_args(_args(res[("Deployment", "loadtest-engine")], {})[2:])
+    assert u.host == f"http://loadtest-engine:{engine.port}"
+    mount = next(v for v in c["volumeMounts"] if v["mountPath"] == "/etc/loadtest")
+    assert u.profile == f"{mount['mountPath']}/profile.yaml" and mount["name"] == "profile"
+    assert u.reports_dir == next(v["mountPath"] for v in c["volumeMounts"] if v["name"] == "runs")
+    assert not any(d["kind"] == "Secret" for d in res.values())
+    for doc in (ui, worker):
+        spec = doc["spec"]["template"]["spec"]
+        assert spec["securityContext"]["runAsNonRoot"] is True
+        (cc,) = spec["containers"]
+        key = next(e for e in cc["env"] if e["name"] == "OPENAI_API_KEY")
+        assert key["valueFrom"]["secretKeyRef"]["name"] == "loadtest-api-key"
+
+
 @pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not installed (kustomize rendering)")
-def test_kustomize_renders_the_overlay_into_valid_resources(tmp_path: Path) -> None:
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_kustomize_renders_the_overlay_into_valid_resources(tmp_path: Path, overlay: str) -> None:
     done = subprocess.run(
-        ["kubectl", "kustomize", str(KUBE / "overlays" / "sim")], capture_output=True, text=True, timeout=60
+        ["kubectl", "kustomize", str(KUBE / "overlays" / overlay)], capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 0, done.stderr
     docs = [d for d in yaml.safe_load_all(done.stdout) if d]
     kinds = sorted(f"{d['kind']}/{d['metadata']['name']}" for d in docs)
-    assert kinds == sorted(f"{k}/{n}" for k, n in _rendered()), kinds
+    assert kinds == sorted(f"{k}/{n}" for k, n in _rendered(overlay)), kinds
     for doc in docs:
         kubernetes_validate.validate(doc, KUBERNETES_VERSIONS[0], strict=True)
         assert doc["metadata"]["labels"]["app.kubernetes.io/name"] == "loadtest"
-    run_map = next(d for d in docs if d["metadata"]["name"] == "loadtest-run")
+    name = {"sim": "loadtest-run", "ui-sim": "loadtest-ui"}[overlay]
+    run_map = next(d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == name)
     assert run_map["data"]["host"] == "http://loadtest-engine:8000"  # the overlay's patch applied
 
 

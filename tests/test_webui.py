@@ -145,7 +145,7 @@ def test_live_series_windows_rates_and_stays_bounded() -> None:
         hdr.record_many(agg.hists["ttft"], np.full(i, i * 1000, dtype=np.int64))
         agg.outcomes.update({"ok": i, "http_5xx": 1})
         agg.totals.update({"output_tokens": 10 * i})
-        series.sample(rec, 1000.0 + i, in_flight=i % 3, users=4)
+        series.sample(rec.result(), 1000.0 + i, in_flight=i % 3, users=4)
         if i == 3:
             early = series.to_data()
             ttft = early["scopes"]["all"]["latency_ms"]["ttft"]

@@ -27,6 +27,42 @@ from loadtest.errors import LoadtestError
 DEFAULT_MASTER_PORT = 5557
 
 
+def _add_listen_options(p: argparse.ArgumentParser, timeout_help: str) -> None:
+    """Where a master listens for its workers, and how long it waits for them."""
+    p.add_argument(
+        "--master-bind-host",
+        default="127.0.0.1",
+        metavar="ADDR",
+        help="address to listen on for workers (default: %(default)s; 0.0.0.0 lets other machines in)",
+    )
+    p.add_argument(
+        "--master-port",
+        type=int,
+        default=DEFAULT_MASTER_PORT,
+        metavar="PORT",
+        help="port to listen on for workers (default: %(default)s)",
+    )
+    p.add_argument(
+        "--worker-timeout",
+        type=float,
+        default=120.0,
+        metavar="S",
+        help=f"{timeout_help} (default: %(default)gs)",
+    )
+
+
+def add_ui_master_options(ui: argparse.ArgumentParser) -> None:
+    """`loadtest ui` as a master: its runs' users on N `loadtest worker` processes started anywhere."""
+    ui.add_argument(
+        "--expect-workers",
+        type=int,
+        metavar="N",
+        help="run every start's users on N `loadtest worker` processes (this host or others) that join "
+        "this UI and stay for run after run; a start is refused until all N are connected",
+    )
+    _add_listen_options(ui, "at each start, how long to wait for every worker to set up the run")
+
+
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     """The ``master`` and ``worker`` subcommands."""
     m = sub.add_parser(
@@ -39,26 +75,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     m.add_argument(
         "--expect-workers", type=int, required=True, metavar="N", help="wait for N workers, then run"
     )
-    m.add_argument(
-        "--master-bind-host",
-        default="127.0.0.1",
-        metavar="ADDR",
-        help="address to listen on for workers (default: %(default)s; 0.0.0.0 lets other machines in)",
-    )
-    m.add_argument(
-        "--master-port",
-        type=int,
-        default=DEFAULT_MASTER_PORT,
-        metavar="PORT",
-        help="port to listen on for workers (default: %(default)s)",
-    )
-    m.add_argument(
-        "--worker-timeout",
-        type=float,
-        default=120.0,
-        metavar="S",
-        help="how long to wait for the workers to connect (default: %(default)gs)",
-    )
+    _add_listen_options(m, "how long to wait for the workers to connect")
     m.add_argument(
         "-H", "--host", required=True, metavar="URL", help="endpoint base URL every worker can reach"
     )

@@ -5,6 +5,7 @@ import sys
 
 from loadtest import __version__
 from loadtest.cli.cluster_cmd import add_parsers as add_cluster_parsers
+from loadtest.cli.cluster_cmd import add_ui_master_options
 from loadtest.cli.common_options import (
     add_out_option,
     client_parent,
@@ -85,8 +86,14 @@ def build_parser() -> argparse.ArgumentParser:
     add_hosts_options(ui)  # -H/--host, --hosts-file, --balance (docs/multi-endpoint.md)
     add_endpoint_check_option(ui)
     ui.add_argument(
-        "--processes", type=int, default=1, metavar="N", help="Locust processes (the UI supports 1 for now)"
+        "--processes",
+        type=int,
+        default=1,
+        metavar="N",
+        help="N > 1: the users run in N local worker processes of this UI's master (default: %(default)s, "
+        "in the UI's own process)",
     )
+    add_ui_master_options(ui)  # --expect-workers, --master-bind-host, --master-port, --worker-timeout
     ui.add_argument(
         "--web-host",
         default="127.0.0.1",

@@ -1,4 +1,5 @@
-"""``loadtest ui``: Locust's web UI on one local runner, with a live LLM metrics tab and results per run."""
+"""``loadtest ui``: Locust's web UI on a local runner, or a master over N workers (``--expect-workers``,
+``--processes``), with a live LLM metrics tab and results per run."""
 
 from __future__ import annotations
 
@@ -57,22 +58,37 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
-def _check_port(host: str, port: int) -> None:
+def _check_port(host: str, port: int, options: str = "--web-host/--web-port") -> None:
     with socket.socket() as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((host, port))
         except OSError as e:
-            raise UsageError(f"--web-host/--web-port {host}:{port}: {e.strerror or e}") from e
+            raise UsageError(f"{options} {host}:{port}: {e.strerror or e}") from e
+
+
+def _workers(args: argparse.Namespace) -> int:
+    """How many workers run the users (0: the UI's own process): --expect-workers N or --processes N > 1."""
+    if args.processes < 1:
+        raise UsageError("--processes must be ≥ 1")
+    if args.expect_workers is not None:
+        if args.processes != 1:
+            raise UsageError(
+                "--expect-workers N and --processes N: give one (workers from anywhere, or local)"
+            )
+        if args.expect_workers < 1:
+            raise UsageError("--expect-workers must be ≥ 1")
+        return int(args.expect_workers)
+    return int(args.processes) if args.processes > 1 else 0
 
 
 def ui_command(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    options, endpoints = run_options(args), endpoint_options(args)
     try:
+        workers = _workers(args)
+        options = run_options(args, processes=workers or 1)
+        endpoints = endpoint_options(args)
         load_profile(args.profile)
-        if args.processes != 1:
-            raise UsageError("loadtest ui runs its users in this one process: use --processes 1")
         auth = _parse_auth(args.web_login)
         prepared = prepare(options, endpoints=endpoints, run_folder=False)
         if not _is_loopback(args.web_host) and auth is None:
@@ -84,6 +100,8 @@ def ui_command(args: argparse.Namespace) -> int:
         prepared.settings.duration_s = prepared.profile.duration_s
         reports_root = ensure_writable(Path(args.reports_dir), "reports folder")
         _check_port(args.web_host, args.web_port)
+        if args.expect_workers:
+            _check_port(args.master_bind_host, args.master_port, "--master-bind-host/--master-port")
         with contextlib.ExitStack() as stack:
             ep = connect(
                 stack, prepared, endpoints, connect_timeout=options.connect_timeout, check_context=False
@@ -109,6 +127,7 @@ def _serve(
     from locust.env import Environment
 
     from loadtest.locust.runtime import user_class
+    from loadtest.locust.ui_sources import LocalRuns, RunSource, WorkerRuns
     from loadtest.locust.webui import LlmWebUi
 
     settings, profile, api_key = prepared.settings, prepared.profile, prepared.api_key
@@ -119,7 +138,13 @@ def _serve(
     options.num_users = int(profile.load.concurrency or 1) if closed else settings.processes
     options.spawn_rate = max(1.0, float(options.num_users))
     env = Environment(user_classes=[user_class(profile)], host=settings.host, parsed_options=options)
-    runner = env.create_local_runner()
+    source: RunSource = LocalRuns()
+    workers: WorkerRuns | None = None
+    if settings.processes > 1 or args.expect_workers:
+        workers = _master(env, args, settings, reports_root)
+        source = workers
+    runner = env.runner if workers is not None else env.create_local_runner()
+    assert runner is not None
 
     polling: list[Any] = [None]  # this run's telemetry poller (docs/telemetry.md)
 
@@ -157,6 +182,7 @@ def _serve(
         args.drain_timeout,
         on_start=start_telemetry,
         profile_choices=_profile_choices(profile),
+        source=source,
     )
     web_ui = env.create_web_ui(args.web_host, args.web_port, delayed_start=True, web_login=auth is not None)
     ui.install(auth)
@@ -177,6 +203,23 @@ def _serve(
         if closed
         else "ignored: the profile's schedule sets the load"
     )
+    if workers is not None:
+        where = (
+            f"{settings.processes} local worker processes"
+            if not args.expect_workers
+            else f"{settings.processes} `loadtest worker --master-host <this host> --master-port "
+            f"{args.master_port}` (listening on {args.master_bind_host}:{args.master_port})"
+        )
+        print(
+            f"loadtest ui: every run's users on {where}; a start is refused until all are connected",
+            flush=True,
+        )
+        if args.expect_workers and prepared.settings.embedded:
+            print(
+                f"loadtest ui: the embedded engine listens on {settings.host}: only workers on this host "
+                "reach it (give --host an endpoint every worker can reach)",
+                flush=True,
+            )
     print(
         f"loadtest ui: http://{args.web_host}:{args.web_port}/  (live LLM dashboard: /llm)\n"
         f"profile {profile.name}: {profile.load.describe()}; the user count means {users}; "
@@ -188,10 +231,38 @@ def _serve(
     print(f"{reason[0]} received: stopping", flush=True)
     started = time.monotonic()
     ui.interrupt(reason[0])
-    runner.quit()
+    runner.quit()  # a master: every worker is told to quit
+    if workers is not None:
+        workers.close()  # local worker processes ended by pid
     web_ui.stop()
     log.debug("ui stopped in %.1f s", time.monotonic() - started)
     return EXIT_OK
+
+
+def _master(env: Any, args: argparse.Namespace, settings: RunSettings, reports_root: Path) -> Any:
+    """A Locust master runner on ``env`` whose workers serve run after run (loadtest/locust/ui_sources.py):
+    local processes (``--processes``, their logs ``ui-worker-<i>.log`` in the reports folder) or
+    ``--expect-workers`` that join from anywhere."""
+    from loadtest.locust.compat import check_locust_version
+    from loadtest.locust.master import MasterSession
+    from loadtest.locust.ui_sources import WorkerRuns
+
+    check_locust_version()  # the distributed mode uses Locust's dispatcher (locust/compat.py)
+    local = not args.expect_workers
+    bind, port = ("127.0.0.1", _free_port()) if local else (args.master_bind_host, args.master_port)
+    try:
+        runner = env.create_master_runner(bind, port)
+    except SystemExit as e:  # Locust exits when the port is taken
+        raise LoadtestError(f"cannot listen for workers on {bind}:{port} (port in use?)") from e
+    session = MasterSession(settings, runner, env, settings.processes, serve_many=True)
+    return WorkerRuns(session, bind, port, args.worker_timeout, local, reports_root, log_prefix="ui-")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
 
 
 def _profile_choices(profile: Any) -> list[str]:

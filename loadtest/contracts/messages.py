@@ -24,8 +24,16 @@ class Hello(WireMessage):
     TYPE = "loadtest_hello"
 
 
+class Standby(WireMessage):
+    """Master → worker, in reply to Hello from a `loadtest ui` master: no run yet. Each start in the UI
+    sends Settings; after each Final the worker waits for the next start instead of leaving."""
+
+    TYPE = "loadtest_standby"
+
+
 class Settings(WireMessage):
-    """Master → worker, in reply to Hello: what the worker needs to run (never the API key)."""
+    """Master → worker, in reply to Hello (a `loadtest ui` master: at each start): what the worker needs to
+    run (never the API key)."""
 
     TYPE = "loadtest_settings"
     index: int  # the worker's index

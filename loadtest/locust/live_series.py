@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from loadtest.metrics import hdr
-from loadtest.metrics.recorder import Aggregate, Recorder
+from loadtest.metrics.recorder import Aggregate, RunAggregates
 
 SERIES_METRICS: tuple[str, ...] = ("ttft", "itl", "tpot", "e2e")
 WINDOW_PERCENTILES: tuple[tuple[str, float], ...] = (("p50", 50.0), ("p90", 90.0), ("p99", 99.0))
@@ -115,9 +115,10 @@ class ScopeSeries:
 
 
 class LiveSeries:
-    """Samples a run's recorder on an interval into at most ``max_points`` points per column.
+    """Samples a run's aggregates (a recorder's, or a master's merge) on an interval into at most
+    ``max_points`` points per column.
 
-    Only the recorder's cumulative histograms and counters are read: each point is the difference
+    Only the cumulative histograms and counters are read: each point is the difference
     from the previous one (one copy of each histogram's counts per scope is kept for that).
     """
 
@@ -135,7 +136,7 @@ class LiveSeries:
         self.scopes: dict[str, ScopeSeries] = {}
         self._last = started_epoch
 
-    def sample(self, recorder: Recorder, now: float, in_flight: int, users: int) -> None:
+    def sample(self, aggregates: RunAggregates, now: float, in_flight: int, users: int) -> None:
         """One point at epoch ``now``: the window since the previous point."""
         window = max(now - self._last, 1e-6)
         self._last = now
@@ -143,8 +144,7 @@ class LiveSeries:
         self.t.append(round(now - self.started_epoch, 2))
         self.in_flight.append(in_flight)
         self.users.append(users)
-        tracks = [("all", recorder.all.total)]
-        tracks += [(name, track.total) for name, track in sorted(recorder.scenarios.items())]
+        tracks = [("all", aggregates.all), *sorted(aggregates.scenarios.items())]
         for name, agg in tracks:
             scope = self.scopes.get(name)
             if scope is None:

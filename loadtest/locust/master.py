@@ -21,7 +21,7 @@ import msgspec
 import yaml
 from locust.env import Environment
 from locust.rpc import Message
-from locust.runners import MasterRunner
+from locust.runners import STATE_MISSING, MasterRunner
 
 from loadtest.contracts.messages import (
     Failing,
@@ -32,6 +32,7 @@ from loadtest.contracts.messages import (
     MessageError,
     Ready,
     Settings,
+    Standby,
     from_data,
     report_from,
 )
@@ -110,7 +111,12 @@ def _absolute_files(data: dict[str, Any], profile: Profile) -> None:
 
 class MasterSession:
     """One master's run: the Locust master runner, what it knows of each worker, the merged results, and
-    the message handlers that keep them."""
+    the message handlers that keep them.
+
+    ``serve_many`` (a `loadtest ui` master): the workers stay for run after run. A worker takes the
+    lowest free index of ``n``, is told on Hello to wait (``Standby``), and gets each run's settings
+    from ``start_run``; ``finish_workers`` and ``outcome`` end each run as they end a headless one.
+    """
 
     def __init__(
         self,
@@ -119,26 +125,34 @@ class MasterSession:
         env: Environment,
         n: int,
         live: LiveMetrics | None = None,
+        serve_many: bool = False,
     ) -> None:
-        self.settings = settings
         self.runner = runner
         self.env = env
         self.n = n
+        self.serve_many = serve_many
+        self.live_run = False  # serve_many: a run is between start_run and outcome
+        self.workers: dict[int, _Worker] = {}
+        self.by_client: dict[str, _Worker] = {}
+        self.procs: dict[int, subprocess.Popen] = {}  # pid → local worker process
+        self.watcher: gevent.Greenlet | None = None
+        self.begin(settings)
+        if live is not None:  # the merged figures as of the workers' last reports
+            live.attach(lambda: LiveView(self.total, self.in_flight()))
+
+    def begin(self, settings: RunSettings) -> None:
+        """A run's own state: its settings and payload, merged aggregates, record sink, stop signal."""
+        self.settings = settings
         self.profile, _ = settings.profile()
         self.payload = settings_payload(settings)
         self.total = RunAggregates()
         self.out = Path(settings.out_dir)
         self.sink = RecordSink(self.out)
-        self.workers: dict[int, _Worker] = {}
-        self.by_client: dict[str, _Worker] = {}
-        self.failing: list[dict[str, Any]] = []
-        self.issued: set[int] = (
-            set()
-        )  # workers that issued their share of --max-requests  # the first worker's word that the endpoint fails wholesale
+        self.failing: list[dict[str, Any]] = []  # the first worker's word that the endpoint fails wholesale
+        self.issued: set[int] = set()  # workers that issued their share of --max-requests
         self.stopper = Stopper()
-        self.procs: dict[int, subprocess.Popen] = {}  # pid → local worker process
-        if live is not None:  # the merged figures as of the workers' last reports
-            live.attach(lambda: LiveView(self.total, self.in_flight()))
+        for w in self.workers.values():  # serve_many: what the last run knew of each worker goes
+            w.ready, w.error, w.final, w.in_flight, w.records = False, None, None, 0, None
 
     def in_flight(self) -> int:
         """Requests in flight at the workers' last reports (workers still in the run)."""
@@ -147,10 +161,16 @@ class MasterSession:
     # ---- what the workers say ----
     def on_connect(self, client_id: str, **_kw: Any) -> None:
         if client_id in self.by_client:
-            return  # a repeated client_ready: it already has the settings
-        index = self.runner.get_worker_index(client_id)
+            return  # a repeated client_ready (after a run, or a reconnect): it keeps its index
+        if self.serve_many:  # the lowest free index: a worker that replaces a lost one takes its place
+            free = [i for i in range(self.n) if i not in self.workers]
+            index = free[0] if free and not self.live_run else self.n
+            why = "a run is in progress: start it again after the run" if free else f"{self.n} are expected"
+        else:
+            index = self.runner.get_worker_index(client_id)
+            why = f"{self.n} are expected"
         if index >= self.n:
-            log.warning("worker %s connected but %d are expected: sending it away", client_id, self.n)
+            log.warning("worker %s connected but %s: sending it away", client_id, why)
             self.runner.send_message("quit", None, client_id)
             return
         self.by_client[client_id] = self.workers[index] = _Worker(index, client_id)
@@ -160,7 +180,10 @@ class MasterSession:
         w = self.by_client.get(msg.node_id)
         if w is not None:
             w.last_seen = time.monotonic()
-            send(self.runner, msgspec.structs.replace(self.payload, index=w.index), msg.node_id)
+            if self.serve_many:  # the settings come with each start
+                send(self.runner, Standby(), msg.node_id)
+            else:
+                send(self.runner, msgspec.structs.replace(self.payload, index=w.index), msg.node_id)
 
     def seen(self, client_id: str, **_kw: Any) -> None:
         w = self.by_client.get(client_id)
@@ -170,7 +193,7 @@ class MasterSession:
     def on_worker_report(self, client_id: str, data: dict) -> None:
         self.seen(client_id)
         report = report_from(data)
-        if report is None:  # the worker has no run yet
+        if report is None or (self.serve_many and not self.live_run):  # no run (yet, or any more)
             return
         if (w := self.by_client.get(client_id)) is not None:
             w.in_flight = report.in_flight
@@ -192,6 +215,8 @@ class MasterSession:
 
     def on_final(self, environment: Environment, msg: Message, **_kw: Any) -> None:
         final = from_data(Final, msg.data)
+        if self.serve_many and not self.live_run:  # a start that did not begin: its workers let it go
+            return
         self.total.merge_wire(final.delta)
         self.sink.add(final.index, final.lines)
         w = self.workers.get(final.index)
@@ -220,7 +245,6 @@ class MasterSession:
         self.runner.register_message(Final.TYPE, self.on_final)
         self.runner.register_message(Failing.TYPE, self.on_failing)
         self.runner.register_message(Issued.TYPE, self.on_issued)
-        self.stopper.install()
 
     # ---- the run ----
     def run(self, spawn_local: bool, bind_host: str, master_port: int, wait_s: float) -> RunOutcome:
@@ -235,11 +259,9 @@ class MasterSession:
         )
         stopper, procs, out, n = self.stopper, self.procs, self.out, self.n
         self.listen()
+        stopper.install()
         if spawn_local:
-            for i in range(n):
-                p = _spawn_worker(bind_host, master_port, out / f"worker-{i}.log")
-                procs[p.pid] = p
-        watcher: gevent.Greenlet | None = None
+            self.spawn_local(bind_host, master_port, out)
         started = time.time()
         try:
             _wait_for_workers(runner, workers, n, procs, stopper, wait_s, out, bind_host, master_port)
@@ -253,7 +275,7 @@ class MasterSession:
                     started_epoch=started,
                     ended_epoch=time.time(),
                 )
-            watcher = gevent.spawn(_watch_workers, runner, workers, procs, stopper)
+            self.watcher = gevent.spawn(_watch_workers, runner, workers, procs, stopper)
             started = time.time()
             # The workers' figures as of their last report (every 3 s); in flight is not reported.
             progress = ProgressPrinter(
@@ -266,18 +288,106 @@ class MasterSession:
             drain_s = drain_timeout_for(profile)
             if drain:
                 progress.draining(None, drain_s)
-            send(runner, Finish(drain=drain, timeout=drain_s))
-            deadline = time.monotonic() + (drain_s if drain else 0) + 30
-            while time.monotonic() < deadline and any(
-                w.final is None and not w.lost for w in workers.values()
-            ):
-                gevent.sleep(0.05)
+            self.finish_workers(drain, drain_s)
             runner.quit()
         finally:
-            if watcher is not None:
-                watcher.kill()
+            if self.watcher is not None:
+                self.watcher.kill()
             _stop_processes(list(procs.values()))
             sink.close()
+        return self.outcome(started, spawn_local)
+
+    def spawn_local(self, bind_host: str, master_port: int, logs: Path, prefix: str = "") -> None:
+        """``n`` worker processes on this host (``--processes``), their logs ``<prefix>worker-<i>.log`` in
+        ``logs``."""
+        for i in range(self.n):
+            p = _spawn_worker(bind_host, master_port, logs / f"{prefix}worker-{i}.log")
+            self.procs[p.pid] = p
+
+    def stop_local(self) -> None:
+        """The local worker processes: given time to leave after the master's quit, then ended by pid."""
+        _stop_processes(list(self.procs.values()))
+
+    def connected(self) -> list[_Worker]:
+        """serve_many: the workers connected and waiting for a run (Locust's own state ``ready``)."""
+        ready = {c.id for c in self.runner.clients.ready}
+        if not self.live_run:  # forget the workers that left between runs: their index is free again
+            nodes = self.runner.clients
+            gone = [
+                w
+                for w in self.workers.values()
+                if w.client_id not in nodes or nodes[w.client_id].state == STATE_MISSING
+            ]
+            for w in gone:
+                del self.workers[w.index]
+                self.by_client.pop(w.client_id, None)
+        return sorted((w for w in self.workers.values() if w.client_id in ready), key=lambda w: w.index)
+
+    def start_run(self, settings: RunSettings, wait_s: float, bind_host: str, port: int) -> None:
+        """serve_many: hand each connected worker this run's settings and wait until all are ready; the
+        watch for lost workers starts. RuntimeError (naming the worker) when one cannot set up the run."""
+        self.begin(settings)
+        workers = self.connected()
+        if len(workers) < self.n:
+            raise RuntimeError(f"only {len(workers)} of {self.n} workers connected and ready")
+        for node in list(self.runner.clients.values()):  # in Locust's books, not in ours: no users for it
+            if node.id not in self.by_client:
+                log.warning("worker %s is not one of this UI's %d: sending it away", node.id, self.n)
+                self.runner.send_message("quit", None, node.id)
+                _forget(self.runner, node.id)
+        self.live_run = True
+        for w in workers:
+            w.last_seen = time.monotonic()
+            send(self.runner, msgspec.structs.replace(self.payload, index=w.index), w.client_id)
+        _wait_for_workers(
+            self.runner,
+            self.workers,
+            self.n,
+            self.procs,
+            self.stopper,
+            wait_s,
+            self.out,
+            bind_host,
+            port,
+            announce=False,  # they are connected: only their set-up is awaited
+        )
+        self.watcher = gevent.spawn(_watch_workers, self.runner, self.workers, self.procs, self.stopper)
+
+    def abort_run(self) -> None:
+        """serve_many: a start that could not begin (a worker could not set it up): every worker that did
+        lets it go; nothing was sent."""
+        self.live_run = False
+        send(self.runner, Finish(drain=False, timeout=0.0))
+        if self.watcher is not None:
+            self.watcher.kill()
+            self.watcher = None
+        self.sink.close()
+
+    def finish_workers(self, drain: bool, drain_s: float) -> None:
+        """Tell every worker the run is over (drain first, at most ``drain_s``, or not) and wait for each
+        one's final results, or for it to be lost."""
+        send(self.runner, Finish(drain=drain, timeout=drain_s))
+        deadline = time.monotonic() + (drain_s if drain else 0) + 30
+        while time.monotonic() < deadline and any(
+            w.final is None and not w.lost for w in self.workers.values()
+        ):
+            gevent.sleep(0.05)
+
+    def outcome(self, started: float, spawn_local: bool, interrupted: str | None = None) -> RunOutcome:
+        """The run's outcome once the finals are in: lost workers named (their unshipped records recovered
+        where their copy is reachable), the record files closed. ``interrupted``: why the run was stopped
+        (a signal to a `loadtest ui`)."""
+        if self.watcher is not None:
+            self.watcher.kill()
+            self.watcher = None
+        settings, profile, workers, sink, total, out = (
+            self.settings,
+            self.profile,
+            self.workers,
+            self.sink,
+            self.total,
+            self.out,
+        )
         lost = [w for w in sorted(workers.values(), key=lambda w: w.index) if w.final is None or w.final.left]
         split = (len(profile.scenarios) > 1, len(settings.hosts or ()) > 1)  # as each worker's recorder
         recovered = {w.index: _recover_unshipped(w, sink, total, *split) for w in lost}
@@ -286,7 +396,7 @@ class MasterSession:
             for w in workers.values():
                 if w.records and Path(w.records).parent == out.resolve():
                     Path(w.records).unlink(missing_ok=True)
-        reason: str | None = stopper.reason  # the signal handler may have set it since the start-up check
+        reason: str | None = self.stopper.reason or interrupted  # a signal may have come since the start
         if lost and reason is None:
             reason = "; ".join(f"{w.name()} {_lost_why(w)}" for w in lost) + (
                 ": every request it finished is included"
@@ -295,10 +405,15 @@ class MasterSession:
                 if len(lost) == 1
                 else ": their requests up to their last reports are included"
             )
+        if self.serve_many:  # a lost worker's index is free for one that joins before the next run
+            for w in lost:
+                self.workers.pop(w.index, None)
+                self.by_client.pop(w.client_id, None)
+            self.live_run = False
         return RunOutcome(
             aggregates=total,
             interrupted_reason=reason,
-            signal=stopper.reason,
+            signal=self.stopper.reason,
             record_files=sink.files,
             records_written=sum(sink.counts.values()),
             workers_lost=[w.index for w in lost],
@@ -384,10 +499,11 @@ def _wait_for_workers(
     out: Path,
     bind_host: str,
     port: int,
+    announce: bool = True,
 ) -> None:
     """Until ``n`` workers have their settings and are ready; a clear error otherwise."""
     deadline = time.monotonic() + wait_s
-    if not procs:
+    if not procs and announce:
         log.warning(
             "waiting up to %gs for %d worker(s): loadtest worker --master-host %s --master-port %d",
             wait_s,

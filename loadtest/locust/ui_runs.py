@@ -15,7 +15,7 @@ from loadtest.locust.settings import RunSettings
 from loadtest.locust.ui_stats import DASHBOARD_PATH
 
 if TYPE_CHECKING:  # importing locust monkey-patches the process: only where a run happens
-    from loadtest.locust.context import RunContext
+    from loadtest.locust.ui_sources import LiveRun
 
 
 @dataclass
@@ -70,9 +70,9 @@ class RunEntry:
 
 @dataclass
 class UiRun:
-    """The run in progress (or the last one): its context, settings, live series and entry."""
+    """The run in progress (or the last one): where its numbers come from, settings, live series, entry."""
 
-    ctx: RunContext
+    live: LiveRun
     settings: RunSettings
     entry: RunEntry
     series: LiveSeries

@@ -1,7 +1,9 @@
-"""Locust web UI extension: a run per start, the live LLM dashboard (/llm), every run's report, results on stop."""
+"""Locust web UI extension: a run per start (users here or on workers), the live LLM dashboard (/llm), every
+run's report, results on stop."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -31,6 +33,7 @@ if TYPE_CHECKING:  # importing locust monkey-patches the process: only where a r
     from locust.env import Environment
 
     from loadtest.locust.runtime import RunOutcome
+    from loadtest.locust.ui_sources import RunSource
 
 log = logging.getLogger("loadtest")
 
@@ -77,7 +80,13 @@ class LlmWebUi:
         on_start: Callable[[RunSettings], None] | None = None,
         profile_choices: list[str] | None = None,
         series_interval_s: float = 2.0,
+        source: RunSource | None = None,
     ) -> None:
+        if source is None:
+            from loadtest.locust.ui_sources import LocalRuns
+
+            source = LocalRuns()
+        self.source = source  # where each run's users run: this process, or the workers of a master
         self.env = env
         self.on_start = on_start  # e.g. start the endpoint's telemetry for this run
         self.base = base
@@ -96,7 +105,6 @@ class LlmWebUi:
         self.interrupt_reason: str | None = None  # set on SIGINT/SIGTERM: stop without draining
         self._cache: tuple[float, dict[str, Any]] | None = None
         self._sampler: gevent.Greenlet | None = None
-        env.events.test_start.add_listener(self._on_test_start)
         env.events.test_stopping.add_listener(self._on_test_stopping)
         env.events.test_stop.add_listener(self._on_test_stop)
         env.events.spawning_complete.add_listener(self._on_spawned)
@@ -126,18 +134,18 @@ class LlmWebUi:
             )
         return None
 
-    def _on_test_start(self, environment: Environment, **_kw: Any) -> None:
-        from loadtest.locust.context import RunContext
-
+    def _begin_run(self, user_count: int) -> bool:
+        """A start (not Locust's Edit of a live run): a new run with its own folder, settings and numbers;
+        False when it could not start (the reason shows on the dashboard)."""
+        environment = self.env
         ref = self._profile_ref(getattr(environment, "profile", None))  # the form's "Profile" field
         base = self.base
         if ref != base.profile_ref:
             base = dataclasses.replace(base, profile_ref=str(resolve_profile_path(ref)))
-        runner = environment.runner
         users: int | None = None
-        if not self.open_loop and runner is not None and runner.target_user_count:
+        if not self.open_loop and user_count:
             # the form's user count is this run's concurrency: run.json and the MLPerf summary say so
-            users = int(runner.target_user_count)
+            users = int(user_count)
             base = dataclasses.replace(base, concurrency=users)
         profile, _ = base.profile()
         self.profile, self.load_description = profile, profile.load.describe()
@@ -147,20 +155,27 @@ class LlmWebUi:
         settings = dataclasses.replace(base, out_dir=str(out), run_id=out.name, run_nonce=new_run_nonce())
         if environment.host:
             settings.host = environment.host  # the start form's host field
-        ctx = RunContext(settings, 0, 1, "records.jsonl")
-        ctx.env = environment
-        environment.loadtest = ctx  # type: ignore[attr-defined]  # our context rides on locust's Environment
         started = time.time()
         entry = RunEntry(out.name, profile.name, self.load_description, users, out, started)
+        self._cache = None
+        try:
+            live = self.source.begin(settings, environment)
+        except RuntimeError as e:  # a worker could not set up the run: nothing started
+            log.error("run %s did not start: %s", out.name, e)
+            entry.error, entry.phase, entry.ended_epoch = str(e), "failed", time.time()
+            with contextlib.suppress(OSError):  # nothing was written: no empty folder is left
+                out.rmdir()
+            self.runs.append(entry)
+            return False
         self.run = UiRun(
-            ctx=ctx, settings=settings, entry=entry, series=LiveSeries(started, self.series_interval_s)
+            live=live, settings=settings, entry=entry, series=LiveSeries(started, self.series_interval_s)
         )
         self.runs.append(entry)
-        self._cache = None
         self._sampler = gevent.spawn(self._sample_loop, self.run)
         if self.on_start is not None:
             self.on_start(settings)
         log.warning("run %s started: writing %s/", out.name, out)
+        return True
 
     def _on_spawned(self, user_count: int, **_kw: Any) -> None:
         run = self.run
@@ -175,7 +190,7 @@ class LlmWebUi:
     def _sample(self, run: UiRun) -> None:
         runner = self.env.runner
         users = runner.user_count if runner is not None else 0
-        run.series.sample(run.ctx.recorder, time.time(), run.ctx.in_flight, users)
+        run.series.sample(run.live.aggregates(), time.time(), run.live.in_flight(), users)
 
     def _sample_loop(self, run: UiRun) -> None:
         """The dashboard's series: one point every interval while the run is live."""
@@ -192,19 +207,15 @@ class LlmWebUi:
         run = self.run
         if run is None or run.phase != "running":
             return
-        run.ctx.stopping = True
-        if self.interrupt_reason is None:
+        drain = self.interrupt_reason is None
+        if drain:
             run.entry.phase = "draining"
-            deadline = time.monotonic() + self.drain_timeout_s
-            while run.ctx.in_flight > 0 and time.monotonic() < deadline:
-                gevent.sleep(0.05)
+        run.live.finish(drain, self.drain_timeout_s)  # workers: each drains, then sends its final results
 
     def _on_test_stop(self, environment: Environment, **_kw: Any) -> None:
         run = self.run
         if run is None or run.phase not in ("running", "draining"):
             return
-        from loadtest.locust.runtime import RunOutcome
-
         run.entry.phase = "finalizing"
         if self._sampler is not None:
             self._sampler.kill(block=False)
@@ -213,23 +224,15 @@ class LlmWebUi:
             self._sample(run)  # the last point: what the run ended with
         except Exception:  # the series is a view: the results come first
             log.exception("sampling the dashboard series failed")
-        run.interrupted_reason = self.interrupt_reason
-        run.ctx.close()
         run.entry.ended_epoch = time.time()
-        outcome = RunOutcome(
-            aggregates=run.ctx.recorder.result(),
-            interrupted_reason=run.interrupted_reason,
-            record_files=[run.ctx.log.path.name],
-            records_written=run.ctx.log.count,
-            started_epoch=run.entry.started_epoch,
-            ended_epoch=run.entry.ended_epoch,
-        )
+        outcome = run.live.outcome(self.interrupt_reason, run.entry.started_epoch, run.entry.ended_epoch)
+        run.interrupted_reason = outcome.interrupted_reason  # a signal, or a worker lost
         gevent.spawn(self._finalize, run, outcome)
 
     def _finalize(self, run: UiRun, outcome: RunOutcome) -> None:
         entry = run.entry
         try:
-            self.finalize(run.settings, run.ctx.profile, run.ctx.workload, outcome, run.out, entry.notes())
+            self.finalize(run.settings, run.live.profile, run.live.workload, outcome, run.out, entry.notes())
             entry.verdict = read_run_document(run.out).verdict
             report = run.out / "report.html"
             entry.report = report if report.exists() else None
@@ -273,15 +276,15 @@ class LlmWebUi:
             "verdict_lines": [],
             "report_url": None,
             "runs": [e.to_data() for e in reversed(self.runs)],  # newest first
+            "workers": self.source.workers(),  # None: the users run in this process
         }
         if run is not None:
-            rec = run.ctx.recorder
-            agg = rec.total  # flushes pending values
-            overall = scope_stats(agg, now)
-            payload["slos"] = slo_rows(self.slos, agg, overall["requests"])
+            aggs = run.live.aggregates()  # a recorder's totals (pending values flushed) or a master's merge
+            overall = scope_stats(aggs.all, now)
+            payload["slos"] = slo_rows(self.slos, aggs.all, overall["requests"])
             payload["overall"] = overall
-            for name, track in sorted(rec.scenarios.items()):
-                payload["scenarios"][name] = scope_stats(track.total, now)
+            for name, agg in sorted(aggs.scenarios.items()):
+                payload["scenarios"][name] = scope_stats(agg, now)
             entry = run.entry
             payload["run"] = {
                 "id": entry.id,
@@ -289,7 +292,7 @@ class LlmWebUi:
                 "phase": entry.phase,
                 "users": entry.users,
                 "load": entry.load,
-                "in_flight": run.ctx.in_flight,
+                "in_flight": run.live.in_flight(),
                 "elapsed_s": round((entry.ended_epoch or now) - entry.started_epoch, 1),
                 "interrupted_reason": run.interrupted_reason,
                 "error": entry.error,
@@ -346,6 +349,8 @@ class LlmWebUi:
             if request.path != "/swarm" or request.method != "POST":
                 return None
             problem = self.check_profile_choice(request.form.get("profile", ""))
+            if problem is None and runner.state not in ("running", "spawning"):  # a start, not an Edit
+                problem = self.source.refusal()  # e.g. fewer workers ready than expected
             if problem is None:
                 return None
             return jsonify({"success": False, "message": problem, "host": self.env.host})
@@ -406,14 +411,18 @@ class LlmWebUi:
                 return Response(f"no report for run {run_id!r}", 404, mimetype="text/plain")
             return send_file(entry.report.resolve(), mimetype="text/html")
 
-        if self.open_loop:
-            start = runner.start
+        start = runner.start
 
-            def start_dispatchers(user_count: int, spawn_rate: float, *a: Any, **kw: Any) -> None:
-                # Open loop: the schedule sets the load; one dispatcher per process, whatever the form says.
-                start(self.base.processes, max(spawn_rate, 1.0), *a, **kw)
+        def start_run(user_count: int, spawn_rate: float, *a: Any, **kw: Any) -> None:
+            if runner.state not in ("running", "spawning") and not self._begin_run(user_count):
+                return  # the run could not start: nothing is spawned
+            if (
+                self.open_loop
+            ):  # the schedule sets the load; one dispatcher per process, whatever the form says
+                user_count, spawn_rate = self.base.processes, max(spawn_rate, 1.0)
+            start(user_count, spawn_rate, *a, **kw)
 
-            runner.start = start_dispatchers  # type: ignore[method-assign]  # wrap locust's Runner.start
+        runner.start = start_run  # type: ignore[method-assign]  # wrap locust's Runner.start
 
     def interrupt(self, reason: str) -> None:
         """SIGINT/SIGTERM: stop any run without draining and wait for its results to be written."""

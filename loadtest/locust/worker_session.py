@@ -1,6 +1,8 @@
 """A worker process's part of a distributed run: get the settings from the master, run users on command,
 ship each report's histogram delta with the record lines finished since the last one, and the final
-results when told to finish (or when the master, or this process's signal, ends its part early)."""
+results when told to finish (or when the master, or this process's signal, ends its part early). A
+`loadtest ui` master says so on connect (``Standby``): the worker then serves run after run, a new
+context from each start's settings."""
 
 from __future__ import annotations
 
@@ -31,6 +33,7 @@ from loadtest.contracts.messages import (
     Ready,
     Report,
     Settings,
+    Standby,
     from_data,
     to_data,
 )
@@ -57,7 +60,7 @@ def _local_log_path(out: Path, index: int) -> Path:
 
 
 def _setup_worker(
-    data: Settings, out: str | None, keep_local: bool, copy_in_run_dir: bool = False
+    data: Settings, out: str | None, keep_local: bool, copy_in_run_dir: bool = False, per_run: bool = False
 ) -> tuple[RunContext, Path | None]:
     """The worker's RunContext from the master's ``loadtest_settings`` message, and the folder of its own
     record copy when that folder is a temporary one (removed after a clean finish).
@@ -69,6 +72,7 @@ def _setup_worker(
     ``copy_in_run_dir`` (a ``--processes`` worker, on the master's host): its records also go, as they
     finish, to ``worker-<i>.records.jsonl`` in the run folder, so that a worker killed between two
     reports loses nothing it finished (the master takes them from there; see _recover_unshipped).
+    ``per_run`` (a worker of a `loadtest ui` master, serving many runs): the copy goes in ``out/<run id>/``.
     """
     index = data.index
     settings = RunSettings.from_json(data.settings)
@@ -81,7 +85,7 @@ def _setup_worker(
     local = None
     if keep_local:
         if out:
-            local = Path(out)
+            local = Path(out) / settings.run_id if per_run else Path(out)
         else:
             local = temporary = Path(tempfile.mkdtemp(prefix=f"loadtest-worker-{index}-"))
         local.mkdir(parents=True, exist_ok=True)
@@ -142,25 +146,39 @@ class WorkerSession:
         self.left: str | None = None  # why this worker left the run early, if it did
         self.code = 0
         self.finishing = False
+        self.standby = False  # a `loadtest ui` master: run after run, each start's settings when it comes
         self.started = time.monotonic()
         self.heard = time.monotonic()
 
     # ---- messages from the master ----
+    def on_standby(self, environment: Environment, msg: Message, **_kw: Any) -> None:
+        from_data(Standby, msg.data)
+        self.standby = True
+        if self.parent_pid is None:
+            print(f"worker: joined the web UI at {self.master}; each start there is a run", flush=True)
+
     def on_settings(self, environment: Environment, msg: Message, **_kw: Any) -> None:
         reply = Ready(index=-1, host=socket.gethostname(), pid=os.getpid())
+        if self.ctx is not None:  # the previous run's context (standby: a new start)
+            self.ctx.close()
+            self.ctx = None
         try:
             data = from_data(Settings, msg.data)
             reply.index = data.index
-            ctx, self.temporary = _setup_worker(data, self.out, self.keep_local, self.copy_in_run_dir)
+            ctx, self.temporary = _setup_worker(
+                data, self.out, self.keep_local, self.copy_in_run_dir, per_run=self.standby
+            )
         except Exception as e:  # noqa: BLE001 - reported to the master as one line
             reply.error = (
                 str(e) if isinstance(e, (RuntimeError, MessageError)) else f"{type(e).__name__}: {e}"
             )
             log.error("cannot set up the run: %s", reply.error)
             send(self.runner, reply)
-            self.code = 1
-            gevent.spawn_later(0.5, self.runner.quit)
+            if not self.standby:  # a UI's worker stays for the next start
+                self.code = 1
+                gevent.spawn_later(0.5, self.runner.quit)
             return
+        self.finishing = False
         ctx.env = self.env
         self.env.loadtest = ctx  # type: ignore[attr-defined]  # our context rides on locust's Environment
         # The endpoint fails wholesale here: the master ends the run for every worker.
@@ -210,6 +228,10 @@ class WorkerSession:
                 left=left,
             ),
         )
+        if self.standby and left is None:  # this run is over: the next start brings new settings
+            self.ctx = None
+            self._clean_up()
+            self.temporary = None
 
     def leave(self, why: str) -> None:
         """Leave the run early: send what this worker has, then quit."""
@@ -231,7 +253,9 @@ class WorkerSession:
             gevent.sleep(1.0)
             if self.parent_pid is not None and os.getppid() != self.parent_pid:
                 why = "the master process is gone"
-            elif self.ctx is None and time.monotonic() - self.started > self.master_wait_s:
+            elif (
+                self.ctx is None and not self.standby and time.monotonic() - self.started > self.master_wait_s
+            ):
                 why = f"no run settings from the master at {self.master} within {self.master_wait_s:g}s"
                 self.code = 1
             elif time.monotonic() - self.heard > MASTER_GONE_AFTER_S:
@@ -249,6 +273,7 @@ class WorkerSession:
         """Register the handlers, say hello (the settings come back in reply), and serve until told to quit."""
         self.env.events.heartbeat_received.add_listener(self._heartbeat)
         self.env.events.report_to_master.add_listener(self.on_report)
+        self.runner.register_message(Standby.TYPE, self.on_standby)
         self.runner.register_message(Settings.TYPE, self.on_settings)
         self.runner.register_message(Finish.TYPE, self.on_finish)
         if self.parent_pid is None:
