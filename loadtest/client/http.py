@@ -33,7 +33,9 @@ from gevent import socket as gsocket
 from gevent import ssl as gssl
 from gevent.hub import Waiter
 
-RECV_SIZE = 256 * 1024
+# One read's buffer. Not larger: CPython allocates the whole size for every recv, and glibc serves
+# 256 KiB with an mmap and a munmap per read (about 12 us of a ~15 us read, on loopback).
+RECV_SIZE = 64 * 1024
 MAX_HEADER_BYTES = 64 * 1024  # a response whose status line and headers run past this is not an answer
 # Kernel receive timestamps (Linux): SO_TIMESTAMPNS / SCM_TIMESTAMPNS = 35, a struct timespec.
 SO_TIMESTAMPNS = 35 if sys.platform.startswith("linux") else 0

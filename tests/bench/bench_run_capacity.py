@@ -37,6 +37,8 @@ from typing import Any
 import numpy as np
 import psutil
 from harness import ServerProcess, line
+from mlperf_peer import Peer, measure_benchmark, measure_client
+from sse_server import WORDS
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
@@ -128,6 +130,7 @@ def measure_run(
     return {
         "events": events,
         "responses": len(lines),
+        "streams": concurrency,
         "cpu_s": cpu1 - cpu0,
         "wall_s": t1 - t0,
         "ttft_p99_ms": float(np.percentile(ttft, 99)) if ttft else None,
@@ -254,6 +257,29 @@ def measure_gevent(url: str, concurrency: int, duration: float, warmup: float, r
     return out
 
 
+def mlperf_round(
+    args: argparse.Namespace, mode: str, extra: list[str], streams: int, tokens: int, run: dict[str, Any]
+) -> dict[str, float]:
+    """The MLPerf Endpoints client's round (tests/bench/mlperf_peer.py), each against a fresh server:
+    its whole benchmark command, as many requests as the run finished in a window's time, and its
+    HTTP client alone, for the window."""
+    peer = Peer(args.mlperf_endpoints, Path(args.mlperf_root), args.mlperf_tokenizer)
+    samples = max(200, int(run["responses"] / run["wall_s"] * args.duration * streams / run["streams"]))
+    with ServerProcess(mode, *extra) as srv:
+        bench = measure_benchmark(peer, srv.base_url.removesuffix("/v1"), streams, samples, tokens)
+    chars = sum(len(WORDS[i % len(WORDS)]) for i in range(tokens))
+    with ServerProcess(mode, *extra) as srv:
+        client = measure_client(
+            peer, f"{srv.base_url}/chat/completions", streams, args.duration, args.warmup, chars
+        )
+    return {
+        "mlperf_bench_rate": bench["events"] / bench["cpu_s"],
+        "mlperf_bench_util": bench["cpu_s"] / bench["wall_s"] * 100,
+        "mlperf_client_rate": client["responses"] * tokens / client["cpu_s"],
+        "mlperf_client_util": client["cpu_s"] / client["window_s"] * 100,
+    }
+
+
 def part(
     name: str,
     mode: str,
@@ -282,6 +308,7 @@ def part(
                 base = measure_gevent(
                     srv.base_url.removesuffix("/v1"), base_streams, args.duration, args.warmup, ramp
                 )
+            peer = mlperf_round(args, mode, extra, base_streams, tokens, run) if args.mlperf_endpoints else {}
         r = {
             "run_rate": run["events"] / run["cpu_s"],
             "run_util": run["cpu_s"] / run["wall_s"] * 100,
@@ -289,6 +316,10 @@ def part(
             "base_util": base["cpu_s"] / base["window_s"] * 100,
         }
         r["ratio"] = r["run_rate"] / r["base_rate"]
+        r.update(peer)
+        if peer:
+            r["vs_mlperf_bench"] = r["run_rate"] / r["mlperf_bench_rate"]
+            r["vs_mlperf_client"] = r["run_rate"] / r["mlperf_client_rate"]
         if mode == "paced":
             r["ttft_added"] = (run["ttft_p99_ms"] or 0) - PACED_TTFT_MS
             r["base_ttft_added"] = (base["ttft_p99_ms"] or 0) - PACED_TTFT_MS
@@ -312,6 +343,18 @@ def part(
     line(f"{name}_run_vs_gevent", med("ratio"), "x", "{:.2f}")
     ratios = [r["ratio"] for r in rounds]
     line(f"{name}_run_vs_gevent_range", f"{min(ratios):.2f}-{max(ratios):.2f}", "x")
+    if rounds[0].get("mlperf_bench_rate"):
+        line(f"{name}_mlperf_streams", base_streams, "streams")
+        line(f"{name}_mlperf_benchmark_events_per_cpu_s", med("mlperf_bench_rate"), "events/s")
+        line(f"{name}_mlperf_benchmark_cpu_util", med("mlperf_bench_util"), "%", "{:.1f}")
+        line(f"{name}_run_vs_mlperf_benchmark", med("vs_mlperf_bench"), "x", "{:.2f}")
+        spread = [r["vs_mlperf_bench"] for r in rounds]
+        line(f"{name}_run_vs_mlperf_benchmark_range", f"{min(spread):.2f}-{max(spread):.2f}", "x")
+        line(f"{name}_mlperf_client_events_per_cpu_s", med("mlperf_client_rate"), "events/s")
+        line(f"{name}_mlperf_client_cpu_util", med("mlperf_client_util"), "%", "{:.1f}")
+        line(f"{name}_run_vs_mlperf_client", med("vs_mlperf_client"), "x", "{:.2f}")
+        spread = [r["vs_mlperf_client"] for r in rounds]
+        line(f"{name}_run_vs_mlperf_client_range", f"{min(spread):.2f}-{max(spread):.2f}", "x")
     if mode == "paced":
         line(f"{name}_run_ttft_p99_added", med("ttft_added"), "ms", "{:.2f}")
         line(f"{name}_gevent_ttft_p99_added", med("base_ttft_added"), "ms", "{:.2f}")
@@ -350,6 +393,20 @@ def main() -> None:
         "--open-rate", type=float, default=500.0, help="arrivals per second of the open-loop part"
     )
     ap.add_argument("--only", choices=("batched", "paced", "open"))
+    ap.add_argument(
+        "--mlperf-endpoints",
+        metavar="PATH",
+        help="the MLPerf Endpoints client's inference-endpoint command (Python 3.12+): also measure its "
+        "whole benchmark and its HTTP client alone, with the baseline's streams (tests/bench/mlperf_peer.py)",
+    )
+    ap.add_argument(
+        "--mlperf-root", metavar="DIR", default="/", help="a system image to chroot into for that command"
+    )
+    ap.add_argument(
+        "--mlperf-tokenizer",
+        metavar="PATH",
+        help="a tokenizer folder for its token metrics (inside the image)",
+    )
     args = ap.parse_args()
     if args.only in (None, "batched"):
         part(
