@@ -248,6 +248,8 @@ class _LoopReads:
         "conn",
         "reader",
         "resp",
+        "chunks",
+        "times",
         "recvmsg",
         "feed",
         "watcher",
@@ -259,6 +261,7 @@ class _LoopReads:
 
     def __init__(self, conn: Connection, sock: gsocket.socket, reader: _Reader, max_bytes: int) -> None:
         self.conn, self.reader, self.resp = conn, reader, reader.resp
+        self.chunks, self.times = reader.resp.chunks, reader.resp.times  # the same lists, kept in place
         self.recvmsg = sock._sock.recvmsg
         self.feed = reader.parser.feed_data
         self.watcher = get_hub().loop.io(sock.fileno(), 1)
@@ -285,7 +288,7 @@ class _LoopReads:
         """Stop and free the watcher; drop what it reached (its callback refers back to this object)."""
         self.watcher.stop()
         self.watcher.close()
-        del self.watcher, self.reader, self.resp, self.feed, self.recvmsg, self.conn
+        del self.watcher, self.reader, self.resp, self.chunks, self.times, self.feed, self.recvmsg, self.conn
 
     def _on_readable(self) -> None:
         try:
@@ -304,10 +307,15 @@ class _LoopReads:
             if not data or self.conn._aborted:
                 self._wake(data)
                 return
+            times = self.times
+            kept = len(times)
             self.feed(data)
-            resp = self.resp
-            if len(resp.chunks) > len(resp.times):
+            pieces = len(self.chunks) - kept  # the body pieces of this read
+            if pieces == 1 and not reader.done:  # the common case, inline: one piece, its time
+                times.append(now)
+            elif pieces:
                 reader.settle()
+            resp = self.resp
             self.received = received = self.received + len(data)
             if reader.done or (
                 received > MAX_HEADER_BYTES

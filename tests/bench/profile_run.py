@@ -84,6 +84,7 @@ def main() -> None:
     ap.add_argument("--warmup", type=float, default=4.0)
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--raw", type=Path, help="also keep py-spy's raw stacks in this file")
+    ap.add_argument("--native", action="store_true", help="with the C frames (py-spy --native)")
     args = ap.parse_args()
     spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     extra = ["--framing", args.framing] if args.mode == "batched" else ["--tokens", "49"]
@@ -114,8 +115,10 @@ def main() -> None:
             time.sleep(args.warmup)
             raw_file = Path(d) / "raw.txt"
             subprocess.run(
-                [spy, "record", "--nonblocking", "-r", "250", "-d", str(int(args.seconds)), "-f", "raw"]
-                + ["-o", str(raw_file), "-p", str(gen.pid)],
+                [spy, "record", "-r", "250", "-d", str(int(args.seconds)), "-f", "raw"]
+                + ["-o", str(raw_file), "-p", str(gen.pid)]
+                # C frames need the process paused at each sample (py-spy refuses --nonblocking with them)
+                + (["--native"] if args.native else ["--nonblocking"]),
                 check=True,
                 capture_output=True,
             )
