@@ -261,8 +261,9 @@ def mlperf_round(
     args: argparse.Namespace, mode: str, extra: list[str], streams: int, tokens: int, run: dict[str, Any]
 ) -> dict[str, float]:
     """The MLPerf Endpoints client's round (tests/bench/mlperf_peer.py), each against a fresh server:
-    its whole benchmark command, as many requests as the run finished in a window's time, and its
-    HTTP client alone, for the window."""
+    its whole benchmark command with the baseline's ``streams`` (paced, that already takes more than
+    half a core), as many requests as the run finished in a window's time; and its HTTP client alone
+    with the run's streams (paced: the same share of a core as the run), for the window."""
     peer = Peer(args.mlperf_endpoints, Path(args.mlperf_root), args.mlperf_tokenizer)
     samples = max(200, int(run["responses"] / run["wall_s"] * args.duration * streams / run["streams"]))
     with ServerProcess(mode, *extra) as srv:
@@ -270,7 +271,7 @@ def mlperf_round(
     chars = sum(len(WORDS[i % len(WORDS)]) for i in range(tokens))
     with ServerProcess(mode, *extra) as srv:
         client = measure_client(
-            peer, f"{srv.base_url}/chat/completions", streams, args.duration, args.warmup, chars
+            peer, f"{srv.base_url}/chat/completions", run["streams"], args.duration, args.warmup, chars
         )
     return {
         "mlperf_bench_rate": bench["events"] / bench["cpu_s"],
@@ -344,12 +345,13 @@ def part(
     ratios = [r["ratio"] for r in rounds]
     line(f"{name}_run_vs_gevent_range", f"{min(ratios):.2f}-{max(ratios):.2f}", "x")
     if rounds[0].get("mlperf_bench_rate"):
-        line(f"{name}_mlperf_streams", base_streams, "streams")
+        line(f"{name}_mlperf_benchmark_streams", base_streams, "streams")
         line(f"{name}_mlperf_benchmark_events_per_cpu_s", med("mlperf_bench_rate"), "events/s")
         line(f"{name}_mlperf_benchmark_cpu_util", med("mlperf_bench_util"), "%", "{:.1f}")
         line(f"{name}_run_vs_mlperf_benchmark", med("vs_mlperf_bench"), "x", "{:.2f}")
         spread = [r["vs_mlperf_bench"] for r in rounds]
         line(f"{name}_run_vs_mlperf_benchmark_range", f"{min(spread):.2f}-{max(spread):.2f}", "x")
+        line(f"{name}_mlperf_client_streams", run_streams, "streams")
         line(f"{name}_mlperf_client_events_per_cpu_s", med("mlperf_client_rate"), "events/s")
         line(f"{name}_mlperf_client_cpu_util", med("mlperf_client_util"), "%", "{:.1f}")
         line(f"{name}_run_vs_mlperf_client", med("vs_mlperf_client"), "x", "{:.2f}")
@@ -397,7 +399,7 @@ def main() -> None:
         "--mlperf-endpoints",
         metavar="PATH",
         help="the MLPerf Endpoints client's inference-endpoint command (Python 3.12+): also measure its "
-        "whole benchmark and its HTTP client alone, with the baseline's streams (tests/bench/mlperf_peer.py)",
+        "whole benchmark (the baseline's streams) and its HTTP client alone (the run's), tests/bench/mlperf_peer.py",
     )
     ap.add_argument(
         "--mlperf-root", metavar="DIR", default="/", help="a system image to chroot into for that command"
