@@ -20,7 +20,10 @@ rate the schedule asked for and the rate the requests were sent at in the window
 
     .venv/bin/python tests/bench/bench_run_capacity.py [--duration 10] [--warmup 3] [--rounds 3] [--concurrency 16] \
         [--paced-concurrency 400] [--paced-run-concurrency 800] [--open-rate 500] [--framing chunked|coalesced|content-length] \
-        [--only batched|paced|open]
+        [--only batched|paced|open] [--mlperf-endpoints PATH [--mlperf-root DIR] [--mlperf-tokenizer PATH]]
+
+With ``--mlperf-endpoints`` each round also measures the MLPerf Endpoints client (tests/bench/mlperf_peer.py):
+its whole benchmark command and its HTTP client alone.
 """
 
 from __future__ import annotations
