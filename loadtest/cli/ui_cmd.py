@@ -244,25 +244,18 @@ def _master(env: Any, args: argparse.Namespace, settings: RunSettings, reports_r
     local processes (``--processes``, their logs ``ui-worker-<i>.log`` in the reports folder) or
     ``--expect-workers`` that join from anywhere."""
     from loadtest.locust.compat import check_locust_version
-    from loadtest.locust.master import MasterSession
+    from loadtest.locust.master import MasterSession, free_port, master_runner
     from loadtest.locust.ui_sources import WorkerRuns
 
     check_locust_version()  # the distributed mode uses Locust's dispatcher (locust/compat.py)
     local = not args.expect_workers
-    bind, port = ("127.0.0.1", _free_port()) if local else (args.master_bind_host, args.master_port)
+    bind, port = ("127.0.0.1", free_port()) if local else (args.master_bind_host, args.master_port)
     try:
-        runner = env.create_master_runner(bind, port)
-    except SystemExit as e:  # Locust exits when the port is taken
-        raise LoadtestError(f"cannot listen for workers on {bind}:{port} (port in use?)") from e
+        runner = master_runner(env, bind, port)
+    except RuntimeError as e:
+        raise LoadtestError(str(e)) from e
     session = MasterSession(settings, runner, env, settings.processes, serve_many=True)
     return WorkerRuns(session, bind, port, args.worker_timeout, local, reports_root, log_prefix="ui-")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def _profile_choices(profile: Any) -> list[str]:

@@ -75,18 +75,34 @@ class _Worker:
         return f"worker {self.index} ({self.host} pid {self.pid})"
 
 
-def settings_payload(settings: RunSettings, index: int = 0) -> Settings:
-    """What worker ``index`` needs to run: settings, the profile's content (trace path absolute), the fingerprint."""
-    profile, path = settings.profile()
+def settings_payload(settings: RunSettings, profile: Profile, path: Path, workload: Workload) -> Settings:
+    """What a worker needs to run (its index set per worker): settings, the content of the profile at
+    ``path`` (its files' paths absolute), the fingerprint of the master's ``workload``."""
     data = yaml.safe_load(path.read_text(encoding="utf-8"))
     _absolute_files(data, profile)
     return Settings(
-        index=index,
+        index=0,
         settings=settings.to_json(),
         profile=json.dumps(data),
         profile_name=path.stem,
-        fingerprint=Workload(profile, settings.seed).fingerprint(),
+        fingerprint=workload.fingerprint(),
     )
+
+
+def free_port() -> int:
+    """A free TCP port on loopback: the master's, for worker processes on this host."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def master_runner(env: Environment, bind_host: str, port: int) -> MasterRunner:
+    """Locust's master runner on ``env``, listening for workers; RuntimeError when the port is taken."""
+    try:
+        return env.create_master_runner(bind_host, port)
+    except SystemExit as e:  # Locust exits when the port is taken
+        raise RuntimeError(f"cannot listen for workers on {bind_host}:{port} (port in use?)") from e
 
 
 def _absolute_files(data: dict[str, Any], profile: Profile) -> None:
@@ -141,10 +157,11 @@ class MasterSession:
             live.attach(lambda: LiveView(self.total, self.in_flight()))
 
     def begin(self, settings: RunSettings) -> None:
-        """A run's own state: its settings and payload, merged aggregates, record sink, stop signal."""
+        """A run's own state: its settings, workload and payload, merged aggregates, record sink, stop signal."""
         self.settings = settings
-        self.profile, _ = settings.profile()
-        self.payload = settings_payload(settings)
+        self.profile, path = settings.profile()
+        self.workload = Workload(self.profile, settings.seed)
+        self.payload = settings_payload(settings, self.profile, path, self.workload)
         self.total = RunAggregates()
         self.out = Path(settings.out_dir)
         self.sink = RecordSink(self.out)
@@ -441,10 +458,7 @@ def run_master(
     n = settings.processes = expect or settings.processes
     profile, _ = settings.profile()
     env = Environment(user_classes=[user_class(profile)], host=settings.host)
-    try:
-        runner: MasterRunner = env.create_master_runner(bind_host, master_port)
-    except SystemExit as e:  # Locust exits when the port is taken
-        raise RuntimeError(f"cannot listen for workers on {bind_host}:{master_port} (port in use?)") from e
+    runner = master_runner(env, bind_host, master_port)
     return MasterSession(settings, runner, env, n, live).run(spawn_local, bind_host, master_port, wait_s)
 
 

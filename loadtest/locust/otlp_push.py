@@ -40,18 +40,22 @@ ENDPOINT_VARS = ("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDP
 INSTALL_HINT = "pip install 'loadtest[otlp]'"
 EXPORTER_LOGGER = "opentelemetry.exporter"  # the exporter's own log lines: folded into one warning
 FAILED_LAST_S = 1.0  # the final push's bound when the collector is not answering
+PUSH_MAX_S = 5.0  # one push's bound, retries included (shorter when the interval is)
 
 
 @dataclass(frozen=True)
 class OtlpTarget:
     """Where and how often to push: ``endpoint`` the metrics URL (resolved), ``headers`` those given on
-    the command line (the exporter adds the ``OTEL_EXPORTER_OTLP_*HEADERS`` ones), ``timeout_s`` one
-    push's bound, retries included."""
+    the command line (the exporter adds the ``OTEL_EXPORTER_OTLP_*HEADERS`` ones)."""
 
     endpoint: str
     interval_s: float
     headers: Mapping[str, str] = field(default_factory=dict)
-    timeout_s: float = 5.0
+
+    @property
+    def timeout_s(self) -> float:
+        """One push's bound, retries included: within the interval, at most ``PUSH_MAX_S``."""
+        return min(self.interval_s, PUSH_MAX_S)
 
 
 def resolve_endpoint(given: str | None, environ: Mapping[str, str] | None = None) -> str:

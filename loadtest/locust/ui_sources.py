@@ -123,7 +123,7 @@ class WorkerRun:
         self.runs = runs
         self.session = runs.session
         self.profile = self.session.profile
-        self.workload = Workload(self.profile, self.session.settings.seed)
+        self.workload = self.session.workload
 
     def aggregates(self) -> RunAggregates:
         return self.session.total

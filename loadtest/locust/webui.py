@@ -416,9 +416,8 @@ class LlmWebUi:
         def start_run(user_count: int, spawn_rate: float, *a: Any, **kw: Any) -> None:
             if runner.state not in ("running", "spawning") and not self._begin_run(user_count):
                 return  # the run could not start: nothing is spawned
-            if (
-                self.open_loop
-            ):  # the schedule sets the load; one dispatcher per process, whatever the form says
+            # open loop: the schedule sets the load; one dispatcher per process, whatever the form says
+            if self.open_loop:
                 user_count, spawn_rate = self.base.processes, max(spawn_rate, 1.0)
             start(user_count, spawn_rate, *a, **kw)
 

@@ -3,7 +3,6 @@ in this process, over local worker processes, or over `loadtest worker` processe
 
 from __future__ import annotations
 
-import socket
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -84,7 +83,7 @@ def execute(
                 live=live,
             )
         elif settings.processes > 1:
-            outcome = distributed.run_master(settings, _free_port(), live=live)
+            outcome = distributed.run_master(settings, distributed.free_port(), live=live)
         else:
             outcome = runtime.run_local(settings, live=live)
         if live is not None:
@@ -107,13 +106,8 @@ def execute(
 def _otlp_target(telemetry: TelemetryOptions) -> OtlpTarget:
     from loadtest.locust.otlp_push import OtlpTarget, resolve_endpoint
 
-    interval = telemetry.otlp_interval_s
-    return OtlpTarget(
-        resolve_endpoint(telemetry.otlp_endpoint),
-        interval,
-        dict(telemetry.otlp_headers),
-        timeout_s=min(interval, 5.0),
-    )
+    endpoint = resolve_endpoint(telemetry.otlp_endpoint)
+    return OtlpTarget(endpoint, telemetry.otlp_interval_s, dict(telemetry.otlp_headers))
 
 
 def _resource(prepared: Prepared) -> dict[str, str]:
@@ -126,10 +120,3 @@ def _resource(prepared: Prepared) -> dict[str, str]:
         "loadtest.run_id": prepared.settings.run_id,
         "loadtest.profile": prepared.profile.name,
     }
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port

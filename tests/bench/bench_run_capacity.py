@@ -47,6 +47,7 @@ ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
 CLIENT_CPU = "0"
 PACED_TTFT_MS, PACED_ITL_MS, PACED_TOKENS = 100.0, 20.0, 49
+PEERS = ("gevent", "mlperf_benchmark", "mlperf_client")  # each round's baselines, in the order they run
 OPEN_TOKENS = 50  # tokens per response of the open-loop part (its subject is the per-request cost)
 
 
@@ -277,8 +278,8 @@ def mlperf_round(
             peer, f"{srv.base_url}/chat/completions", run["streams"], args.duration, args.warmup, chars
         )
     return {
-        "mlperf_bench_rate": bench["events"] / bench["cpu_s"],
-        "mlperf_bench_util": bench["cpu_s"] / bench["wall_s"] * 100,
+        "mlperf_benchmark_rate": bench["events"] / bench["cpu_s"],
+        "mlperf_benchmark_util": bench["cpu_s"] / bench["wall_s"] * 100,
         "mlperf_client_rate": client["responses"] * tokens / client["cpu_s"],
         "mlperf_client_util": client["cpu_s"] / client["window_s"] * 100,
     }
@@ -316,14 +317,15 @@ def part(
         r = {
             "run_rate": run["events"] / run["cpu_s"],
             "run_util": run["cpu_s"] / run["wall_s"] * 100,
-            "base_rate": base["events"] / base["cpu_s"],
-            "base_util": base["cpu_s"] / base["window_s"] * 100,
+            "gevent_rate": base["events"] / base["cpu_s"],
+            "gevent_util": base["cpu_s"] / base["window_s"] * 100,
+            **peer,
         }
-        r["ratio"] = r["run_rate"] / r["base_rate"]
-        r.update(peer)
-        if peer:
-            r["vs_mlperf_bench"] = r["run_rate"] / r["mlperf_bench_rate"]
-            r["vs_mlperf_client"] = r["run_rate"] / r["mlperf_client_rate"]
+        for label in PEERS:
+            if f"{label}_rate" in r:
+                r[f"{label}_vs"] = (
+                    r["run_rate"] / r[f"{label}_rate"]
+                )  # the run's events/CPU-s over the peer's
         if mode == "paced":
             r["ttft_added"] = (run["ttft_p99_ms"] or 0) - PACED_TTFT_MS
             r["base_ttft_added"] = (base["ttft_p99_ms"] or 0) - PACED_TTFT_MS
@@ -339,27 +341,18 @@ def part(
 
     line(f"{name}_rounds", len(rounds), "rounds")
     line(f"{name}_run_streams", run_streams, "streams")
-    line(f"{name}_gevent_streams", base_streams, "streams")
     line(f"{name}_run_events_per_cpu_s", med("run_rate"), "events/s")
     line(f"{name}_run_cpu_util", med("run_util"), "%", "{:.1f}")
-    line(f"{name}_gevent_events_per_cpu_s", med("base_rate"), "events/s")
-    line(f"{name}_gevent_cpu_util", med("base_util"), "%", "{:.1f}")
-    line(f"{name}_run_vs_gevent", med("ratio"), "x", "{:.2f}")
-    ratios = [r["ratio"] for r in rounds]
-    line(f"{name}_run_vs_gevent_range", f"{min(ratios):.2f}-{max(ratios):.2f}", "x")
-    if rounds[0].get("mlperf_bench_rate"):
-        line(f"{name}_mlperf_benchmark_streams", base_streams, "streams")
-        line(f"{name}_mlperf_benchmark_events_per_cpu_s", med("mlperf_bench_rate"), "events/s")
-        line(f"{name}_mlperf_benchmark_cpu_util", med("mlperf_bench_util"), "%", "{:.1f}")
-        line(f"{name}_run_vs_mlperf_benchmark", med("vs_mlperf_bench"), "x", "{:.2f}")
-        spread = [r["vs_mlperf_bench"] for r in rounds]
-        line(f"{name}_run_vs_mlperf_benchmark_range", f"{min(spread):.2f}-{max(spread):.2f}", "x")
-        line(f"{name}_mlperf_client_streams", run_streams, "streams")
-        line(f"{name}_mlperf_client_events_per_cpu_s", med("mlperf_client_rate"), "events/s")
-        line(f"{name}_mlperf_client_cpu_util", med("mlperf_client_util"), "%", "{:.1f}")
-        line(f"{name}_run_vs_mlperf_client", med("vs_mlperf_client"), "x", "{:.2f}")
-        spread = [r["vs_mlperf_client"] for r in rounds]
-        line(f"{name}_run_vs_mlperf_client_range", f"{min(spread):.2f}-{max(spread):.2f}", "x")
+    peer_streams = {"gevent": base_streams, "mlperf_benchmark": base_streams, "mlperf_client": run_streams}
+    for label in PEERS:
+        if f"{label}_vs" not in rounds[0]:
+            continue  # the MLPerf client was not given
+        line(f"{name}_{label}_streams", peer_streams[label], "streams")
+        line(f"{name}_{label}_events_per_cpu_s", med(f"{label}_rate"), "events/s")
+        line(f"{name}_{label}_cpu_util", med(f"{label}_util"), "%", "{:.1f}")
+        line(f"{name}_run_vs_{label}", med(f"{label}_vs"), "x", "{:.2f}")
+        spread = [r[f"{label}_vs"] for r in rounds]
+        line(f"{name}_run_vs_{label}_range", f"{min(spread):.2f}-{max(spread):.2f}", "x")
     if mode == "paced":
         line(f"{name}_run_ttft_p99_added", med("ttft_added"), "ms", "{:.2f}")
         line(f"{name}_gevent_ttft_p99_added", med("base_ttft_added"), "ms", "{:.2f}")
