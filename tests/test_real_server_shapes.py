@@ -41,6 +41,27 @@ def test_request_ids_on_the_wire_are_uuids_and_the_record_keeps_both(tmp_path: P
     assert len({r["wire_id"] for r in records}) == len(records)
 
 
+def test_wire_ids_are_version_4_uuids_and_differ_across_forked_processes() -> None:
+    from loadtest.client.openai import new_wire_id
+
+    ids = [new_wire_id() for _ in range(2000)]
+    for w in ids:
+        u = uuid.UUID(w)
+        assert str(u) == w and u.version == 4 and u.variant == uuid.RFC_4122
+    assert len(set(ids)) == len(ids)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its ids must not repeat the parent's generator
+        os.write(write, "\n".join(new_wire_id() for _ in range(50)).encode())
+        os._exit(0)
+    os.close(write)
+    _, status = os.waitpid(pid, 0)
+    with os.fdopen(read) as f:
+        child = set(f.read().split())
+    assert status == 0 and len(child) == 50
+    assert not child & {new_wire_id() for _ in range(50)}
+
+
 def test_profile_headers_replace_or_remove_the_clients_own(tmp_path: Path) -> None:
     # A fixed id (different case) replaces the client's: one header, the profile's value.
     with FaultServer(["ok"]) as srv:

@@ -19,7 +19,6 @@ import ssl as _ssl
 import struct
 import sys
 import time
-import weakref
 import zlib
 from dataclasses import dataclass, field
 from time import perf_counter_ns
@@ -62,7 +61,8 @@ class _Watchdog:
     """Closes connections whose response went silent too long or ran past its deadline (one greenlet)."""
 
     def __init__(self) -> None:
-        self.active: weakref.WeakSet[Connection] = weakref.WeakSet()
+        # Connections with a request in flight: each leaves in its request's ``finally``.
+        self.active: set[Connection] = set()
         self._greenlet: gevent.Greenlet | None = None
 
     def watch(self, conn: Connection) -> None:

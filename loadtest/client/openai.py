@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
-import uuid
+import os
+import random
 from dataclasses import dataclass, field
 from time import perf_counter_ns
 from typing import Any
@@ -18,6 +19,18 @@ from loadtest.tokens.tokenizer import Tokenizer
 # Every request carries a fresh UUID here (servers such as llama.cpp's reject any other form); the record
 # keeps the readable id and this wire id. A profile may replace or remove the header (request.headers).
 REQUEST_ID_HEADER = "X-Request-Id"
+# Wire ids are random version-4 UUIDs from a generator seeded by the OS once per process (and again in
+# a forked child, so that no two processes send the same ids): no system call per request.
+_ids = random.Random(os.urandom(32))
+os.register_at_fork(after_in_child=lambda: _ids.seed(os.urandom(32)))
+_UUID_KEEP = ~((0xF000 << 64) | (0xC000 << 48))  # the version and variant fields
+_UUID_SET = (0x4000 << 64) | (0x8000 << 48)  # version 4, RFC 9562 variant
+
+
+def new_wire_id() -> str:
+    """A random UUID (version 4), in its usual text form."""
+    h = "%032x" % (_ids.getrandbits(128) & _UUID_KEEP | _UUID_SET)
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 @dataclass(slots=True)
@@ -79,7 +92,7 @@ class OpenAIClient:
         """This request's headers: the client's and the profile's, its wire id, then its own extra ones."""
         headers = dict(self._headers)
         if self.request_id_header:
-            wire_id = self.fixed_request_id or str(uuid.uuid4())
+            wire_id = self.fixed_request_id or new_wire_id()
             headers[self.request_id_header] = wire_id
             if rec is not None:
                 rec.wire_id = wire_id

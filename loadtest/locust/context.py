@@ -85,7 +85,10 @@ class FailingStreak:
 class RunContext:
     """What the users of one process share; ``finish`` is the single place a record is accounted."""
 
-    def __init__(self, settings: RunSettings, worker_index: int, n_workers: int, log_name: str) -> None:
+    def __init__(
+        self, settings: RunSettings, worker_index: int, n_workers: int, log_name: str, reports: bool = False
+    ) -> None:
+        """``reports``: this process ships its metrics to a master (the recorder keeps their deltas)."""
         self.settings = settings
         self.worker_index = worker_index
         self.n_workers = max(1, n_workers)
@@ -94,6 +97,7 @@ class RunContext:
         self.recorder = Recorder(
             per_scenario=len(self.profile.scenarios) > 1,
             per_endpoint=len(settings.hosts or ()) > 1,  # the live metrics' per-endpoint split
+            deltas=reports,
         )
         # Per-request SLO (TTFT and TPOT limits) for live attainment and goodput; None without one.
         rule = RequestSlo.from_slos(merge_slos(self.profile.slos, settings.slo))

@@ -95,7 +95,7 @@ def _setup_worker(
     settings = replace(settings, profile_ref=str(profile_file), out_dir=str(local or scratch))
     try:
         # RunContext opens its own log; this process ships lines instead (the local copy is optional).
-        ctx = RunContext(settings, index, settings.processes, os.devnull)
+        ctx = RunContext(settings, index, settings.processes, os.devnull, reports=True)
     finally:
         profile_file.unlink()
         scratch.rmdir()

@@ -96,12 +96,14 @@ class Aggregate:
 
 
 class Track:
-    """Turns finished records into metrics, kept twice: the running total and the delta since the last report."""
+    """Turns finished records into metrics: the running total and, where reports take them
+    (``deltas``: a worker's, a master's own), the delta since the last report."""
 
-    def __init__(self) -> None:
+    def __init__(self, deltas: bool = True) -> None:
         self._total = Aggregate()
         self.delta = Aggregate()
-        self._both = (self._total, self.delta)
+        self.deltas = deltas
+        self._both = (self._total, self.delta) if deltas else (self._total,)
         # Values wait here and are recorded in bulk (HdrHistogram's record_value is pure Python).
         self._pending: dict[str, list[int]] = {name: [] for name in HIST_HIGHEST}
         self._itl_pending: list[np.ndarray] = []
@@ -140,7 +142,7 @@ class Track:
                     values.append(("tpot", round(tpot)))
                 if len(rec.chunk_ns) > 1:
                     times = rec.chunk_times()
-                    gaps = np.diff(times) // 1000
+                    gaps = (times[1:] - times[:-1]) // 1000  # np.diff's work without its wrapper
                     if rec.merged_gaps:  # gaps the client could not time stay out of ITL, counted
                         mask = merged_gap_mask(times)
                         merged = int(mask.sum())
@@ -245,6 +247,8 @@ class Track:
 
     def take_delta(self) -> dict[str, Any]:
         """Everything recorded since the last call, in wire form; starts a new delta."""
+        if not self.deltas:
+            raise RuntimeError("this recorder keeps no deltas (Recorder(deltas=True) for reports)")
         self.flush()
         wire = self.delta.to_wire()
         self.delta = Aggregate()
@@ -275,10 +279,12 @@ class RunAggregates:
 
 class Recorder:
     """Per-process recorder: one track for all requests, plus one per scenario when asked, and one per
-    (scenario, endpoint) cell when the run has several endpoints (``per_endpoint``)."""
+    (scenario, endpoint) cell when the run has several endpoints (``per_endpoint``). ``deltas``: keep
+    what ``take_delta`` ships (a process that reports to a master); without, each record is kept once."""
 
-    def __init__(self, per_scenario: bool = False, per_endpoint: bool = False) -> None:
-        self.all = Track()
+    def __init__(self, per_scenario: bool = False, per_endpoint: bool = False, deltas: bool = True) -> None:
+        self.deltas = deltas
+        self.all = Track(deltas)
         self.per_scenario = per_scenario
         self.per_endpoint = per_endpoint
         self.scenarios: dict[str, Track] = {}
@@ -289,13 +295,13 @@ class Recorder:
         if self.per_scenario:
             track = self.scenarios.get(rec.scenario)
             if track is None:
-                track = self.scenarios[rec.scenario] = Track()
+                track = self.scenarios[rec.scenario] = Track(self.deltas)
             track.add(rec)
         if self.per_endpoint:
             key = (rec.scenario, rec.endpoint)
             cell = self.cells.get(key)
             if cell is None:
-                cell = self.cells[key] = Track()
+                cell = self.cells[key] = Track(self.deltas)
             cell.add(rec)
 
     @property
