@@ -22,6 +22,7 @@ import time
 import zlib
 from dataclasses import dataclass, field
 from time import perf_counter_ns
+from typing import Any
 from urllib.parse import urlsplit
 
 import gevent
@@ -31,6 +32,9 @@ from gevent import select as gselect
 from gevent import socket as gsocket
 from gevent import ssl as gssl
 from gevent.hub import Waiter
+from gevent.monkey import get_original
+
+_os_poll = get_original("select", "poll")  # the OS's poll: a zero-timeout check, no greenlet machinery
 
 # One read's buffer. Not larger: CPython allocates the whole size for every recv, and glibc serves
 # 256 KiB with an mmap and a munmap per read (a send and a read on a socketpair: 14.4 us, at 64 KiB 2.1 us).
@@ -39,6 +43,7 @@ MAX_HEADER_BYTES = 64 * 1024  # a response whose status line and headers run pas
 # Kernel receive timestamps (Linux): SO_TIMESTAMPNS / SCM_TIMESTAMPNS = 35, a struct timespec.
 SO_TIMESTAMPNS = 35 if sys.platform.startswith("linux") else 0
 _ANC_SIZE = 64
+_IDLE_EVENTS = gselect.POLLIN | gselect.POLLPRI  # POLLHUP and POLLERR are always reported
 _unpack_timespec = struct.Struct("qq").unpack
 
 
@@ -307,19 +312,18 @@ class _LoopReads:
             if not data or self.conn._aborted:
                 self._wake(data)
                 return
-            times = self.times
-            kept = len(times)
             self.feed(data)
-            pieces = len(self.chunks) - kept  # the body pieces of this read
+            # Every earlier read's body is one piece with its time: the pieces past the times are this read's.
+            times = self.times
+            pieces = len(self.chunks) - len(times)
             if pieces == 1 and not reader.done:  # the common case, inline: one piece, its time
                 times.append(now)
             elif pieces:
                 reader.settle()
-            resp = self.resp
             self.received = received = self.received + len(data)
             if reader.done or (
                 received > MAX_HEADER_BYTES
-                and (not resp.headers_ns or (self.max_bytes and received > self.max_bytes))
+                and (not self.resp.headers_ns or (self.max_bytes and received > self.max_bytes))
             ):
                 self._wake(data)
         except BaseException as e:  # noqa: BLE001 - it belongs to the request, not to the event loop
@@ -349,6 +353,7 @@ class Connection:
         self._deadline_ns = 0
         self._sent_ns = 0
         self._aborted = ""
+        self._idle_check: Any = None  # plain TCP: a poll object on the socket (readable while idle = stale)
 
     def overdue(self, now: int) -> str:
         """Why the in-flight request should be given up, or "" if it is fine."""
@@ -371,6 +376,7 @@ class Connection:
                 sock.shutdown(gsocket.SHUT_RDWR)
 
     def close(self) -> None:
+        self._idle_check = None
         if self.sock is not None:
             try:
                 self.sock.close()
@@ -381,19 +387,13 @@ class Connection:
         """A pooled idle connection that is readable has been closed (or poisoned) by the server."""
         assert self.sock is not None
         sock = self.sock
-        if isinstance(sock, gssl.SSLSocket):
-            try:
-                readable, _, _ = gselect.select([sock], [], [], 0)
-            except (OSError, ValueError):
-                return True
-            return bool(readable)
-        try:  # one non-blocking peek on the OS socket: nothing to read means alive
-            sock._sock.recv(1, gsocket.MSG_PEEK)
-        except BlockingIOError:
-            return False
-        except OSError:
+        if self._idle_check is not None:  # plain TCP: one zero-timeout poll (EOF, bytes or an error)
+            return bool(self._idle_check.poll(0))
+        try:
+            readable, _, _ = gselect.select([sock], [], [], 0)
+        except (OSError, ValueError):
             return True
-        return True  # EOF, or bytes nobody asked for
+        return bool(readable)
 
     def _connect(self) -> None:
         ep = self.endpoint
@@ -420,6 +420,9 @@ class Connection:
             except (OSError, _ssl.SSLError) as e:
                 sock.close()
                 raise HttpFailure("connect_error", f"TLS handshake with {ep.origin} failed: {e}") from e
+        else:
+            self._idle_check = _os_poll()
+            self._idle_check.register(sock.fileno(), _IDLE_EVENTS)
         self.sock = sock
 
     def request(
@@ -460,7 +463,15 @@ class Connection:
             self._sent_ns = t_sent
             if on_sent is not None:
                 on_sent[0] = t_sent
-            sock.sendall(raw_request)
+            if tls:
+                sock.sendall(raw_request)
+            else:  # one send on the non-blocking OS socket; gevent's sendall only for what did not fit
+                try:
+                    sent = sock._sock.send(raw_request)
+                except BlockingIOError:
+                    sent = 0
+                if sent < len(raw_request):
+                    sock.sendall(memoryview(raw_request)[sent:])
             received = 0
             while not reader.done:
                 if loop_reads is not None:  # already fed: only a read that needs this greenlet returns

@@ -184,7 +184,9 @@ class Track:
                 row[4] += n_in
                 for sec, n in token_seconds:
                     agg.series[sec][3] += n
-                agg.totals.update(inc)
+                totals = agg.totals
+                for key, n in inc.items():  # Counter.update's work without its Mapping check
+                    totals[key] += n
             else:
                 row[2] += 1
                 agg.add_error_sample(rec.outcome, rec.error)
