@@ -285,6 +285,26 @@ def mlperf_round(
     }
 
 
+PILOT_S = 4.0  # the calibration's window per client
+
+
+def calibrate(
+    args: argparse.Namespace, extra: list[str], tokens: int, ramp: float, guess: tuple[int, int], tmp: Path
+) -> tuple[int, int]:
+    """The paced streams that put each client at ``--paced-cpu-share`` of its core: one short pilot of
+    each at ``guess`` (against a fresh server), its streams scaled by the share it was off. The machine's
+    speed drifts between minutes, so each round calibrates again, just before it measures."""
+    target = args.paced_cpu_share / 100
+    with ServerProcess("paced", *extra) as srv:
+        run = measure_run(srv.base_url.removesuffix("/v1"), guess[0], PILOT_S, args.warmup, tokens, tmp)
+    with ServerProcess("paced", *extra) as srv:
+        base = measure_gevent(srv.base_url.removesuffix("/v1"), guess[1], PILOT_S, args.warmup, ramp)
+    shares = (run["cpu_s"] / run["wall_s"], base["cpu_s"] / base["window_s"])
+    return tuple(
+        max(50, min(4000, round(n * target / share))) for n, share in zip(guess, shares, strict=True)
+    )  # type: ignore[return-value]
+
+
 def part(
     name: str,
     mode: str,
@@ -303,6 +323,10 @@ def part(
     rounds: list[dict[str, float]] = []
     for _ in range(max(1, args.rounds)):
         with tempfile.TemporaryDirectory(prefix="bench-run-capacity-") as d:
+            if mode == "paced" and args.paced_cpu_share:  # each client at the same share of its core
+                run_streams, base_streams = calibrate(
+                    args, extra, tokens, ramp, (run_streams, base_streams), Path(d)
+                )
             with ServerProcess(mode, *extra) as srv:
                 run = measure_run(
                     srv.base_url.removesuffix("/v1"), run_streams, args.duration, args.warmup, tokens, Path(d)
@@ -315,6 +339,8 @@ def part(
                 )
             peer = mlperf_round(args, mode, extra, base_streams, tokens, run) if args.mlperf_endpoints else {}
         r = {
+            "run_streams": run_streams,
+            "base_streams": base_streams,
             "run_rate": run["events"] / run["cpu_s"],
             "run_util": run["cpu_s"] / run["wall_s"] * 100,
             "gevent_rate": base["events"] / base["cpu_s"],
@@ -340,14 +366,18 @@ def part(
         return float(np.median([r[key] for r in rounds]))
 
     line(f"{name}_rounds", len(rounds), "rounds")
-    line(f"{name}_run_streams", run_streams, "streams")
+    line(f"{name}_run_streams", med("run_streams"), "streams", "{:.0f}")
     line(f"{name}_run_events_per_cpu_s", med("run_rate"), "events/s")
     line(f"{name}_run_cpu_util", med("run_util"), "%", "{:.1f}")
-    peer_streams = {"gevent": base_streams, "mlperf_benchmark": base_streams, "mlperf_client": run_streams}
+    peer_streams = {
+        "gevent": "base_streams",
+        "mlperf_benchmark": "base_streams",
+        "mlperf_client": "run_streams",
+    }
     for label in PEERS:
         if f"{label}_vs" not in rounds[0]:
             continue  # the MLPerf client was not given
-        line(f"{name}_{label}_streams", peer_streams[label], "streams")
+        line(f"{name}_{label}_streams", med(peer_streams[label]), "streams", "{:.0f}")
         line(f"{name}_{label}_events_per_cpu_s", med(f"{label}_rate"), "events/s")
         line(f"{name}_{label}_cpu_util", med(f"{label}_util"), "%", "{:.1f}")
         line(f"{name}_run_vs_{label}", med(f"{label}_vs"), "x", "{:.2f}")
@@ -385,6 +415,13 @@ def main() -> None:
         default=800,
         help="loadtest run's streams against the paced server (about half its core: the clients are "
         "compared at the same share of a core, where each is a realistic load generator)",
+    )
+    ap.add_argument(
+        "--paced-cpu-share",
+        type=float,
+        default=50.0,
+        help="percent of its core each client runs at against the paced server: before each round a short "
+        "pilot of each scales its streams to it (the two counts above are the first guesses); 0: as given",
     )
     ap.add_argument("--framing", choices=("chunked", "coalesced", "content-length"), default="chunked")
     ap.add_argument(
