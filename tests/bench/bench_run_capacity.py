@@ -72,10 +72,17 @@ def _window_lines(log: Path, t0: float, t1: float) -> list[dict[str, Any]]:
 
 
 def measure_run(
-    url: str, concurrency: int, duration: float, warmup: float, tokens: int, tmp: Path
+    url: str, concurrency: int, duration: float, warmup: float, tokens: int, tmp: Path, ramp: float = 0.0
 ) -> dict[str, Any]:
     """A whole `loadtest run`: events and CPU inside the window that opens ``warmup`` s after the first
-    request finished, and the TTFT and token-gap p99 of the requests that completed in it (record log)."""
+    request finished, and the TTFT and token-gap p99 of the requests that completed in it (record log).
+    ``ramp``: the streams start evenly over that many seconds (a closed-loop stage with a ramp), as the
+    baseline's do, so that neither client gets its streams' events in step."""
+    load: dict[str, Any] = {"concurrency": concurrency}
+    if ramp:
+        hold = warmup + duration + 30
+        load = {"stages": [{"concurrency": concurrency, "duration_s": ramp, "ramp": True}]}
+        load["stages"].append({"concurrency": concurrency, "duration_s": hold})
     prof = tmp / f"bench-{concurrency}.yaml"
     prof.write_text(
         json.dumps(
@@ -84,7 +91,7 @@ def measure_run(
                 "input_tokens": {"dist": "fixed", "value": 12},
                 "output_tokens": {"dist": "fixed", "value": tokens},
                 "system_prompt_tokens": 0,
-                "load": {"concurrency": concurrency},
+                "load": load,
                 "duration_s": warmup + duration + 30,
             }
         )
@@ -296,7 +303,7 @@ def calibrate(
     speed drifts between minutes, so each round calibrates again, just before it measures."""
     target = args.paced_cpu_share / 100
     with ServerProcess("paced", *extra) as srv:
-        run = measure_run(srv.base_url.removesuffix("/v1"), guess[0], PILOT_S, args.warmup, tokens, tmp)
+        run = measure_run(srv.base_url.removesuffix("/v1"), guess[0], PILOT_S, args.warmup, tokens, tmp, ramp)
     with ServerProcess("paced", *extra) as srv:
         base = measure_gevent(srv.base_url.removesuffix("/v1"), guess[1], PILOT_S, args.warmup, ramp)
     shares = (run["cpu_s"] / run["wall_s"], base["cpu_s"] / base["window_s"])
@@ -329,7 +336,13 @@ def part(
                 )
             with ServerProcess(mode, *extra) as srv:
                 run = measure_run(
-                    srv.base_url.removesuffix("/v1"), run_streams, args.duration, args.warmup, tokens, Path(d)
+                    srv.base_url.removesuffix("/v1"),
+                    run_streams,
+                    args.duration,
+                    args.warmup,
+                    tokens,
+                    Path(d),
+                    ramp,
                 )
                 told = srv.get_json("/truth") if mode == "paced" else {}
                 truth = told.get("requests", {})
