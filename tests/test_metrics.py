@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 
 import numpy as np
+import pytest
 
 from loadtest.client.record import RequestRecord
 from loadtest.metrics import hdr
@@ -49,6 +50,25 @@ def test_record_many_matches_record_value_exactly() -> None:
     hdr.record_many(b, vals)
     assert list(a.counts) == list(b.counts)
     assert (a.total_count, a.min_value, a.max_value) == (b.total_count, b.min_value, b.max_value)
+
+
+def test_a_recorder_without_deltas_keeps_the_same_totals_and_ships_nothing() -> None:
+    rng = random.Random(11)
+    records = [make_record(i, rng, "ok" if i % 7 else "timeout") for i in range(300)]
+    for i, r in enumerate(records):
+        r.scenario = "chat" if i % 2 else "agent"
+    kept, plain = Recorder(per_scenario=True), Recorder(per_scenario=True, deltas=False)
+    for r in records:
+        kept.add(r)
+        plain.add(r)
+    a, b = kept.result(), plain.result()
+    assert build_metrics(a.all) == build_metrics(b.all)
+    assert a.all.totals == b.all.totals and a.all.outcomes == b.all.outcomes
+    assert dict(a.all.series) == dict(b.all.series)
+    for name in ("chat", "agent"):
+        assert build_metrics(a.scenarios[name]) == build_metrics(b.scenarios[name])
+    with pytest.raises(RuntimeError, match="no deltas"):
+        plain.take_delta()
 
 
 def test_worker_deltas_merge_exactly_into_the_single_process_result() -> None:

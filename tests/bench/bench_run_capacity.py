@@ -306,10 +306,12 @@ def calibrate(
         run = measure_run(srv.base_url.removesuffix("/v1"), guess[0], PILOT_S, args.warmup, tokens, tmp, ramp)
     with ServerProcess("paced", *extra) as srv:
         base = measure_gevent(srv.base_url.removesuffix("/v1"), guess[1], PILOT_S, args.warmup, ramp)
-    shares = (run["cpu_s"] / run["wall_s"], base["cpu_s"] / base["window_s"])
-    return tuple(
-        max(50, min(4000, round(n * target / share))) for n, share in zip(guess, shares, strict=True)
-    )  # type: ignore[return-value]
+    run_share, base_share = run["cpu_s"] / run["wall_s"], base["cpu_s"] / base["window_s"]
+
+    def scaled(streams: int, share: float) -> int:
+        return max(50, min(4000, round(streams * target / share)))
+
+    return scaled(guess[0], run_share), scaled(guess[1], base_share)
 
 
 def part(
