@@ -98,12 +98,19 @@ class FaultServer:
         tls: tuple[Path, Path] | None = None,
         require_uuid: bool = False,
         models_as_stream: bool = False,
+        after: str = "keep",
     ) -> None:
         """``require_uuid``: answer 400 to a request whose X-Request-Id is present and not a UUID (as
         llama.cpp's server does); ``models_as_stream``: answer every GET with an SSE stream (as the
-        MLPerf Endpoints mock servers do), except ``/health``."""
+        MLPerf Endpoints mock servers do), except ``/health``; ``after`` each answer: ``keep`` the
+        connection, ``close`` it, or ``poison`` it (bytes of a response nobody asked for)."""
+        if after not in ("keep", "close", "poison"):
+            raise ValueError(f"unknown after {after!r}")
         self.require_uuid = require_uuid
         self.models_as_stream = models_as_stream
+        self.after = after
+        self.connections = 0  # connections accepted
+        self.request_sizes: list[int] = []  # every request's body length, in order
         self.heads: list[str] = []  # every scheduled request's header block, as received
         self.accept_encoding: list[str] = []  # each scheduled request's Accept-Encoding
         self.bodies: dict[str, bytes] = {}  # each scheduled request's body, by its X-Request-Id
@@ -159,6 +166,7 @@ class FaultServer:
                 conn, _ = self._listener.accept()
             except OSError:
                 return
+            self.connections += 1
             t = threading.Thread(target=self._serve, args=(conn,), daemon=True)
             self._threads.append(t)
             t.start()
@@ -175,8 +183,12 @@ class FaultServer:
                 if req is None:
                     return
                 head, body, buf = req
-                if not self._answer(conn, head, body):
+                with self._lock:
+                    self.request_sizes.append(len(body))
+                if not self._answer(conn, head, body) or self.after == "close":
                     return
+                if self.after == "poison":
+                    conn.sendall(b"HTTP/1.1 200 OK\r\n")
         except (OSError, ssl.SSLError):
             return
         finally:

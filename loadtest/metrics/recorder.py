@@ -101,9 +101,8 @@ class Track:
 
     def __init__(self, deltas: bool = True) -> None:
         self._total = Aggregate()
-        self.delta = Aggregate()
-        self.deltas = deltas
-        self._both = (self._total, self.delta) if deltas else (self._total,)
+        self.delta: Aggregate | None = Aggregate() if deltas else None
+        self._both = (self._total, self.delta) if self.delta is not None else (self._total,)
         # Values wait here and are recorded in bulk (HdrHistogram's record_value is pure Python).
         self._pending: dict[str, list[int]] = {name: [] for name in HIST_HIGHEST}
         self._itl_pending: list[np.ndarray] = []
@@ -249,7 +248,7 @@ class Track:
 
     def take_delta(self) -> dict[str, Any]:
         """Everything recorded since the last call, in wire form; starts a new delta."""
-        if not self.deltas:
+        if self.delta is None:
             raise RuntimeError("this recorder keeps no deltas (Recorder(deltas=True) for reports)")
         self.flush()
         wire = self.delta.to_wire()

@@ -78,11 +78,11 @@ def measure_run(
     request finished, and the TTFT and token-gap p99 of the requests that completed in it (record log).
     ``ramp``: the streams start evenly over that many seconds (a closed-loop stage with a ramp), as the
     baseline's do, so that neither client gets its streams' events in step."""
+    hold = warmup + duration + 30  # past the window: the bench stops the run itself
     load: dict[str, Any] = {"concurrency": concurrency}
     if ramp:
-        hold = warmup + duration + 30
-        load = {"stages": [{"concurrency": concurrency, "duration_s": ramp, "ramp": True}]}
-        load["stages"].append({"concurrency": concurrency, "duration_s": hold})
+        stages = [{"concurrency": concurrency, "duration_s": ramp, "ramp": True}]
+        load = {"stages": [*stages, {"concurrency": concurrency, "duration_s": hold}]}
     prof = tmp / f"bench-{concurrency}.yaml"
     prof.write_text(
         json.dumps(
@@ -92,7 +92,7 @@ def measure_run(
                 "output_tokens": {"dist": "fixed", "value": tokens},
                 "system_prompt_tokens": 0,
                 "load": load,
-                "duration_s": warmup + duration + 30,
+                "duration_s": hold,
             }
         )
     )
