@@ -657,3 +657,14 @@ def test_the_console_and_the_first_screen_show_the_judged_figures(slow_start_run
     assert f"{judged['throughput']['output_tokens_per_s']:,.1f}" in cards
     # The whole run's table is labelled so.
     assert "Latency percentiles (ms), whole run" in _section(html, "latency")
+
+
+def test_profiles_list_fits_a_terminal() -> None:
+    """`loadtest profiles list`: every shipped profile with its load, within 80 columns."""
+    res = run_cli(["profiles", "list"])
+    assert res.returncode == 0, res.stderr
+    assert not _fits_a_terminal(res.stdout), _fits_a_terminal(res.stdout)
+    names = [p.stem for p in (Path(__file__).resolve().parents[1] / "traffic_profiles").glob("*.yaml")]
+    heads = {ln.split()[0]: ln for ln in res.stdout.splitlines() if ln and not ln.startswith(" ")}
+    assert names and all(n in heads for n in names), (names, heads)
+    assert "8 concurrent streams (closed loop)" in heads["interactive-chat"]
