@@ -504,6 +504,11 @@ def test_live_dashboard_charts_change_during_a_run_then_show_the_verdict(ui_sess
         assert status == done["verdict"]["status"]
         banner = page.evaluate("document.getElementById('verdict').textContent")
         assert all(line in banner for line in done["verdict_lines"])
+        # next to the verdict, the figures it judged (run.json's), labelled
+        assert page.evaluate("document.getElementById('judged-label').textContent") == done["judged"]["label"]
+        ttft = done["judged"]["latency_ms"]["ttft"]
+        shown = page.evaluate("document.getElementById('judged-ttft').textContent")
+        assert shown == f"{fmt_ms(ttft['p50'])} / {fmt_ms(ttft['p99'])}", shown
         href = page.evaluate("document.getElementById('report-link').getAttribute('href')")
         assert href == "." + done["report_url"]
         page.screenshot(ARTIFACTS / "webui-dashboard-done.png")
