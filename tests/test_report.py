@@ -208,7 +208,7 @@ def test_format_summary(normal_run: tuple[dict[str, Any], str, Path]) -> None:
     assert "\x1b" not in text
     assert all(len(line) <= 80 for line in text.splitlines())
     assert "ok 60" in text and "failed 4" in text and "http_5xx 4" in text
-    assert f"{m['throughput']['output_tokens_per_s']:,.1f} output tok/s" in text
+    assert f"{fmt_ms(m['throughput']['output_tokens_per_s'])} output tok/s" in text
     for key in ("ttft", "itl", "tpot", "e2e", "schedule_lag"):
         for p in ("p50", "p90", "p99", "p99_9", "max"):
             assert fmt_ms(lat[key][p]) in text

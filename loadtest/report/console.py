@@ -21,6 +21,11 @@ _COLS: tuple[tuple[str, str], ...] = (
 _WHOLE_RUN_LATENCY = (("ttft", "TTFT"), ("e2e", "E2E"))
 
 
+def _sig(v: float | None) -> str:
+    """A rate with the precision a latency gets: three significant digits, whole numbers from 100."""
+    return fmt_ms(v, NA)
+
+
 def _kv(label: str, text: str) -> list[str]:
     """``label`` in a 12-wide column, ``text`` wrapped to the line width after it."""
     return textwrap.wrap(text, WIDTH, initial_indent=f"{label:<12}", subsequent_indent=" " * 12) or [label]
@@ -120,7 +125,7 @@ def _whole_run_lines(run: RunDocument) -> list[str]:
     return _kv(
         "Whole run",
         f"{facts.whole_run_label(run)[len('whole run: ') :]} (warm-up included): {lat}; "
-        f"{fmt_num(m.throughput.output_tokens_per_s, 1, NA)} output tok/s; "
+        f"{_sig(m.throughput.output_tokens_per_s)} output tok/s; "
         f"error rate {fmt_pct(m.requests.error_rate, NA)}",
     )
 
@@ -148,10 +153,10 @@ def format_summary(run: RunDocument) -> str:
         *_kv("Outcomes", ", ".join(f"{o} {n:,}" for o, n in outcomes) if outcomes else "none"),
         *_kv(
             "Throughput",
-            f"{fmt_num(thr.output_tokens_per_s, 1, NA)} output tok/s  "
-            f"{fmt_num(thr.input_tokens_per_s, 1, NA)} input tok/s  "
-            f"{fmt_num(thr.requests_per_s, 3, NA)} req/s  "
-            f"{fmt_num(thr.tps_per_user, 1, NA)} tok/s per user",
+            f"{_sig(thr.output_tokens_per_s)} output tok/s  "
+            f"{_sig(thr.input_tokens_per_s)} input tok/s  "
+            f"{_sig(thr.requests_per_s)} req/s  "
+            f"{_sig(thr.tps_per_user)} tok/s per user",
         ),
         *_goodput_lines(run),
         *_quality_lines(run),
@@ -188,6 +193,6 @@ def _goodput_lines(run: RunDocument) -> list[str]:
     return _kv(
         "Goodput",
         f"{fmt_pct(gp.attainment, NA)} of requests good ({limits}); "
-        f"{fmt_num(gp.good_requests_per_s, 3, NA)} good req/s, "
-        f"{fmt_num(gp.good_output_tokens_per_s, 1, NA)} good tok/s",
+        f"{_sig(gp.good_requests_per_s)} good req/s, "
+        f"{_sig(gp.good_output_tokens_per_s)} good tok/s",
     )
