@@ -178,7 +178,7 @@ def _quality_lines(run: RunDocument) -> list[str]:
         return []
     failed = [f"{name} {c.failed:,}" for name, c in q.checks.items() if c.failed]
     text = (
-        f"{fmt_pct(q.pass_rate, NA)} of {fmt_int(q.checked)} ok answers passed every check "
+        f"{fmt_pct(q.pass_rate, NA)} of {fmt_int(q.checked)} ok answers (the whole run's) passed every check "
         f"(gate ≥ {q.min * 100:g} %{'' if q.min_source == 'slo' else ', the default'})"
     )
     return _kv("Quality", text + (f"; failed: {', '.join(failed)}" if failed else ""))
