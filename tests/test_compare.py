@@ -16,6 +16,7 @@ from tokenizers import decoders, models, pre_tokenizers, trainers
 
 from loadtest.cli.main import main
 from loadtest.compare import stats
+from loadtest.compare.workload import differences
 from loadtest.contracts.run_document import read_run_document
 from loadtest.contracts.sweep_document import (
     SCHEMA_VERSION,
@@ -218,6 +219,25 @@ def test_two_load_levels_of_one_workload_are_compared_with_a_note(
     html = (tmp_path / "compare.html").read_text()
     assert "Different load: c2 and c8 differ only in load (concurrency 2 vs 8)" in html
     assert "DIFFERENT WORKLOADS" not in html
+
+
+def test_each_difference_reads_as_words_never_raw_json() -> None:
+    """Resolved profiles that differ in nested sections, lists and long texts: each differing setting by
+    its path with both values in words; a long text or a section by its size; nothing cut."""
+    long_a, long_b = "x" * 300, "y" * 300
+    a = {"seed": 1, "load": {"concurrency": 4}, "scenarios": [{"name": "s", "input_tokens": {"value": 64}}]}
+    b = {"seed": 2, "load": {"rate": 2.5}, "scenarios": [{"name": "s", "input_tokens": {"value": 128}}]}
+    a["system_prompt"], b["system_prompt"], b["extra"] = long_a, long_b, {"k": 1, "j": [1, 2]}
+    got = differences(a, b)
+    assert got == [
+        "extra none vs a section of 2 keys",
+        "load.concurrency 4 vs none",
+        "load.rate none vs 2.5",
+        "scenarios[0].input_tokens.value 64 vs 128",
+        "seed 1 vs 2",
+        "system_prompt differs (a text of 300 characters on each side)",
+    ]
+    assert not any("{" in d or "..." in d for d in got)
 
 
 def test_tokenizers_differ_throughput_is_normalized(runs: dict[str, Path], tmp_path: Path) -> None:

@@ -65,6 +65,7 @@ def _comparable(side: Side, drop: tuple[str, ...]) -> dict[str, Any]:
 
 
 MAX_SHOWN_TEXT = 40  # characters of a text value shown whole in a difference
+MAX_SHOWN_DIFFERENCES = 6  # settings named in one difference (the rest counted)
 
 
 def _show(v: Any) -> str:
@@ -91,16 +92,27 @@ def _diff_keys(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
 
 
 def differences(a: dict[str, Any], b: dict[str, Any], prefix: str = "") -> list[str]:
-    """Each differing leaf of two JSON objects in words, by dotted path: ``load.concurrency 4 vs 16``,
-    ``seed 1 vs 2`` (a section only one side has reads as ``a section of N keys vs none``)."""
+    """Each differing leaf of two JSON objects in words, by path: ``load.concurrency 4 vs 16``, ``seed 1
+    vs 2``, ``scenarios[0].input_tokens.value 64 vs 128`` (a section only one side has reads as ``a
+    section of N keys vs none``; values that read alike as ``differs (… on each side)``)."""
     out = []
     for k in _diff_keys(a, b):
-        va, vb = a.get(k), b.get(k)
-        if isinstance(va, dict) and isinstance(vb, dict):
-            out += differences(va, vb, f"{prefix}{k}.")
-        else:
-            out.append(f"{prefix}{k} {_show(va)} vs {_show(vb)}")
+        out += _leaf_differences(f"{prefix}{k}", a.get(k), b.get(k))
     return out
+
+
+def _leaf_differences(path: str, va: Any, vb: Any) -> list[str]:
+    if isinstance(va, dict) and isinstance(vb, dict):
+        return differences(va, vb, f"{path}.")
+    if isinstance(va, list) and isinstance(vb, list) and len(va) == len(vb):
+        return [
+            d
+            for i, (x, y) in enumerate(zip(va, vb, strict=True))
+            if x != y
+            for d in _leaf_differences(f"{path}[{i}]", x, y)
+        ]
+    sa, sb = _show(va), _show(vb)
+    return [f"{path} differs ({sa} on each side)" if sa == sb else f"{path} {sa} vs {sb}"]
 
 
 def _load_words(a: dict[str, Any], b: dict[str, Any]) -> str:
@@ -135,7 +147,10 @@ def check_workloads(sides: list[Side], baseline: int = 0) -> WorkloadCheck:
         if diffs:
             res.same = False
             res.mismatched.append(sides.index(side))
-            res.differences.append(f"{base.name} and {side.name} differ in {', '.join(diffs)}")
+            shown = diffs[:MAX_SHOWN_DIFFERENCES]
+            more = len(diffs) - len(shown)
+            rest = f" and {more} more setting{'s' if more > 1 else ''}" if more else ""
+            res.differences.append(f"{base.name} and {side.name} differ in {', '.join(shown)}{rest}")
             continue
         full_a, full_b = base.run.config.profile_resolved, side.run.config.profile_resolved
         if full_a.get("load") != full_b.get("load") and not sweeps:
