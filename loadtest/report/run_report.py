@@ -225,6 +225,7 @@ def tested_rows(run: RunDocument) -> list[tuple[str, str]]:
     """What was tested, for the report's first screen: endpoint, model, load, how long, when, the tool."""
     cfg, req = run.config, run.metrics.requests
     ran = f"{fmt_num(run.metrics.window.duration_s, 1)} s, {fmt_int(req.completed)} requests"
+    ran += " (whole run)" if run.judged is not None else ""
     rows = [
         ("Endpoint", facts.endpoint_text(run)),
         ("Model", cfg.model or NA),
