@@ -1,4 +1,4 @@
-"""Plain-text run summary for the terminal: the judged window's figures, fixed-width columns, no colors, 80 columns."""
+"""Plain-text run summary for the terminal: the judged window's figures in 80 columns, no colors."""
 
 from __future__ import annotations
 
