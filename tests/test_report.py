@@ -215,6 +215,10 @@ def test_format_summary(normal_run: tuple[dict[str, Any], str, Path]) -> None:
     tok = m["tokens"]
     assert f"{tok['output_total']:,}" in text and f"{tok['usage_output_total']:,}" in text
     assert f"{tok['mismatched_requests']} with a different output count" in text
+    # No judged window: the whole run is judged, said once, and no second "whole run" line repeats it.
+    assert "judged" not in run
+    assert text.count(f"judged: the whole run, {m['requests']['completed']:,} requests") == 1
+    assert "Whole run" not in text and "judged window" not in text
 
 
 # ---- real runs against the embedded engine ----
@@ -668,3 +672,19 @@ def test_profiles_list_fits_a_terminal() -> None:
     heads = {ln.split()[0]: ln for ln in res.stdout.splitlines() if ln and not ln.startswith(" ")}
     assert names and all(n in heads for n in names), (names, heads)
     assert "8 concurrent streams (closed loop)" in heads["interactive-chat"]
+
+
+def test_without_a_window_the_report_says_once_that_the_whole_run_is_judged(
+    normal_run: tuple[dict[str, Any], str, Path],
+) -> None:
+    run, html, _ = normal_run
+    n = f"{run['metrics']['requests']['completed']:,} requests"
+    assert html.count(f"Judged: the whole run, {n}") == 1
+    assert f"judged: the whole run, {n}" in _section(html, "headline")  # the headline's label
+    assert "Latency percentiles (ms)</h2>" in html and "whole run</h2>" not in html
+    head = _section(html, "headline")
+    row = head[head.index("<strong>TTFT</strong>") : head.index("</tr>", head.index("<strong>TTFT</strong>"))]
+    cells = [c.split("<", 1)[0] for c in row.split('<td class="num">')[1:]]
+    assert cells[1:] == [
+        fmt_ms(run["metrics"]["latency_ms"]["ttft"][k]) for k in ("p50", "p90", "p99", "p99_9")
+    ]
