@@ -647,6 +647,8 @@ def test_the_console_and_the_first_screen_show_the_judged_figures(slow_start_run
     assert f"TTFT p99 {fmt_ms(w_p99)} ms" in whole_line  # the whole run's only where labelled so
     assert fmt_ms(w_p99) not in " ".join(ttft)
     assert not _fits_a_terminal(stdout), _fits_a_terminal(stdout)
+    load = next(ln for ln in lines if ln.startswith("Load "))
+    assert "stages 24 → 2 streams" in load and "None" not in load  # a staged load in the profile's words
     # The report's first screen: the label next to the verdict, the headline numbers the judged ones.
     html = (out / "report.html").read_text()
     first = html[: html.index('<section id="headline"')]

@@ -38,6 +38,8 @@ def status_text(run: RunDocument) -> str:
 def load_text(run: RunDocument) -> str:
     """The offered load in words: closed-loop concurrency or open-loop rate and arrival process."""
     load = run.config.load
+    if load.stages or load.trace:  # stages or a replayed trace: the profile's own words
+        return load.description or load.mode or "unknown"
     if load.mode == "closed":
         return f"closed loop, concurrency {load.concurrency}"
     if load.mode == "open":
