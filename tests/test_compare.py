@@ -16,6 +16,7 @@ from tokenizers import decoders, models, pre_tokenizers, trainers
 
 from loadtest.cli.main import main
 from loadtest.compare import stats
+from loadtest.compare.workload import differences
 from loadtest.contracts.run_document import read_run_document
 from loadtest.contracts.sweep_document import (
     SCHEMA_VERSION,
@@ -190,9 +191,10 @@ def test_different_workloads_refused_then_allowed_loudly(runs: dict[str, Path], 
     assert r.returncode == 3
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in r.stderr
-    assert (
-        a in lines[0] and b in lines[0] and "--allow-different-workloads" in lines[0] and "seed" in lines[0]
-    )
+    # One readable sentence: who differs and in what, what to do; no raw JSON, nothing cut.
+    line = lines[0]
+    assert "differ in seed 1 vs 2" in line and line.endswith("or pass --allow-different-workloads"), line
+    assert "{" not in line and "..." not in line, line
     assert not (tmp_path / "refused").exists()
 
     r = _compare(a, b, "--allow-different-workloads", "--out", str(tmp_path / "allowed.html"))
@@ -200,8 +202,47 @@ def test_different_workloads_refused_then_allowed_loudly(runs: dict[str, Path], 
     assert "WARNING: different workloads" in r.stderr
     html = (tmp_path / "allowed.html").read_text()
     assert "DIFFERENT WORKLOADS" in html
+    banner = html[html.index("DIFFERENT WORKLOADS") : html.index("</div>", html.index("DIFFERENT WORKLOADS"))]
+    assert "differ in seed 1 vs 2" in banner and "{" not in banner  # the same words as the console's
     doc = json.loads((tmp_path / "allowed.json").read_text())
     assert doc["workload"]["allowed_different"] and not doc["workload"]["same"]
+
+
+def test_two_load_levels_of_one_workload_are_compared_with_a_note(
+    runs: dict[str, Path], tmp_path: Path
+) -> None:
+    """c2 against c8 of the same profile and seed: the same requests at two loads. Compared without the
+    flag; one line on stderr and a banner say that what differs is the load."""
+    r = _compare(str(runs["h100_c2"]), str(runs["h100"]), "--names", "c2,c8", "--out", str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    notes = [ln for ln in r.stderr.splitlines() if ln.startswith("loadtest compare: note:")]
+    assert len(notes) == 1 and "WARNING" not in r.stderr, r.stderr
+    assert "c2 and c8 differ only in load (concurrency 2 vs 8)" in notes[0] and "{" not in notes[0]
+    doc = json.loads((tmp_path / "compare.json").read_text())
+    assert doc["workload"]["same"] and not doc["workload"]["allowed_different"]
+    assert doc["workload"]["load_differences"] == [notes[0].split("note: ", 1)[1]]
+    html = (tmp_path / "compare.html").read_text()
+    assert "Different load: c2 and c8 differ only in load (concurrency 2 vs 8)" in html
+    assert "DIFFERENT WORKLOADS" not in html
+
+
+def test_each_difference_reads_as_words_never_raw_json() -> None:
+    """Resolved profiles that differ in nested sections, lists and long texts: each differing setting by
+    its path with both values in words; a long text or a section by its size; nothing cut."""
+    long_a, long_b = "x" * 300, "y" * 300
+    a = {"seed": 1, "load": {"concurrency": 4}, "scenarios": [{"name": "s", "input_tokens": {"value": 64}}]}
+    b = {"seed": 2, "load": {"rate": 2.5}, "scenarios": [{"name": "s", "input_tokens": {"value": 128}}]}
+    a["system_prompt"], b["system_prompt"], b["extra"] = long_a, long_b, {"k": 1, "j": [1, 2]}
+    got = differences(a, b)
+    assert got == [
+        "extra none vs a section of 2 keys",
+        "load.concurrency 4 vs none",
+        "load.rate none vs 2.5",
+        "scenarios[0].input_tokens.value 64 vs 128",
+        "seed 1 vs 2",
+        "system_prompt differs (a text of 300 characters on each side)",
+    ]
+    assert not any("{" in d or "..." in d for d in got)
 
 
 def test_tokenizers_differ_throughput_is_normalized(runs: dict[str, Path], tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ none when piped, none with --quiet."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import pty
 import re
@@ -35,7 +36,16 @@ def test_progress_lines_while_the_load_runs_and_the_drain_announced(tmp_path: Pa
         + ["--processes", str(processes), "--out", str(tmp_path / "out")]
     )
     assert res.returncode == 0, res.stderr[-2000:]
-    lines = [ln for ln in res.stderr.splitlines() if ln.startswith("progress ")]
+    err = res.stderr.splitlines()
+    assert all(len(ln) <= 80 for ln in err if ln.startswith(("progress ", "  ", "load stopped"))), err
+    # A progress line wrapped to 80 columns continues on lines indented two spaces.
+    lines = [
+        " ".join(
+            [ln, *(nxt.strip() for nxt in itertools.takewhile(lambda x: x.startswith("  "), err[i + 1 :]))]
+        )
+        for i, ln in enumerate(err)
+        if ln.startswith("progress ")
+    ]
     assert len(lines) >= 2, res.stderr[-2000:]
     parsed = [LINE.match(ln) for ln in lines]
     assert all(parsed), lines

@@ -25,7 +25,7 @@ from loadtest.report import format_summary, render_run_report
 from loadtest.report.charts import CDF_TITLE
 from loadtest.results.mlperf_summary import SUMMARY_NAME
 from tests.browser import ARTIFACTS, CHROMIUM, open_in_chromium
-from tests.conftest import CLI, interrupt_when, read_lines, run_cli
+from tests.conftest import CLI, interrupt_when, read_lines, run_cli, write_profile
 
 EPOCH = 1_795_000_000.0
 FINGERPRINT = "ab12cd34" * 8
@@ -189,7 +189,7 @@ def test_zero_ok_requests(tmp_path: Path) -> None:
     assert "The server sent no usage" in html
     text = format_summary(from_data(run))
     assert "ok 0" in text and "http_5xx 5" in text and "the server sent no usage" in text
-    assert all(len(line) < 100 for line in text.splitlines())
+    assert all(len(line) <= 80 for line in text.splitlines())
 
 
 def test_empty_run(tmp_path: Path) -> None:
@@ -206,15 +206,19 @@ def test_format_summary(normal_run: tuple[dict[str, Any], str, Path]) -> None:
     lat = m["latency_ms"]
     assert "completed" in text.splitlines()[1]
     assert "\x1b" not in text
-    assert all(len(line) < 100 for line in text.splitlines())
+    assert all(len(line) <= 80 for line in text.splitlines())
     assert "ok 60" in text and "failed 4" in text and "http_5xx 4" in text
-    assert f"{m['throughput']['output_tokens_per_s']:,.1f} output tok/s" in text
+    assert f"{fmt_ms(m['throughput']['output_tokens_per_s'])} output tok/s" in text
     for key in ("ttft", "itl", "tpot", "e2e", "schedule_lag"):
         for p in ("p50", "p90", "p99", "p99_9", "max"):
             assert fmt_ms(lat[key][p]) in text
     tok = m["tokens"]
     assert f"{tok['output_total']:,}" in text and f"{tok['usage_output_total']:,}" in text
     assert f"{tok['mismatched_requests']} with a different output count" in text
+    # No judged window: the whole run is judged, said once, and no second "whole run" line repeats it.
+    assert "judged" not in run
+    assert text.count(f"judged: the whole run, {m['requests']['completed']:,} requests") == 1
+    assert "Whole run" not in text and "judged window" not in text
 
 
 # ---- real runs against the embedded engine ----
@@ -579,11 +583,110 @@ def test_server_vs_client_table_and_warm_banner(tmp_path: Path) -> None:
     ]
     assert "60 / 60" in row and f">{client_p50}<" in row and 'title="bucket 100–250 ms">180<' in row
     assert "&gt; 2,560,000" in row  # past the last finite bound: no value, and no difference
-    assert f">{fmt_ms(run['metrics']['latency_ms']['ttft']['p50'] - 180.0)}<" in row
+    # The client's p50 lies within the server bucket's width (150 ms) of the server's 180: no sign.
+    assert abs(run["metrics"]["latency_ms"]["ttft"]["p50"] - 180.0) <= 150.0
+    assert ">within bucket (±150)<" in row
+    assert f">{fmt_ms(run['metrics']['latency_ms']['ttft']['p50'] - 180.0)}<" not in row
+    assert "100–250</span>" in row  # the bucket the server's figure lies in, shown under it
     assert "<strong>ITL</strong>" not in table  # the server exposed no ITL histogram
     assert "Queue time" in table and "vllm:request_queue_time_seconds" in table
     assert warning in _section(html, "warm-cache")
     assert "Prefix-cache hit rate 83.00% of prompt tokens" in _section(html, "tokens")
     text = format_summary(from_data(run))
     assert "Server vs client" in text and "WARNING     warm prefix cache" in text
-    assert max(len(line) for line in text.splitlines()) <= 96
+    ttft_p50 = next(line for line in text.splitlines() if line.startswith("TTFT p50"))
+    assert "within bucket (±150)" in ttft_p50 and "100–250" in ttft_p50
+    assert max(len(line) for line in text.splitlines()) <= 80
+
+
+# ---- what is shown is what is judged ----
+
+
+def _fits_a_terminal(text: str) -> list[str]:
+    """The lines over 80 columns, except those that end in a path or URL (which cannot be broken)."""
+    return [ln for ln in text.splitlines() if len(ln) > 80 and not ln.rstrip("/").split()[-1].startswith("/")]
+
+
+@pytest.fixture(scope="module")
+def slow_start_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """A run whose warm-up is its busiest part: 24 streams of long prompts for 2 s, then 2 streams for 3 s,
+    judged after the 2 s warm-up; its folder and stdout."""
+    tmp = tmp_path_factory.mktemp("slow-start")
+    prof = write_profile(
+        tmp / "slow.yaml",
+        input_tokens={"dist": "fixed", "value": 2000},
+        output_tokens={"dist": "fixed", "value": 16},
+        load={"stages": [{"concurrency": 24, "duration_s": 2}, {"concurrency": 2, "duration_s": 3}]},
+        judging={"warmup_s": 2},
+    )
+    out = tmp / "run"
+    res = run_cli(["run", "--profile", str(prof), "--engine-speedup", "4", "--out", str(out)], timeout=180)
+    assert res.returncode == 0, res.stderr[-2000:]
+    return out, res.stdout
+
+
+def test_the_console_and_the_first_screen_show_the_judged_figures(slow_start_run: tuple[Path, str]) -> None:
+    out, stdout = slow_start_run
+    run = json.loads((out / "run.json").read_text())
+    judged, whole = run["judged"]["metrics"], run["metrics"]
+    j_p99, w_p99 = judged["latency_ms"]["ttft"]["p99"], whole["latency_ms"]["ttft"]["p99"]
+    assert fmt_ms(j_p99) != fmt_ms(w_p99), (j_p99, w_p99)  # the warm-up's queueing is in the whole run only
+    w = run["judged"]["window"]
+    label = (
+        f"judged window: {w['warmup_s']:.1f}–{w['warmup_s'] + w['duration_s']:.1f} s, "
+        f"{judged['requests']['completed']:,} requests"
+    )
+    # The console: the label, then the latency table's TTFT row with the judged p50..max.
+    lines = stdout.splitlines()
+    assert any(ln.startswith(label) for ln in lines), stdout
+    ttft = next(ln.split() for ln in lines if ln.startswith("TTFT "))
+    assert ttft[1:6] == [
+        fmt_ms(judged["latency_ms"]["ttft"][k]) for k in ("p50", "p90", "p99", "p99_9", "max")
+    ]
+    whole_line = next(ln for ln in lines if ln.startswith("Whole run"))
+    assert f"TTFT p99 {fmt_ms(w_p99)} ms" in whole_line  # the whole run's only where labelled so
+    assert fmt_ms(w_p99) not in " ".join(ttft)
+    assert not _fits_a_terminal(stdout), _fits_a_terminal(stdout)
+    load = next(ln for ln in lines if ln.startswith("Load "))
+    assert "stages 24 → 2 streams" in load and "None" not in load  # a staged load in the profile's words
+    # The report's first screen: the label next to the verdict, the headline numbers the judged ones.
+    html = (out / "report.html").read_text()
+    first = html[: html.index('<section id="headline"')]
+    assert "J" + label[1:] in first[first.index('id="verdict"') :]
+    head = _section(html, "headline")
+    assert label in head[: head.index("</h2>")]
+    row = head[head.index("<strong>TTFT</strong>") : head.index("</tr>", head.index("<strong>TTFT</strong>"))]
+    cells = [c.split("<", 1)[0] for c in row.split('<td class="num">')[1:]]
+    assert cells[0] == f"{judged['latency_ms']['ttft']['count']:,}"
+    assert cells[1:] == [fmt_ms(judged["latency_ms"]["ttft"][k]) for k in ("p50", "p90", "p99", "p99_9")]
+    cards = head[: head.index('id="headline-latency"')]
+    assert f"{judged['throughput']['output_tokens_per_s']:,.1f}" in cards
+    # The whole run's table is labelled so.
+    assert "Latency percentiles (ms), whole run" in _section(html, "latency")
+
+
+def test_profiles_list_fits_a_terminal() -> None:
+    """`loadtest profiles list`: every shipped profile with its load, within 80 columns."""
+    res = run_cli(["profiles", "list"])
+    assert res.returncode == 0, res.stderr
+    assert not _fits_a_terminal(res.stdout), _fits_a_terminal(res.stdout)
+    names = [p.stem for p in (Path(__file__).resolve().parents[1] / "traffic_profiles").glob("*.yaml")]
+    heads = {ln.split()[0]: ln for ln in res.stdout.splitlines() if ln and not ln.startswith(" ")}
+    assert names and all(n in heads for n in names), (names, heads)
+    assert "8 concurrent streams (closed loop)" in heads["interactive-chat"]
+
+
+def test_without_a_window_the_report_says_once_that_the_whole_run_is_judged(
+    normal_run: tuple[dict[str, Any], str, Path],
+) -> None:
+    run, html, _ = normal_run
+    n = f"{run['metrics']['requests']['completed']:,} requests"
+    assert html.count(f"Judged: the whole run, {n}") == 1
+    assert f"judged: the whole run, {n}" in _section(html, "headline")  # the headline's label
+    assert "Latency percentiles (ms)</h2>" in html and "whole run</h2>" not in html
+    head = _section(html, "headline")
+    row = head[head.index("<strong>TTFT</strong>") : head.index("</tr>", head.index("<strong>TTFT</strong>"))]
+    cells = [c.split("<", 1)[0] for c in row.split('<td class="num">')[1:]]
+    assert cells[1:] == [
+        fmt_ms(run["metrics"]["latency_ms"]["ttft"][k]) for k in ("p50", "p90", "p99", "p99_9")
+    ]

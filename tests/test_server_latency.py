@@ -6,6 +6,7 @@ from __future__ import annotations
 import http.server
 import json
 import math
+import re
 import shutil
 import threading
 import time
@@ -22,6 +23,7 @@ from loadtest.contracts.sweep_document import (
     SweepEndpoint,
     write_sweep_document,
 )
+from loadtest.fmt import fmt_ms
 from loadtest.profile.schema import Profile
 from loadtest.report.sweep_report import render_sweep_report
 from loadtest.sim import SimProcess
@@ -242,6 +244,43 @@ def _close_within_bucket(client: float, server: dict[str, Any]) -> bool:
     return hi is not None and abs(client - server["p50_ms"]) <= hi - lo
 
 
+SERVER_ROW = re.compile(r"^(TTFT|ITL|E2E) (p50|p90|p99) +(\S+) +(\S+)  (\S+) +(.+)$")
+
+
+def _num(text: str) -> float:
+    return float(text.replace(",", ""))
+
+
+def _assert_signed_only_beyond_the_bucket(stdout: str, doc: dict[str, Any]) -> None:
+    """The console's server-vs-client rows (the judged window on both sides): the server figure's bucket
+    as run.json has it; a signed difference only where it exceeds that bucket's width, else "within
+    bucket (±width)"; every line in 80 columns."""
+    long = [ln for ln in stdout.splitlines() if len(ln) > 80 and not ln.split()[-1].startswith("/")]
+    assert not long, long  # a path at the end of a line cannot be broken
+    server = doc["telemetry"]["server_latency"]["judged"]["metrics"]
+    client = doc["judged"]["metrics"]["latency_ms"]
+    rows = [m for m in map(SERVER_ROW.match, stdout.splitlines()) if m]
+    assert len(rows) == 9, stdout  # TTFT, ITL and E2E at p50, p90 and p99
+    signed = within = 0
+    for m in rows:
+        key, p, bucket, diff = m.group(1).lower(), m.group(2), m.group(5), m.group(6)
+        srv = server[key]
+        lo, hi = srv[f"{p}_bucket_ms"]
+        if hi is None or not lo:  # past the last bound, or in the first bucket: no difference at all
+            assert diff == "-", m.group(0)
+            continue
+        assert [_num(b) for b in bucket.split("–")] == pytest.approx([lo, hi], rel=0.01), m.group(0)
+        d = client[key][p] - srv[f"{p}_ms"]
+        if diff.startswith("within bucket"):
+            assert abs(d) <= hi - lo and diff == f"within bucket (±{fmt_ms(hi - lo)})", m.group(0)
+            within += 1
+        else:
+            assert diff[0] in "+−" and abs(d) > hi - lo, m.group(0)
+            assert _num(diff[1:]) == pytest.approx(abs(d), rel=0.01), m.group(0)
+            signed += 1
+    assert signed + within > 0, stdout
+
+
 def test_run_writes_server_histograms_that_agree_with_the_client(tmp_path: Path) -> None:
     prof = write_profile(
         tmp_path / "p.yaml",
@@ -273,6 +312,7 @@ def test_run_writes_server_histograms_that_agree_with_the_client(tmp_path: Path)
     assert 0 < judged["e2e"]["count"] < srv["e2e"]["count"]
     assert doc["prefix_cache"]["warm"] is False and doc["prefix_cache"]["hit_rate"] < WARM_THRESHOLD
     assert "Server vs client" in r.stdout and "bucket-interpolated" in r.stdout
+    _assert_signed_only_beyond_the_bucket(r.stdout, doc)
     html = (out / "report.html").read_text()
     start = html.index('id="server-vs-client"')
     table = html[start : html.index("</section>", start)]

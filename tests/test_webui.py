@@ -19,8 +19,9 @@ import numpy as np
 import psutil
 import pytest
 
+from loadtest.fmt import fmt_ms
 from loadtest.locust.live_series import LiveSeries
-from loadtest.locust.ui_stats import request_counts, slos_text, verdict_lines
+from loadtest.locust.ui_stats import request_counts, slos_text, table_rows, verdict_lines
 from loadtest.metrics import hdr
 from loadtest.metrics.hdr import fast_percentiles
 from loadtest.metrics.recorder import Aggregate, Recorder
@@ -503,12 +504,43 @@ def test_live_dashboard_charts_change_during_a_run_then_show_the_verdict(ui_sess
         assert status == done["verdict"]["status"]
         banner = page.evaluate("document.getElementById('verdict').textContent")
         assert all(line in banner for line in done["verdict_lines"])
+        # next to the verdict, the figures it judged (run.json's), labelled
+        assert page.evaluate("document.getElementById('judged-label').textContent") == done["judged"]["label"]
+        ttft = done["judged"]["latency_ms"]["ttft"]
+        shown = page.evaluate("document.getElementById('judged-ttft').textContent")
+        assert shown == f"{fmt_ms(ttft['p50'])} / {fmt_ms(ttft['p99'])}", shown
         href = page.evaluate("document.getElementById('report-link').getAttribute('href')")
         assert href == "." + done["report_url"]
         page.screenshot(ARTIFACTS / "webui-dashboard-done.png")
         assert not page.errors(), page.errors()
     status_code, body = _get(base + done["report_url"])
     assert status_code == 200 and b"loadtest report" in body
+
+
+def _assert_the_judged_figures_shown(done: dict[str, Any], run_json: dict[str, Any]) -> None:
+    """/llm/stats and the LLM tab's rows carry run.json's judged figures next to the verdict, labelled."""
+    judged = run_json.get("judged")
+    m = judged["metrics"] if judged else run_json["metrics"]
+    shown = done["judged"]
+    assert shown["window"] == (judged is not None)
+    n = f"{m['requests']['completed']:,} requests"
+    if judged:
+        w = judged["window"]
+        start, end = w["warmup_s"], w["warmup_s"] + w["duration_s"]
+        assert shown["label"] == f"judged window: {start:.1f}–{end:.1f} s, {n}", shown["label"]
+    else:
+        assert shown["label"].startswith(f"judged: the whole run, {n}"), shown["label"]
+    for key in ("ttft", "tpot", "itl", "e2e"):
+        assert [shown["latency_ms"][key][p] for p in ("p50", "p90", "p99")] == [
+            m["latency_ms"][key][p] for p in ("p50", "p90", "p99")
+        ], key
+    rows = table_rows(done)
+    verdict_at = next(i for i, r in enumerate(rows) if r["section"] == "verdict")
+    ttft = next(
+        r for r in rows[verdict_at:] if r["section"].startswith("judged") and r["metric"] == "TTFT ms"
+    )
+    assert ttft["p99"] == fmt_ms(m["latency_ms"]["ttft"]["p99"])
+    assert any(r["value"] == shown["label"] for r in rows[verdict_at:])
 
 
 def test_ui_run_records_the_form_users_and_the_session_lists_every_run(ui_session: Any) -> None:
@@ -531,6 +563,7 @@ def test_ui_run_records_the_form_users_and_the_session_lists_every_run(ui_sessio
         assert load["description"] == f"{users} concurrent streams (closed loop)"
         summary = (out / "mlperf_log_summary.txt").read_text()
         assert f"Concurrency ({users} streams)" in summary and f"target_concurrency : {users}" in summary
+        _assert_the_judged_figures_shown(done, run_json)
         changed = [n for n in run_json["notes"] if "user count changed" in n]
         if edit_to is None:
             assert not changed

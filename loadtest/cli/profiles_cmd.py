@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import textwrap
 
 import yaml
 
@@ -31,21 +32,35 @@ def check_datasets(profile: Profile) -> None:
             load_dataset(sc, i, get_tokenizer(profile.tokenizer), sc.api or profile.api, profile.seed)
 
 
+LIST_WIDTH = 80  # a terminal's columns
+
+
 def _list() -> int:
+    """Each shipped profile in 80 columns: its name and load, then its description (and its scenarios,
+    when it mixes several or reads a dataset) wrapped under it."""
     rows, rc = [], EXIT_OK
     for name in shipped_profiles():
         try:
             p, _ = load_profile(name)
-            rows.append((name, p.load.describe(), describe_scenarios(p), p.description))
+            mixed = len(p.scenarios) > 1 or any(s.dataset is not None for s in p.scenarios)
+            rows.append((name, p.load.describe(), describe_scenarios(p) if mixed else "", p.description))
         except ProfileError as e:
-            rows.append((name, "INVALID", "-", str(e).splitlines()[0]))
+            rows.append((name, "INVALID", "", str(e).splitlines()[0]))
             rc = EXIT_INVALID
     if not rows:
         print("no shipped profiles (traffic_profiles/ is empty)")
         return rc
-    widths = [max(len(r[i]) for r in [("NAME", "LOAD", "SCENARIOS", ""), *rows]) for i in range(3)]
-    for row in [("NAME", "LOAD", "SCENARIOS", "DESCRIPTION"), *rows]:
-        print("  ".join(c.ljust(w) for c, w in zip(row[:3], widths, strict=True)) + "  " + row[3])
+    width = max(len(r[0]) for r in rows) + 2
+    print(f"{'NAME':<{width}}LOAD, then the description")
+    for name, load, scenarios, description in rows:
+        print("\n".join(textwrap.wrap(f"{name:<{width}}{load}", LIST_WIDTH, subsequent_indent=" " * width)))
+        for text in (f"scenarios: {scenarios}" if scenarios else "", description):
+            if text:
+                print(
+                    "\n".join(
+                        textwrap.wrap(text, LIST_WIDTH, initial_indent="    ", subsequent_indent="    ")
+                    )
+                )
     return rc
 
 

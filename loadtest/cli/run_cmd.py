@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import textwrap
 
 from loadtest.cli.run_options import endpoint_options, fail, run_options, telemetry_options
 from loadtest.errors import LoadtestError
@@ -30,16 +31,20 @@ def run_command(args: argparse.Namespace) -> int:
                 engine_log=out / "engine.log",
             )
             profile, duration = prepared.profile, settings.duration_s
-            print(
+            head = (
                 f"running {profile.name} for {duration:g}s"
                 + (f" or {settings.max_requests} requests" if settings.max_requests else "")
                 + f": {profile.load.describe()}, "
-                f"{settings.processes} process(es), model {ep.model}; writing {out}/"
+                f"{settings.processes} process(es), model {ep.model}"
             )
-            print(f"  {describe_warmup(profile.judging.warmup_s, duration)}")
+            print("\n  ".join(textwrap.wrap(head, 78)))
+            print(f"  writing {out}/")
             judged_s = max(0.0, duration - judged_warmup_s(profile.judging.warmup_s, duration))
-            for line in describe_judging(prepared.slos, profile.load.rate, judged_s):
-                print(f"  {line}")
+            for line in [
+                describe_warmup(profile.judging.warmup_s, duration),
+                *describe_judging(prepared.slos, profile.load.rate, judged_s),
+            ]:
+                print("\n".join(textwrap.wrap(line, 80, initial_indent="  ", subsequent_indent="    ")))
             executed = execute(prepared, ep, telemetry_options(args))
             results = finalize(
                 FinishedRun(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import textwrap
 import time
 from collections.abc import Callable
 from typing import TextIO
@@ -14,13 +15,15 @@ from loadtest.metrics import hdr
 from loadtest.metrics.recorder import Aggregate
 
 DEFAULT_PROGRESS_S = 5.0  # a 60 s run shows 11 lines
+WIDTH = 80  # a terminal's columns
 
 
 def progress_line(
     agg: Aggregate, elapsed_s: float, duration_s: float, in_flight: int | None, rate: tuple[float, float]
 ) -> str:
     """``progress 12 s / 30 s: 148 requests (146 ok, 2 failed), 12.1 req/s, 1,840 output tok/s, TTFT
-    p50 210 ms p99 480 ms, 16 in flight``; ``rate``: requests/s and output tokens/s since the last line."""
+    p50 210 ms p99 480 ms, 16 in flight``, wrapped to 80 columns (the rest indented two spaces);
+    ``rate``: requests/s and output tokens/s since the last line."""
     ok = agg.outcomes.get("ok", 0)
     done = agg.completed - agg.outcomes.get("cancelled", 0)
     p50, p99 = hdr.fast_percentiles(agg.hists["ttft"], (50, 99))
@@ -30,10 +33,11 @@ def progress_line(
         else "no first token yet"
     )
     flight = f", {in_flight} in flight" if in_flight is not None else ""
-    return (
+    text = (
         f"progress {elapsed_s:.0f} s / {duration_s:.0f} s: {done} requests ({ok} ok, {done - ok} failed), "
         f"{rate[0]:.1f} req/s, {fmt_num(rate[1], 0)} output tok/s, {ttft}{flight}"
     )
+    return "\n".join(textwrap.wrap(text, WIDTH, subsequent_indent="  ", break_long_words=False))
 
 
 class ProgressPrinter:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from loadtest.contracts.run_document import RunDocument
 from loadtest.fmt import fmt_int, fmt_ms, fmt_num, fmt_pct
 from loadtest.metrics.hdr import fast_percentiles
 from loadtest.metrics.recorder import Aggregate
@@ -100,6 +101,36 @@ def scope_stats(agg: Aggregate, now: float) -> dict[str, Any]:
     }
 
 
+def judged_figures(run: RunDocument) -> dict[str, Any]:
+    """A finished run's judged figures as run.json has them, for the page next to the verdict: the label
+    (``judged window: 12.0–60.0 s, 1,043 requests``, or the whole run once), TTFT/ITL/TPOT/E2E p50, p90
+    and p99 (ms), the requests and the throughput the verdict judged."""
+    from loadtest.report import facts  # the report's imports (plotly) only once a run has finished
+
+    m = run.judged_metrics()
+    latency = {}
+    for key, _ in LATENCIES:
+        s = m.latency_ms.get(key)
+        latency[key] = {p: facts.stat(s, p) for p in ("p50", "p90", "p99")} | {
+            "count": int(facts.stat(s, "count") or 0)
+        }
+    req = m.requests
+    return {
+        "label": facts.judged_label(run),
+        "window": run.judged is not None,
+        "whole_run_label": facts.whole_run_label(run),
+        "latency_ms": latency,
+        "requests": {
+            "completed": req.completed,
+            "ok": req.ok,
+            "failed": req.failed,
+            "error_rate": req.error_rate,
+        },
+        "output_tokens_per_s": m.throughput.output_tokens_per_s,
+        "requests_per_s": m.throughput.requests_per_s,
+    }
+
+
 def slo_value_text(row: dict[str, Any]) -> str:
     """An SLO row's measured value and limit for people: ``412 ms ≤ 2,000 ms`` or ``0.50 % ≤ 1.00 %``."""
     if row["unit"] == "fraction":
@@ -150,7 +181,7 @@ def table_rows(st: dict[str, Any]) -> list[dict[str, Any]]:
             "value": f"{DASHBOARD_PATH} (the “LLM dashboard” link at the bottom left): charts, every run, reports",
         },
     ]
-    scopes = [("all", st["overall"])] + [(f"scenario {n}", s) for n, s in st["scenarios"].items()]
+    scopes = [("all, live", st["overall"])] + [(f"scenario {n}", s) for n, s in st["scenarios"].items()]
     for label, sc in scopes:
         if sc is None:
             continue
@@ -199,6 +230,7 @@ def table_rows(st: dict[str, Any]) -> list[dict[str, Any]]:
         rows.append({"section": "verdict", "metric": st["verdict"]["status"], "value": report.lstrip(" ·")})
         for line in verdict_lines(st["verdict"]):
             rows.append({"section": "verdict", "metric": "reason", "value": line})
+        rows += _judged_rows(st.get("judged"))
     if st["run"] is not None:
         rows.append({"section": "run", "metric": st["run"]["id"], "value": st["run"]["phase"]})
     runs = len(st.get("runs", []))
@@ -211,3 +243,33 @@ def table_rows(st: dict[str, Any]) -> list[dict[str, Any]]:
     )
     # The React table sorts by "name" first: a hidden zero-padded index keeps this order.
     return [{"name": f"{i:04d}", **row} for i, row in enumerate(rows)]
+
+
+def _judged_rows(judged: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """The LLM tab's rows of the figures the verdict judged (run.json's), under the verdict."""
+    if not judged:
+        return []
+    section = "judged" if not judged["window"] else "judged window"
+    rows: list[dict[str, Any]] = [{"section": section, "metric": "span", "value": judged["label"]}]
+    for key, title in LATENCIES:
+        lat = judged["latency_ms"][key]
+        rows.append(
+            {
+                "section": section,
+                "metric": f"{title} ms",
+                "p50": fmt_ms(lat["p50"]),
+                "p90": fmt_ms(lat["p90"]),
+                "p99": fmt_ms(lat["p99"]),
+                "value": f"{fmt_int(lat['count'])} {'gaps' if key == 'itl' else 'requests'}",
+            }
+        )
+    r = judged["requests"]
+    rows.append(
+        {
+            "section": section,
+            "metric": "output tokens/s · requests ok / failed",
+            "value": f"{fmt_num(judged['output_tokens_per_s'])} · {fmt_int(r['ok'])} / {fmt_int(r['failed'])}"
+            f" (error rate {fmt_pct(r['error_rate'])})",
+        }
+    )
+    return rows

@@ -23,7 +23,14 @@ from loadtest.locust.live_series import LiveSeries
 from loadtest.locust.settings import RunSettings
 from loadtest.locust.ui_login import install_login
 from loadtest.locust.ui_runs import RunEntry, UiRun, new_run_dir
-from loadtest.locust.ui_stats import scope_stats, slo_rows, slos_text, table_rows, verdict_lines
+from loadtest.locust.ui_stats import (
+    judged_figures,
+    scope_stats,
+    slo_rows,
+    slos_text,
+    table_rows,
+    verdict_lines,
+)
 from loadtest.metrics.slo import AnySlo, merge_slos
 from loadtest.profile.loader import load_profile, resolve_profile_path
 from loadtest.profile.schema import Profile
@@ -102,6 +109,7 @@ class LlmWebUi:
         self.series_interval_s = series_interval_s
         self.run: UiRun | None = None
         self.runs: list[RunEntry] = []  # every run of this session, oldest first
+        self.judged: dict[str, dict[str, Any]] = {}  # by run id: the figures its verdict judged (run.json)
         self.interrupt_reason: str | None = None  # set on SIGINT/SIGTERM: stop without draining
         self._cache: tuple[float, dict[str, Any]] | None = None
         self._sampler: gevent.Greenlet | None = None
@@ -233,7 +241,9 @@ class LlmWebUi:
         entry = run.entry
         try:
             self.finalize(run.settings, run.live.profile, run.live.workload, outcome, run.out, entry.notes())
-            entry.verdict = read_run_document(run.out).verdict
+            document = read_run_document(run.out)
+            entry.verdict = document.verdict
+            self.judged[entry.id] = judged_figures(document)
             report = run.out / "report.html"
             entry.report = report if report.exists() else None
             entry.phase = "done"
@@ -274,6 +284,7 @@ class LlmWebUi:
             "slos": [],
             "verdict": None,
             "verdict_lines": [],
+            "judged": None,  # the judged figures (run.json's) once the run has its verdict
             "report_url": None,
             "runs": [e.to_data() for e in reversed(self.runs)],  # newest first
             "workers": self.source.workers(),  # None: the users run in this process
@@ -300,6 +311,7 @@ class LlmWebUi:
             if entry.verdict is not None:
                 payload["verdict"] = msgspec.to_builtins(entry.verdict)  # JSON for the page
                 payload["verdict_lines"] = verdict_lines(payload["verdict"])
+                payload["judged"] = self.judged.get(entry.id)
             payload["report_url"] = entry.report_url
         self._cache = (now, payload)
         return payload

@@ -1,4 +1,4 @@
-"""Plain-text run summary for the terminal: fixed-width columns, no colors, under 100 columns."""
+"""Plain-text run summary for the terminal: the judged window's figures in 80 columns, no colors."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from loadtest.contracts.run_document import RunDocument
 from loadtest.fmt import fmt_int, fmt_ms, fmt_num, fmt_pct
 from loadtest.report import facts
 
-WIDTH = 96
+WIDTH = 80
 NA = "-"
 _CONSOLE_LATENCY = ("ttft", "itl", "tpot", "e2e", "schedule_lag")
 _COLS: tuple[tuple[str, str], ...] = (
@@ -17,8 +17,13 @@ _COLS: tuple[tuple[str, str], ...] = (
     ("p99", "p99"),
     ("p99_9", "p99.9"),
     ("max", "max"),
-    ("count", "count"),
 )
+_WHOLE_RUN_LATENCY = (("ttft", "TTFT"), ("e2e", "E2E"))
+
+
+def _sig(v: float | None) -> str:
+    """A rate with the precision a latency gets: three significant digits, whole numbers from 100."""
+    return fmt_ms(v, NA)
 
 
 def _kv(label: str, text: str) -> list[str]:
@@ -27,77 +32,79 @@ def _kv(label: str, text: str) -> list[str]:
 
 
 def _latency_table(run: RunDocument) -> list[str]:
+    """The judged window's latency percentiles (the figures the verdict judged), 14 + 5 × 9 + 10 columns."""
     labels = {k: label for k, label, _ in facts.LATENCY_ROWS}
-    lines = [f"{'Latency (ms)':<16}" + "".join(f"{h:>11}" for _, h in _COLS)]
+    lines = [f"{'Latency (ms)':<14}" + "".join(f"{h:>9}" for _, h in _COLS) + f"{'count':>10}"]
     for key in _CONSOLE_LATENCY:
-        s = facts.latency_stats(run, key)
-        cells = [
-            fmt_int(facts.stat(s, k) or 0, NA) if k == "count" else fmt_ms(facts.stat(s, k), NA)
-            for k, _ in _COLS
-        ]
-        lines.append(f"{labels[key]:<16}" + "".join(f"{c:>11}" for c in cells))
+        s = facts.judged_latency_stats(run, key)
+        cells = "".join(f"{fmt_ms(facts.stat(s, k), NA):>9}" for k, _ in _COLS)
+        lines.append(f"{labels[key]:<14}{cells}{fmt_int(facts.stat(s, 'count') or 0, NA):>10}")
     return lines
 
 
 def _token_table(run: RunDocument) -> list[str]:
     tok = run.metrics.tokens
     has_usage = bool(tok.usage_reports)
-    lines = [f"{'Tokens':<16}{'client':>16}{'server usage':>16}"]
+    lines = [f"{'Tokens (whole run)':<20}{'client':>16}{'server usage':>16}"]
     for label, client, usage in (
         ("output", tok.output_total, tok.usage_output_total),
         ("input", tok.input_total, tok.usage_input_total),
     ):
         server = fmt_int(usage, NA) if has_usage else NA
-        lines.append(f"{label:<16}{fmt_int(client, NA):>16}{server:>16}")
+        lines.append(f"{label:<20}{fmt_int(client, NA):>16}{server:>16}")
     if has_usage:
-        lines.append(
+        lines += _kv(
+            "",
             f"server usage on {fmt_int(tok.usage_reports)} requests; "
-            f"{fmt_int(tok.mismatched_requests)} with a different output count"
+            f"{fmt_int(tok.mismatched_requests)} with a different output count",
         )
     else:
         lines.append("the server sent no usage")
     if run.tokens is not None and run.tokens.description:
-        lines.append(f"figures count tokens by {run.tokens.description}")
+        lines += textwrap.wrap(f"figures count tokens by {run.tokens.description}", WIDTH)
     return lines
 
 
 def _server_table(run: RunDocument) -> list[str]:
-    """Client against server percentiles (p50 / p90 / p99) for TTFT, ITL and E2E, when run.json has the
-    server's histograms (bucket-interpolated, docs/telemetry.md)."""
-    metrics = facts.server_latency(run).get("metrics") or {}
+    """Client against server percentiles (p50 / p90 / p99) for TTFT, ITL and E2E, one row each, when
+    run.json has the server's histograms (bucket-interpolated, docs/telemetry.md): the judged window's
+    on both sides when the server has them, else the whole run's. A difference within the width of the
+    server's bucket has no sign."""
+    metrics, judged = facts.server_judged(run)
     if not metrics:
         return []
-
-    def trio(values: list[float | None]) -> str:
-        return " / ".join(fmt_ms(v, NA) for v in values)
-
+    where = "judged window" if judged else "whole run"
     lines = [
         "",
-        f"{'Server vs client':<16}{'client p50/p90/p99':>26}{'server p50/p90/p99':>26}{'client - server':>26}",
+        f"{'Server vs client':<17}{'client':>9}{'server':>9}  {'server bucket':<15}client − server",
+        f"(ms, {where})",
     ]
-    for ckey, skey, label in (("ttft", "ttft", "TTFT"), ("itl", "itl", "ITL"), ("e2e", "e2e", "E2E")):
-        srv = metrics.get(skey)
+    for key, label in (("ttft", "TTFT"), ("itl", "ITL"), ("e2e", "E2E")):
+        srv = metrics.get(key)
         if not srv:
             continue
-        cli = facts.latency_stats(run, ckey)
-        c = [facts.stat(cli, k) for k in ("p50", "p90", "p99")]
-        got = [facts.server_percentile(srv, k) for k in ("p50", "p90", "p99")]
-        sv = " / ".join(
-            fmt_ms(v, NA)
-            if v is not None
-            else f"≤{fmt_ms(b)}"
-            if b is not None
-            else f">{fmt_ms(a)}"
-            if a
-            else NA
-            for v, b, a in got
-        )
-        d = [None if a is None or b[0] is None else a - b[0] for a, b in zip(c, got, strict=True)]
-        lines.append(f"{label:<16}{trio(c):>26}{sv:>26}{trio(d):>26}")
-    lines.append(
-        "server: the engine's histograms, bucket-interpolated (the bucket bounds are the resolution)"
+        cli = facts.judged_latency_stats(run, key) if judged else facts.latency_stats(run, key)
+        for p in ("p50", "p90", "p99"):
+            c = facts.stat(cli, p)
+            v, below, above = facts.server_percentile(srv, p)
+            sv = (
+                fmt_ms(v)
+                if v is not None
+                else f"≤{fmt_ms(below)}"
+                if below
+                else f">{fmt_ms(above)}"
+                if above
+                else NA
+            )
+            bucket = facts.server_bucket(srv, p) or NA
+            diff = facts.server_difference(c, srv, p) or NA
+            lines.append(f"{label + ' ' + p:<17}{fmt_ms(c, NA):>9}{sv:>9}  {bucket:<15}{diff}")
+    lines += textwrap.wrap(
+        "server: the engine's histograms, bucket-interpolated; a difference within the server "
+        "bucket's width has no sign (resolution, not signal). ≤B: in the first bucket, 0 to B ms; "
+        ">B: past the last bound",
+        WIDTH,
     )
-    lines.append("≤B: within the histogram's first bucket, 0 to B ms; >B: past its last bound")
     return lines
 
 
@@ -106,10 +113,29 @@ def _warm_lines(run: RunDocument) -> list[str]:
     return ["", *_kv("WARNING", note)] if note else []
 
 
+def _whole_run_lines(run: RunDocument) -> list[str]:
+    """The whole run's figures, labelled, under the judged ones (nothing when the whole run is judged)."""
+    if run.judged is None:
+        return []
+    m = run.metrics
+    lat = ", ".join(
+        f"{label} p99 {fmt_ms(facts.stat(facts.latency_stats(run, key), 'p99'), NA)} ms"
+        for key, label in _WHOLE_RUN_LATENCY
+    )
+    return _kv(
+        "Whole run",
+        f"{facts.whole_run_label(run)[len('whole run: ') :]} (warm-up included): {lat}; "
+        f"{_sig(m.throughput.output_tokens_per_s)} output tok/s; "
+        f"error rate {fmt_pct(m.requests.error_rate, NA)}",
+    )
+
+
 def format_summary(run: RunDocument) -> str:
-    """A readable fixed-width summary of a run.json document (also for runs with no successful request)."""
-    req, thr, cfg = run.metrics.requests, run.metrics.throughput, run.config
-    outcomes = facts.nonzero_outcomes(run)
+    """A readable summary of a run.json document in 80 columns (also for runs with no successful
+    request): the judged window's figures, labelled, the whole run's under them."""
+    cfg, judged = run.config, run.judged_metrics()
+    req, thr = judged.requests, judged.throughput
+    outcomes = [(o, n) for o, n in judged.requests.by_outcome.items() if n]
     duration = run.metrics.window.duration_s
     lines = [
         f"loadtest run {run.run_id or ''}  profile {cfg.profile or NA}",
@@ -117,6 +143,7 @@ def format_summary(run: RunDocument) -> str:
         *_kv("Load", f"{facts.load_text(run)}; model {cfg.model or NA}; {fmt_num(duration, 1, NA)} s"),
         *_kv("Endpoint", facts.endpoint_text(run)),
         "",
+        *textwrap.wrap(facts.judged_label(run) + " (the figures the verdict judged)", WIDTH),
         *_kv(
             "Requests",
             f"completed {fmt_int(req.completed, NA)}  ok {fmt_int(req.ok, NA)}  "
@@ -126,15 +153,16 @@ def format_summary(run: RunDocument) -> str:
         *_kv("Outcomes", ", ".join(f"{o} {n:,}" for o, n in outcomes) if outcomes else "none"),
         *_kv(
             "Throughput",
-            f"{fmt_num(thr.output_tokens_per_s, 1, NA)} output tok/s  "
-            f"{fmt_num(thr.input_tokens_per_s, 1, NA)} input tok/s  "
-            f"{fmt_num(thr.requests_per_s, 3, NA)} req/s  "
-            f"{fmt_num(thr.tps_per_user, 1, NA)} tok/s per user",
+            f"{_sig(thr.output_tokens_per_s)} output tok/s  "
+            f"{_sig(thr.input_tokens_per_s)} input tok/s  "
+            f"{_sig(thr.requests_per_s)} req/s  "
+            f"{_sig(thr.tps_per_user)} tok/s per user",
         ),
         *_goodput_lines(run),
         *_quality_lines(run),
         "",
         *_latency_table(run),
+        *_whole_run_lines(run),
         *_server_table(run),
         "",
         *_token_table(run),
@@ -150,7 +178,7 @@ def _quality_lines(run: RunDocument) -> list[str]:
         return []
     failed = [f"{name} {c.failed:,}" for name, c in q.checks.items() if c.failed]
     text = (
-        f"{fmt_pct(q.pass_rate, NA)} of {fmt_int(q.checked)} ok answers passed every check "
+        f"{fmt_pct(q.pass_rate, NA)} of {fmt_int(q.checked)} ok answers (the whole run's) passed every check "
         f"(gate ≥ {q.min * 100:g} %{'' if q.min_source == 'slo' else ', the default'})"
     )
     return _kv("Quality", text + (f"; failed: {', '.join(failed)}" if failed else ""))
@@ -165,6 +193,6 @@ def _goodput_lines(run: RunDocument) -> list[str]:
     return _kv(
         "Goodput",
         f"{fmt_pct(gp.attainment, NA)} of requests good ({limits}); "
-        f"{fmt_num(gp.good_requests_per_s, 3, NA)} good req/s, "
-        f"{fmt_num(gp.good_output_tokens_per_s, 1, NA)} good tok/s",
+        f"{_sig(gp.good_requests_per_s)} good req/s, "
+        f"{_sig(gp.good_output_tokens_per_s)} good tok/s",
     )

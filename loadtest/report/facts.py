@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from loadtest.contracts.run_document import GoodputRule, JsonObject, RunDocument, Summary
+from loadtest.fmt import fmt_ms
 from loadtest.telemetry.warm import warm_note
 
 # (metric key, label, one-line definition) in the order both reports show them.
@@ -37,6 +38,8 @@ def status_text(run: RunDocument) -> str:
 def load_text(run: RunDocument) -> str:
     """The offered load in words: closed-loop concurrency or open-loop rate and arrival process."""
     load = run.config.load
+    if load.stages or load.trace:  # stages or a replayed trace: the profile's own words
+        return load.description or load.mode or "unknown"
     if load.mode == "closed":
         return f"closed loop, concurrency {load.concurrency}"
     if load.mode == "open":
@@ -101,3 +104,59 @@ def server_percentile(s: dict[str, Any], key: str) -> tuple[float | None, float 
     if not lo:
         return None, hi, None
     return v, None, None
+
+
+def judged_label(run: RunDocument) -> str:
+    """What the verdict judged, in words: ``judged window: 12.0–60.0 s, 1,043 requests``, or the whole run
+    once when no window was set."""
+    m = run.judged_metrics()
+    n = f"{m.requests.completed:,} requests"
+    if run.judged is None:
+        return f"judged: the whole run, {n} (no warm-up or cool-down window)"
+    w = run.judged.window
+    start = w.warmup_s
+    return f"judged window: {start:.1f}–{start + w.duration_s:.1f} s, {n}"
+
+
+def whole_run_label(run: RunDocument) -> str:
+    """The whole run's span and requests: ``whole run: 0.0–60.0 s, 1,200 requests``."""
+    m = run.metrics
+    return f"whole run: 0.0–{m.window.duration_s:.1f} s, {m.requests.completed:,} requests"
+
+
+def judged_latency_stats(run: RunDocument, key: str) -> Summary | None:
+    """The judged window's latency summary of one metric (ms), the whole run's when no window was set."""
+    return run.judged_metrics().latency_ms.get(key)
+
+
+def server_judged(run: RunDocument) -> tuple[JsonObject, bool]:
+    """The server's histogram summaries to set against the judged client figures, and whether they are
+    the judged window's (else the whole run's, to set against the whole run's client figures)."""
+    sl = server_latency(run)
+    judged = (sl.get("judged") or {}).get("metrics") if run.judged is not None else None
+    if judged:
+        return judged, True
+    return sl.get("metrics") or {}, False
+
+
+def server_difference(client: float | None, s: dict[str, Any], key: str) -> str | None:
+    """Client − server for one percentile, signed only when it exceeds the width of the server bucket
+    that holds the server's figure (within that width the difference is resolution, not signal):
+    ``+12.3``, ``within bucket (±150)``; None when either figure is missing or unresolved."""
+    v, _, _ = server_percentile(s, key)
+    lo, hi = ((s.get(f"{key}_bucket_ms") or [None, None]) + [None, None])[:2]
+    if client is None or v is None or lo is None or hi is None:
+        return None
+    d, width = client - v, hi - lo
+    if abs(d) <= width:
+        return f"within bucket (±{fmt_ms(width)})"
+    return f"{'+' if d > 0 else '−'}{fmt_ms(abs(d))}"
+
+
+def server_bucket(s: dict[str, Any], key: str) -> str | None:
+    """The bounds of the bucket the server's percentile lies in, ``100–250``; None when unknown."""
+    lo, hi = ((s.get(f"{key}_bucket_ms") or [None, None]) + [None, None])[:2]
+    if lo is None:
+        return None
+    low = fmt_ms(lo) if lo else "0"
+    return f"{low}–{fmt_ms(hi)}" if hi is not None else f">{low}"

@@ -16,6 +16,7 @@ from loadtest.contracts.capture_line import CaptureLine
 from loadtest.contracts.run_document import RunDocument, read_run_document, to_data
 from loadtest.economics.html import extra_sections
 from loadtest.fmt import NA, fmt_int, fmt_ms, fmt_num, fmt_pct, short_hash
+from loadtest.metrics.samples import LatencySamples
 from loadtest.metrics.verdict import headline
 from loadtest.report import charts, facts
 from loadtest.report import run_sections as sections
@@ -136,7 +137,11 @@ def _log_info(run_dir: Path | None, paths: list[Path], log: LogSummary | None) -
 
 
 def _context(
-    run: RunDocument, log: LogSummary | None, log_info: str, samples: Sequence[CaptureLine] = ()
+    run: RunDocument,
+    log: LogSummary | None,
+    log_info: str,
+    samples: Sequence[CaptureLine] = (),
+    judged: LatencySamples | None = None,
 ) -> dict[str, Any]:
     cfg = run.config
     cdf = charts.latency_cdf_figure(run.histograms)
@@ -163,7 +168,10 @@ def _context(
         "interrupted": facts.is_interrupted(run),
         "status": facts.status_text(run),
         "cards": sections.headline_cards(run),
-        "headline": sections.headline_latency(run),
+        "headline": sections.headline_latency(run, judged),
+        "judged_label": facts.judged_label(run),
+        "whole_run_label": facts.whole_run_label(run),
+        "has_window": run.judged is not None,
         "summary_rows": _summary_rows(run),
         "latency_cols": [label for _, label in _LATENCY_COLS],
         "latency_rows": _latency_rows(run),
@@ -217,6 +225,7 @@ def tested_rows(run: RunDocument) -> list[tuple[str, str]]:
     """What was tested, for the report's first screen: endpoint, model, load, how long, when, the tool."""
     cfg, req = run.config, run.metrics.requests
     ran = f"{fmt_num(run.metrics.window.duration_s, 1)} s, {fmt_int(req.completed)} requests"
+    ran += " (whole run)" if run.judged is not None else ""
     rows = [
         ("Endpoint", facts.endpoint_text(run)),
         ("Model", cfg.model or NA),
@@ -240,10 +249,14 @@ def created_text(created: str | None) -> str:
 
 
 def render_html(
-    run: RunDocument, log: LogSummary | None = None, log_info: str = "", samples: Sequence[CaptureLine] = ()
+    run: RunDocument,
+    log: LogSummary | None = None,
+    log_info: str = "",
+    samples: Sequence[CaptureLine] = (),
+    judged: LatencySamples | None = None,
 ) -> str:
-    """The report page for a run.json document and (optionally) its summarized record log and captured
-    samples."""
+    """The report page for a run.json document and (optionally) its summarized record log, captured
+    samples and the judged window's exact latency samples (its early-stopping estimates)."""
     verdict = run.verdict
     label = VERDICT_LABELS.get(verdict.status, verdict.status) if verdict else ""
     if verdict and facts.is_interrupted(run):
@@ -252,7 +265,7 @@ def render_html(
         _env()
         .get_template(TEMPLATE)
         .render(
-            **_context(run, log, log_info or _log_info(None, [], log), samples),
+            **_context(run, log, log_info or _log_info(None, [], log), samples, judged),
             verdict=verdict,
             verdict_label=label,
             verdict_headline=headline(verdict.status, verdict.checks) if verdict else "",
@@ -288,6 +301,7 @@ def render_run_report(run_dir: Path) -> Path:
     run = read_run_document(run_dir)
     log, info = load_log(run_dir, run)
     out = run_dir / Path(run.files.report or REPORT_NAME).name
-    out.write_text(render_html(run, log, info, load_samples(run_dir)), encoding="utf-8")
+    judged = sections.judged_samples(run, log_paths(run_dir, run))
+    out.write_text(render_html(run, log, info, load_samples(run_dir), judged), encoding="utf-8")
     write_summary(run_dir, run, log.samples if log is not None else None)
     return out

@@ -6,6 +6,7 @@ import json
 import math
 import random
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -14,15 +15,20 @@ from pydantic import TypeAdapter, ValidationError
 
 from loadtest.contracts.run_document import RunDocument
 from loadtest.fmt import NA, fmt_int, fmt_ms, fmt_num, fmt_pct
+from loadtest.metrics import early_stopping as es
+from loadtest.metrics import hdr
+from loadtest.metrics.samples import EXACT_METRICS, LatencySamples
 from loadtest.profile.dists import Length
 from loadtest.report import charts, facts
 from loadtest.results.log_stats import LogSummary
 from loadtest.results.percentiles import HEADLINE_METRICS, decode, percentile_table
+from loadtest.results.record_log import read_lines
 from loadtest.workload.lengths import sample_length
 
 MAX_SERIES_POINTS = 1200
 MAX_PROFILE_DRAWS = 20_000
 MAX_ERROR_ROWS = 50
+SAMPLE_BATCH = 10_000  # record-log lines per batch of the judged window's samples
 _LENGTH = TypeAdapter(Length)
 
 
@@ -55,9 +61,10 @@ def html(fig: Any) -> Markup | None:
 
 
 def headline_cards(run: RunDocument) -> list[tuple[str, str, str]]:
-    """(label, value, note) for the numbers at the top of the page."""
-    req, thr, gp = run.metrics.requests, run.metrics.throughput, run.goodput
-    duration = run.metrics.window.duration_s
+    """(label, value, note) for the numbers at the top of the page: the judged window's."""
+    judged = run.judged_metrics()
+    req, thr, gp = judged.requests, judged.throughput, run.goodput
+    duration = run.judged.window.duration_s if run.judged is not None else run.metrics.window.duration_s
     cards = [
         (
             "Output tokens/s",
@@ -90,30 +97,62 @@ def headline_cards(run: RunDocument) -> list[tuple[str, str, str]]:
             fmt_pct(req.error_rate),
             f"{fmt_int(req.failed)} failed of {fmt_int(req.completed)}",
         ),
-        ("Duration", f"{fmt_num(duration, 1)} s", "first scheduled request to last answer"),
+        (
+            "Duration",
+            f"{fmt_num(duration, 1)} s",
+            "the judged window" if run.judged is not None else "first scheduled request to last answer",
+        ),
     ]
     return cards
 
 
-def headline_latency(run: RunDocument) -> dict[str, Any]:
-    """TTFT/TPOT/ITL/E2E at p50/p90/p99/p99.9: measured and early-stopping estimate, in ms."""
+def headline_latency(run: RunDocument, samples: LatencySamples | None = None) -> dict[str, Any]:
+    """TTFT/TPOT/ITL/E2E at p50/p90/p99/p99.9 of the judged window (run.json's judged figures, the whole
+    run's when no window was set) and the early-stopping estimate, in ms. ``samples``: the judged
+    window's exact samples, for its estimates (without them, and for ITL, a window has none)."""
     rows = []
     pcts: list[float] = []
     for key, label in HEADLINE_METRICS:
         table = percentile_table(decode(run, key))
+        summary = facts.judged_latency_stats(run, key)
+        count = int(facts.stat(summary, "count") or 0)
         pcts = [c["p"] for c in table]
         cells = []
         for c in table:
-            est = c["estimate_us"]
+            est_ms: float | None
+            if run.judged is None:
+                est_ms = None if c["estimate_us"] is None else c["estimate_us"] / 1000
+            elif samples is not None and key in EXACT_METRICS:
+                est_us = samples.estimate(key, c["p"] / 100.0)
+                est_ms = None if est_us is None else est_us / 1000
+            else:
+                est_ms = None
+            needs = es.min_queries_for_percentile(c["p"] / 100.0)
             cells.append(
                 {
-                    "value": fmt_ms(None if c["value_us"] is None else c["value_us"] / 1000),
-                    "estimate": fmt_ms(est / 1000) if est is not None else None,
-                    "needs": c["needs"] if c["count"] else None,
+                    "value": fmt_ms(facts.stat(summary, hdr.percentile_key(c["p"]))),
+                    "estimate": fmt_ms(est_ms) if est_ms is not None else None,
+                    "needs": needs if count and count < needs else None,
                 }
             )
-        rows.append({"label": label, "count": fmt_int(table[0]["count"]), "cells": cells})
+        rows.append({"label": label, "count": fmt_int(count), "cells": cells})
     return {"cols": [f"p{p:g}" for p in pcts], "rows": rows}
+
+
+def judged_samples(run: RunDocument, paths: list[Path]) -> LatencySamples | None:
+    """The exact TTFT, TPOT and E2E samples of the requests scheduled in the judged window, from the
+    record log (None when the whole run is judged)."""
+    if run.judged is None or not paths:
+        return None
+    w, samples, batch = run.judged.window, LatencySamples(), []
+    for line in read_lines(paths):
+        if w.start <= line.t < w.end:
+            batch.append(line)
+            if len(batch) >= SAMPLE_BATCH:
+                samples.add(batch)
+                batch = []
+    samples.add(batch)
+    return samples
 
 
 def goodput_text(run: RunDocument) -> str | None:
@@ -129,17 +168,22 @@ def goodput_text(run: RunDocument) -> str | None:
     )
 
 
-def judged_text(run: RunDocument) -> str | None:
-    """The judged window in one sentence (None when the whole run is judged)."""
+def judged_text(run: RunDocument) -> str:
+    """What the verdict judged, next to it: the window and its requests (``judged window: 12.0–60.0 s,
+    1,043 requests``), or once that the whole run is judged."""
     if run.judged is None:
-        return None
-    w, n = run.judged.window, run.judged.metrics.requests.completed
+        return f"{_sentence(facts.judged_label(run))}; the figures below are the verdict's."
+    w = run.judged.window
     auto = ", steady state detected" if w.automatic else ""
     return (
-        f"Judged window: {fmt_num(w.duration_s, 1)} s (warm-up {fmt_num(w.warmup_s, 1)} s, "
-        f"cool-down {fmt_num(w.cooldown_s, 1)} s{auto}); the verdict judges the {fmt_int(n)} requests "
-        "scheduled inside it."
+        f"{_sentence(facts.judged_label(run))} (warm-up {fmt_num(w.warmup_s, 1)} s, cool-down "
+        f"{fmt_num(w.cooldown_s, 1)} s{auto}): the headline numbers below are the verdict's figures; "
+        f"the whole run's ({facts.whole_run_label(run).removeprefix('whole run: ')}) are labelled “whole run”."
     )
+
+
+def _sentence(text: str) -> str:
+    return text[:1].upper() + text[1:]
 
 
 # ---- time series ----
@@ -460,26 +504,32 @@ SERVER_PHASES = (("queue", "Queue time"), ("prefill", "Prefill time"), ("decode"
 SERVER_PCTS = ("p50", "p90", "p99")
 
 
-def server_cell(s: dict[str, Any], key: str) -> tuple[str, str]:
-    """(value, hover text) of one bucket-interpolated server percentile; a rank in the first bucket reads
-    as ``≤ bound``, past the last finite bound as ``> bound``."""
+def server_cell(s: dict[str, Any], key: str) -> tuple[str, str, str]:
+    """(value, hover text, bucket bounds) of one bucket-interpolated server percentile; a rank in the
+    first bucket reads as ``≤ bound``, past the last finite bound as ``> bound``."""
     v, below, above = facts.server_percentile(s, key)
-    lo, hi = ((s.get(f"{key}_bucket_ms") or [None, None]) + [None, None])[:2]
+    bucket = facts.server_bucket(s, key) or ""
     if above is not None:
-        return f"> {fmt_ms(above)}", f"in the +Inf bucket (above {fmt_ms(above)} ms)"
+        return f"> {fmt_ms(above)}", f"in the +Inf bucket (above {fmt_ms(above)} ms)", bucket
     if below is not None:
-        return f"≤ {fmt_ms(below)}", f"in the first bucket (0–{fmt_ms(below)} ms): finer than the histogram"
+        return (
+            f"≤ {fmt_ms(below)}",
+            f"in the first bucket (0–{fmt_ms(below)} ms): finer than the histogram",
+            bucket,
+        )
     if v is None:
-        return NA, ""
-    return fmt_ms(v), f"bucket {fmt_ms(lo)}–{fmt_ms(hi)} ms"
+        return NA, "", ""
+    return fmt_ms(v), f"bucket {bucket} ms", bucket
 
 
 def server_latency_section(run: RunDocument) -> dict[str, Any] | None:
-    """The server-side vs client-side table (client HDR percentiles, the server's bucket-interpolated
-    ones, client − server), and the server-only phases; None when run.json has no server histograms."""
+    """The server-side vs client-side table (client percentiles, the server's bucket-interpolated ones
+    with their bucket, client − server signed only beyond the bucket's width), the judged window's on
+    both sides when the server has them, and the server-only phases; None when run.json has no server
+    histograms."""
     tel = run.telemetry
     sl = facts.server_latency(run)
-    metrics = sl.get("metrics") or {}
+    metrics, judged = facts.server_judged(run)
     if tel is None or not metrics:
         return None
     rows = []
@@ -487,21 +537,15 @@ def server_latency_section(run: RunDocument) -> dict[str, Any] | None:
         srv = metrics.get(skey)
         if not srv:
             continue
-        cli = facts.latency_stats(run, ckey)
-        client = [fmt_ms(facts.stat(cli, p)) for p in SERVER_PCTS]
-        server = [server_cell(srv, p) for p in SERVER_PCTS]
-        diff = []
-        for p in SERVER_PCTS:
-            c, s = facts.stat(cli, p), facts.server_percentile(srv, p)[0]
-            diff.append(NA if c is None or s is None else fmt_ms(c - s))
+        cli = facts.judged_latency_stats(run, ckey) if judged else facts.latency_stats(run, ckey)
         rows.append(
             {
                 "label": label,
                 "name": srv.get("name", ""),
                 "counts": f"{fmt_int(facts.stat(cli, 'count') or 0)} / {fmt_int(srv.get('count'))}",
-                "client": client,
-                "server": server,
-                "diff": diff,
+                "client": [fmt_ms(facts.stat(cli, p)) for p in SERVER_PCTS],
+                "server": [server_cell(srv, p) for p in SERVER_PCTS],
+                "diff": [facts.server_difference(facts.stat(cli, p), srv, p) or NA for p in SERVER_PCTS],
             }
         )
     phases = [
@@ -515,13 +559,15 @@ def server_latency_section(run: RunDocument) -> dict[str, Any] | None:
         for key, label in SERVER_PHASES
         if metrics.get(key)
     ]
-    judged = sl.get("judged") or {}
+    span = (sl.get("judged") or {}) if judged else sl
+    where = "the judged window" if judged else "the whole run"
     return {
         "rows": rows,
         "phases": phases,
         "source": f"{tel.engine or 'unknown engine'} histograms from {tel.url or 'unknown URL'}, "
-        f"{fmt_num(sl.get('from_s'), 1)} s to {fmt_num(sl.get('to_s'), 1)} s since the load started",
-        "judged": bool(judged.get("metrics")),
+        f"{fmt_num(span.get('from_s'), 1)} s to {fmt_num(span.get('to_s'), 1)} s since the load started "
+        f"({where}; the client's figures are {where}'s too)",
+        "judged": judged,
     }
 
 

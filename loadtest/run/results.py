@@ -343,7 +343,7 @@ def run_config(settings: RunSettings, profile: Profile, workload: Workload) -> d
     }
 
 
-def reason_lines(reasons: list[str], width: int = 100) -> list[str]:
+def reason_lines(reasons: list[str], width: int = 80) -> list[str]:
     """The verdict's reasons for the terminal: one ``  - `` item each, wrapped to ``width`` columns."""
     return [
         line
