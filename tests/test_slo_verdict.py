@@ -18,6 +18,7 @@ from loadtest.metrics.slo import (
     ErrorRateSlo,
     RequestSlo,
     Slo,
+    latency_slos,
     parse_duration_ms,
     parse_percent,
     parse_slos,
@@ -255,6 +256,22 @@ def test_parse_slos_needs_units(spec, fix: str) -> None:
     with pytest.raises(ValueError) as e:
         parse_slos(spec)
     assert fix in str(e.value).splitlines()[0]
+
+
+def test_latency_slos_from_stored_milliseconds() -> None:
+    """run.json and sweep.json keep limits as plain milliseconds: read back without the unit rule."""
+    stored = {
+        "tpot_p50": 80.0,
+        "error_rate": 0.01,
+        "ttft_p99.9": 2000.0,
+        "quality_min": 0.99,
+        "e2e_p99": 1e-05,
+    }
+    assert latency_slos(stored) == [
+        Slo("tpot", 50.0, 80.0),
+        Slo("ttft", 99.9, 2000.0),
+        Slo("e2e", 99.0, 1e-05),
+    ]
 
 
 def test_parse_slos_duplicate() -> None:

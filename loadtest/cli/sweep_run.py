@@ -244,7 +244,7 @@ def _describe(plan: SweepPlan) -> str:
 
 def _open_host(args: argparse.Namespace, profile: Profile) -> SweepEndpoint:
     from loadtest.client.apis import auth_headers
-    from loadtest.client.preflight import EndpointError, served_models
+    from loadtest.client.preflight import EndpointError, ModelNotServed, require_served, served_models
     from loadtest.client.secrets import KeySourceError, install_redaction, load_api_key
 
     try:
@@ -263,6 +263,12 @@ def _open_host(args: argparse.Namespace, profile: Profile) -> SweepEndpoint:
         )
     except EndpointError as e:
         raise LoadtestError(str(e)) from e
+    try:  # the model every point asks for: served, or the sweep does not start (exit 2)
+        require_served(
+            args.model or profile.model, served, args.host, "--model" if args.model else "the profile's model"
+        )
+    except ModelNotServed as e:
+        raise UsageError(str(e)) from e
     return SweepEndpoint(url=args.host, embedded=False, engine=None, models=[m.id for m in served])
 
 

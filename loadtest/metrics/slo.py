@@ -125,8 +125,8 @@ class RequestSlo:
 
 def latency_slos(limits_ms: Mapping[str, float]) -> list[Slo]:
     """Latency SLOs from keys and limits already in milliseconds (run.json, sweep.json: no units)."""
-    out = [parse_slo(k, f"{v}ms") for k, v in limits_ms.items() if k not in ("error_rate", "quality_min")]
-    return [s for s in out if isinstance(s, Slo)]
+    keys = [(parse_slo(k, "0ms"), v) for k, v in limits_ms.items() if k not in ("error_rate", "quality_min")]
+    return [Slo(s.metric, s.percentile, float(v)) for s, v in keys if isinstance(s, Slo)]
 
 
 def merge_slos(profile_slos: Mapping[str, Any] | None, cli: str | None) -> list[AnySlo]:
