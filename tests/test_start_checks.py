@@ -190,3 +190,13 @@ def test_a_scenario_that_cannot_fit_the_served_context_is_named_or_refused(tmp_p
     assert "no request of scenario long (1,508 tokens) can fit" in res.stdout, res.stdout + res.stderr
     run = json.loads((out / "run.json").read_text())
     assert any("scenario long" in n for n in run["notes"])
+
+
+def test_the_workload_fingerprint_of_huge_prompts_is_bounded(tmp_path: Path) -> None:
+    """The fingerprint stops building requests once their prompts total FINGERPRINT_TOKENS (16M):
+    four requests of 4M tokens here, not 64 (minutes); ordinary profiles hash all 64 as before."""
+    prof, _ = load_profile(
+        str(write_profile(tmp_path / "p.yaml", input_tokens={"dist": "fixed", "value": 4_000_000}))
+    )
+    workload = Workload(prof, 1)
+    assert workload.fingerprint() == workload.fingerprint(n=4) != workload.fingerprint(n=3)
