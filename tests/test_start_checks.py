@@ -180,6 +180,9 @@ def test_a_scenario_that_cannot_fit_the_served_context_is_named_or_refused(tmp_p
         )
         assert res.returncode == 2, res.stdout + res.stderr
         assert "no request can fit" in res.stderr and "scenario long (1,508 tokens)" in res.stderr
+        master = ["master", "--profile", str(nothing), "--host", sim.base_url, "--expect-workers", "1"]
+        res = run_cli([*master, "--master-port", "0", "--out", str(tmp_path / "m")], timeout=60)
+        assert res.returncode == 2 and "no request can fit" in res.stderr, res.stdout + res.stderr
         assert sim.stats()["requests_received"] == 0
         some = _scenarios_profile(tmp_path / "some.yaml", [fits, long])
         out = tmp_path / "some"

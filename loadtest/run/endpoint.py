@@ -165,7 +165,8 @@ def connect(
 
 def connect_host(prepared: Prepared, options: EndpointOptions) -> Endpoint:
     """`master`: ``GET /v1/models`` (``options.endpoint_check``) on the settings' host, every worker's
-    endpoint; the model into the settings and the served model's own tokenizer settled."""
+    endpoint; the model checked and into the settings, the served model's own tokenizer settled, and the
+    first requests against the served context window (``Endpoint.notes``)."""
     settings, profile, api_key = prepared.settings, prepared.profile, prepared.api_key
     try:
         served = served_models(
@@ -183,7 +184,9 @@ def connect_host(prepared: Prepared, options: EndpointOptions) -> Endpoint:
     settings.model = options.model or profile.model or (models[0] if models else None)
     root = next((m.root for m in served if m.id == settings.model and m.root), settings.model)
     prepared.profile, prepared.workload = settle_tokenizer(settings, profile, prepared.workload, root, None)
-    return Endpoint(settings.host, models, settings.model, None, None, served)
+    ep = Endpoint(settings.host, models, settings.model, None, None, served)
+    ep.notes = context_notes(ep, prepared.workload, prepared.profile_path)  # as `run` checks them
+    return ep
 
 
 def check_replicas(prepared: Prepared, options: EndpointOptions, *, connect_timeout: float | None) -> None:
