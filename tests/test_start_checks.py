@@ -152,6 +152,18 @@ def test_a_model_the_endpoint_does_not_serve_is_refused_with_the_served_list(tmp
             timeout=60,
         )  # fmt: skip
         assert res.returncode == 2 and "--model 'nope' is not served" in res.stderr, res.stderr
+        # so do sweep and ui, before any point or page
+        sweep = ["sweep", "--profile", str(prof), "--host", a.base_url, "--model", "nope", "--ladder", "rate"]
+        res = run_cli(
+            [*sweep, "--points", "1,2", "--point-duration", "1", "--out", str(tmp_path / "s")], timeout=60
+        )
+        assert res.returncode == 2 and "--model 'nope' is not served" in res.stderr, res.stderr
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        ui = ["ui", "--profile", str(prof), "--host", a.base_url, "--model", "nope", "--web-port", str(port)]
+        res = run_cli([*ui, "--reports-dir", str(tmp_path / "r")], timeout=60)
+        assert res.returncode == 2 and "--model 'nope' is not served" in res.stderr, res.stderr
         # without the model list the check is skipped: today's behaviour
         res = run_cli(
             ["run", "--profile", str(prof), "--host", a.base_url, "--model", "nope", "--endpoint-check", "none",

@@ -141,8 +141,9 @@ class LlmWebUi:
         return None
 
     def _typed_host(self, host: str) -> str | None:
-        """The start form's host when it is another endpoint than the UI's own (None: the UI's)."""
-        host = host.strip()
+        """The start form's host when it is another endpoint than the UI's own (None: the UI's), as Locust
+        keeps it (< and > dropped)."""
+        host = host.replace("<", "").replace(">", "").strip()
         return host if host and host.rstrip("/") != (self.base.host or "").rstrip("/") else None
 
     def check_host_choice(self, host: str) -> str | None:
