@@ -89,7 +89,7 @@ def test_verdict_judges_the_exact_sample_not_its_bucket() -> None:
         "window": {"duration_s": 100.0},
         "latency_ms": {"ttft": {"count": 1000}},
     }
-    slos = parse_slos("ttft_p99=1000.06")
+    slos = parse_slos("ttft_p99=1000.06ms")
     by_hist = {c.name: c for c in judge(metrics, {"ttft": hist}, slos).checks}
     by_samples = {c.name: c for c in judge(metrics, {"ttft": hist}, slos, samples=samples).checks}
     assert not by_hist["ttft_p99"].passed

@@ -18,6 +18,7 @@ from loadtest.metrics.slo import (
     ErrorRateSlo,
     RequestSlo,
     Slo,
+    latency_slos,
     parse_duration_ms,
     parse_percent,
     parse_slos,
@@ -182,15 +183,15 @@ def test_parse_duration_and_percent() -> None:
     assert parse_duration_ms("1.5 s") == 1500.0
     assert parse_duration_ms("500us") == 0.5
     assert parse_duration_ms("500µs") == 0.5
-    assert parse_duration_ms("250") == 250.0
-    assert parse_duration_ms(12) == 12.0
+    assert parse_duration_ms("0") == 0.0 and parse_duration_ms(0) == 0.0  # 0 is 0 in any unit
     assert parse_percent("0.5%") == pytest.approx(0.005)
     assert parse_percent("100%") == 1.0
     assert parse_percent(0.02) == 0.02
-    for bad in ("2 min", "-1s", "fast", "", "1e3ms", "nan"):
+    assert parse_percent("0.01") == 0.01 and parse_percent(0) == 0.0
+    for bad in ("2 min", "-1s", "fast", "", "1e3ms", "nan", "250", 12, 2.5, "5%"):
         with pytest.raises(ValueError):
             parse_duration_ms(bad)
-    for bad in ("150%", "abc%", "2", "-1%"):
+    for bad in ("150%", "abc%", "2", "-1%", "1", 1, 1.0, "2s"):
         with pytest.raises(ValueError):
             parse_percent(bad)
     with pytest.raises(ValueError):
@@ -199,7 +200,7 @@ def test_parse_duration_and_percent() -> None:
 
 def test_parse_slos_forms() -> None:
     from_cli = parse_slos("ttft_p99=2s,tpot_p99=80ms,e2e_p90=20s,error_rate=0.5%")
-    from_dict = parse_slos({"ttft_p99": "2s", "tpot_p99": 80, "e2e_p90": "20 s", "error_rate": "0.5%"})
+    from_dict = parse_slos({"ttft_p99": "2s", "tpot_p99": "80ms", "e2e_p90": "20 s", "error_rate": 0.005})
     want = [
         Slo("ttft", 99.0, 2000.0),
         Slo("tpot", 99.0, 80.0),
@@ -217,23 +218,60 @@ def test_parse_slos_forms() -> None:
 
 
 @pytest.mark.parametrize(
-    ("spec", "names"),
+    ("spec", "names", "hint"),
     [
-        ("latency_p99=2s", "latency_p99"),
-        ("ttft=2s", "'ttft'"),
-        ("ttft_p99", "ttft_p99"),
-        ("ttft_p99=2 min", "ttft_p99"),
-        ("ttft_p100=2s", "ttft_p100"),
-        ("error_rate=150%", "error_rate"),
-        ({"tpot_p99": "fast"}, "tpot_p99"),
-        ({"ttft_p99": True}, "ttft_p99"),
+        ("latency_p99=2s", "latency_p99=2s", "Allowed forms"),
+        ("ttft=2s", "ttft=2s", "Allowed forms"),
+        ("ttft_p99", "ttft_p99", "key=value"),
+        ("ttft_p99=2 min", "ttft_p99=2 min", "e.g. 2s, 80ms"),
+        ("ttft_p100=2s", "ttft_p100=2s", "strictly between 0 and 100"),
+        ("error_rate=150%", "error_rate=150%", "over 100%"),
+        ({"tpot_p99": "fast"}, "tpot_p99=fast", "e.g. 2s, 80ms"),
+        ({"ttft_p99": True}, "ttft_p99", "e.g. 2s, 80ms"),
     ],
 )
-def test_parse_slos_rejects(spec, names: str) -> None:
+def test_parse_slos_rejects(spec, names: str, hint: str) -> None:
     with pytest.raises(ValueError) as e:
         parse_slos(spec)
     assert names in str(e.value)
-    assert "Allowed forms" in str(e.value)
+    assert hint in str(e.value)
+
+
+@pytest.mark.parametrize(
+    ("spec", "fix"),
+    [
+        ("ttft_p99=2", "ttft_p99=2: give a unit: 2ms or 2s"),
+        ({"tpot_p99": 80}, "tpot_p99=80: give a unit: 80ms or 80s"),
+        ("e2e_p90=1.5", "e2e_p90=1.5: give a unit: 1.5ms or 1.5s"),
+        ("error_rate=1", "error_rate=1: give a unit: 1%"),
+        ({"error_rate": 5}, "error_rate=5: give a unit: 5%"),
+        ("quality_min=1", "quality_min=1: give a unit: 1%"),
+        ("ttft_p99=2%", "a percentage, not a duration"),
+        ("error_rate=2s", "a duration, not a percentage"),
+        ("tpot_99=80ms", "unknown SLO key (did you mean tpot_p99?)"),
+    ],
+)
+def test_parse_slos_needs_units(spec, fix: str) -> None:
+    """A bare number where it could mean two things is refused, with the fix in the first line."""
+    with pytest.raises(ValueError) as e:
+        parse_slos(spec)
+    assert fix in str(e.value).splitlines()[0]
+
+
+def test_latency_slos_from_stored_milliseconds() -> None:
+    """run.json and sweep.json keep limits as plain milliseconds: read back without the unit rule."""
+    stored = {
+        "tpot_p50": 80.0,
+        "error_rate": 0.01,
+        "ttft_p99.9": 2000.0,
+        "quality_min": 0.99,
+        "e2e_p99": 1e-05,
+    }
+    assert latency_slos(stored) == [
+        Slo("tpot", 50.0, 80.0),
+        Slo("ttft", 99.9, 2000.0),
+        Slo("e2e", 99.0, 1e-05),
+    ]
 
 
 def test_parse_slos_duplicate() -> None:

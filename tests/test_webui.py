@@ -591,3 +591,47 @@ def test_ui_run_records_the_form_users_and_the_session_lists_every_run(ui_sessio
         for r in listed:
             assert f'data-run="{r["id"]}"' in dom and f'href=".{r["report_url"]}"' in dom
         assert "2 → 5" in dom
+
+
+def test_ui_start_form_host_is_checked_as_run_checks_it_and_named_in_the_results(ui_session: Any) -> None:
+    """A host typed into the start form: one that does not answer is refused with the reason and nothing
+    starts; a real one is used, and the run's results name it (never the UI's embedded engine)."""
+    from loadtest.sim.process import SimProcess
+
+    base, proc, log, _ = ui_session
+    before = [r["id"] for r in _stats(base)["runs"]]
+    dead = f"http://127.0.0.1:{_free_port()}"
+    refused = _post(base + "/swarm", {"user_count": 2, "spawn_rate": 2, "host": dead})
+    assert not refused["success"] and refused["message"].startswith(f"Host {dead}: cannot reach"), refused
+    assert _stats(base)["state"] in ("ready", "stopped")
+    assert [r["id"] for r in _stats(base)["runs"]] == before  # no run was started
+    with SimProcess(speedup=20, extra_args=["--served-model-name", "typed-host-model"]) as sim:
+        assert _post(base + "/swarm", {"user_count": 2, "spawn_rate": 2, "host": sim.base_url})["success"]
+        _wait_for(
+            "requests to the typed host",
+            lambda: (s := _stats(base))["run"]["phase"] == "running" and s["overall"]["requests"]["ok"] >= 10,
+            30,
+            proc,
+            log,
+        )
+        assert _post(base + "/stop")["success"]
+        done = _wait_for(
+            "the results",
+            lambda: (s := _stats(base))["run"]["phase"] in ("done", "failed") and s,
+            30,
+            proc,
+            log,
+        )
+        received = sim.stats()["requests_received"]
+    assert done["run"]["error"] is None, done["run"]["error"]
+    run = json.loads((Path(done["run"]["out_dir"]) / "run.json").read_text())
+    endpoint = run["endpoint"]
+    assert endpoint["url"] == sim.base_url and endpoint["embedded"] is False and endpoint["engine"] is None
+    assert endpoint["models"] == [
+        "typed-host-model"
+    ]  # what the typed host serves, and what the run asked for
+    assert received >= run["metrics"]["requests"]["ok"] > 0
+    report = (Path(done["run"]["out_dir"]) / "report.html").read_text()
+    assert sim.base_url in report and "embedded simulator" not in report
+    summary = (Path(done["run"]["out_dir"]) / "mlperf_log_summary.txt").read_text()
+    assert "embedded simulator" not in summary

@@ -152,7 +152,7 @@ def master_command(args: argparse.Namespace) -> int:
             out,
             EndpointFacts(ep.models),  # the workers' endpoint: its models (no engine, server or context here)
             telemetry=executed.telemetry,
-            early_notes=executed.notes,
+            early_notes=[*ep.notes, *executed.notes],
             junit=args.junit,
         )
     )

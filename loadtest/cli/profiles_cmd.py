@@ -8,10 +8,9 @@ import textwrap
 
 import yaml
 
+from loadtest.errors import UsageError
 from loadtest.profile.loader import ProfileError, load_profile, shipped_profiles
 from loadtest.profile.schema import Profile
-from loadtest.tokens.tokenizer import get_tokenizer
-from loadtest.workload.dataset import load_dataset
 
 EXIT_OK, EXIT_INVALID = 0, 2
 
@@ -23,13 +22,6 @@ def describe_scenarios(profile: Profile) -> str:
         f"{s.name} ({'dataset' if s.dataset is not None else s.kind}, {shares[s.name]:.0%})"
         for s in profile.scenarios
     )
-
-
-def check_datasets(profile: Profile) -> None:
-    """Read every dataset the profile names (ValueError: the file, the field and the fix)."""
-    for i, sc in enumerate(profile.scenarios):
-        if sc.dataset is not None:
-            load_dataset(sc, i, get_tokenizer(profile.tokenizer), sc.api or profile.api, profile.seed)
 
 
 LIST_WIDTH = 80  # a terminal's columns
@@ -76,17 +68,18 @@ def _show(name: str) -> int:
 
 
 def _validate(files: list[str]) -> int:
+    """Every check `run` makes before it connects, by the code `run` uses (run/inputs.prepare: the schema
+    with its bounds and SLO units, the load options, judging, tokenizer, traces and datasets read, the
+    first unit built), so that a profile `validate` passes is one `run` starts."""
+    from loadtest.run import RunOptions, prepare
+
     rc = EXIT_OK
     for f in files:
         try:
-            profile, path = load_profile(f)
-            check_datasets(profile)
+            prepare(RunOptions(profile=f), run_folder=False)
             print(f"OK {f}")
-        except ProfileError as e:
+        except UsageError as e:
             print(e, file=sys.stderr)
-            rc = EXIT_INVALID
-        except ValueError as e:  # a dataset (or the tokenizer it is counted with) that cannot be used
-            print(f"{path}: {e}", file=sys.stderr)
             rc = EXIT_INVALID
     return rc
 

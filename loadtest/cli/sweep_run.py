@@ -29,7 +29,7 @@ from loadtest.contracts.sweep_document import (
 from loadtest.economics.spec import EndpointSpecError, load_endpoint_file
 from loadtest.errors import EXIT_COULD_NOT_RUN, LoadtestError, UsageError
 from loadtest.metrics.judged import judged_warmup_s
-from loadtest.metrics.slo import parse_slos
+from loadtest.metrics.slo import latency_slos
 from loadtest.metrics.verdict import EXIT_CODES, describe_judging
 from loadtest.profile.loader import load_profile
 from loadtest.profile.schema import Profile
@@ -227,8 +227,8 @@ def _evidence_warning(plan: SweepPlan) -> list[str]:
         return []
     duration = plan.point_duration_s
     judged_s = max(0.0, duration - judged_warmup_s(plan.profile.judging.warmup_s, duration))
-    percentiles = {k: v for k, v in plan.slo.items() if k not in ("error_rate", "quality_min")}
-    lines = describe_judging(parse_slos(percentiles), min(plan.rates), judged_s)[1:]
+    percentiles = {k: v for k, v in plan.slo.items() if v is not None}
+    lines = describe_judging(latency_slos(percentiles), min(plan.rates), judged_s)[1:]
     return [line.replace("(--duration)", "per point (--point-duration)") for line in lines]
 
 
@@ -244,7 +244,7 @@ def _describe(plan: SweepPlan) -> str:
 
 def _open_host(args: argparse.Namespace, profile: Profile) -> SweepEndpoint:
     from loadtest.client.apis import auth_headers
-    from loadtest.client.preflight import EndpointError, served_models
+    from loadtest.client.preflight import EndpointError, ModelNotServed, require_served, served_models
     from loadtest.client.secrets import KeySourceError, install_redaction, load_api_key
 
     try:
@@ -263,6 +263,12 @@ def _open_host(args: argparse.Namespace, profile: Profile) -> SweepEndpoint:
         )
     except EndpointError as e:
         raise LoadtestError(str(e)) from e
+    try:  # the model every point asks for: served, or the sweep does not start (exit 2)
+        require_served(
+            args.model or profile.model, served, args.host, "--model" if args.model else "the profile's model"
+        )
+    except ModelNotServed as e:
+        raise UsageError(str(e)) from e
     return SweepEndpoint(url=args.host, embedded=False, engine=None, models=[m.id for m in served])
 
 

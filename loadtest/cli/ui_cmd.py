@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import logging
 import os
 import signal
@@ -22,12 +23,14 @@ from loadtest.profile.loader import ProfileError, load_profile
 from loadtest.run import (
     EXIT_OK,
     EndpointFacts,
+    EndpointOptions,
     FinishedRun,
     Prepared,
     RunOptions,
     connect,
     ensure_writable,
     finalize,
+    open_endpoint,
     prepare,
 )
 from loadtest.run.inputs import with_judging
@@ -108,7 +111,7 @@ def ui_command(args: argparse.Namespace) -> int:
             )
             # what each UI run records of the endpoint: its models and the embedded engine
             facts = EndpointFacts(ep.models, ep.engine_info)
-            return _serve(args, options, prepared, facts, reports_root, auth)
+            return _serve(args, options, prepared, facts, reports_root, auth, endpoints)
     except LoadtestError as e:
         return fail(e)
 
@@ -120,6 +123,7 @@ def _serve(
     endpoint: EndpointFacts,
     reports_root: Path,
     auth: tuple[str, str] | None,
+    endpoints: EndpointOptions,
 ) -> int:
     import gevent
     from gevent.event import Event
@@ -158,13 +162,36 @@ def _serve(
             embedded = endpoint.engine_info is not None and st.host == settings.host
             polling[0] = start_for_run(st.host, override=args.metrics_url, embedded=embedded, api_key=api_key)
 
+    # every endpoint a run may go to: the UI's own, and each host typed into the start form once checked
+    facts_by_host: dict[str, EndpointFacts] = {settings.host: endpoint}
+
+    def check_host(host: str) -> str | None:
+        """A host typed into the start form, checked as `run` checks one: the model a run there asks for."""
+        with contextlib.ExitStack() as stack:
+            ep = open_endpoint(
+                stack,
+                dataclasses.replace(prepared, hosts=[host]),
+                endpoints,
+                connect_timeout=run_opts.connect_timeout,
+            )
+        facts_by_host[host] = ep.facts()
+        return ep.model
+
     def finish(st: RunSettings, prof: Any, workload: Any, outcome: Any, out: Path, notes: list[str]) -> int:
         run_slos = merge_slos(prof.slos, args.slo)  # the profile chosen for this run may have its own
         prof = with_judging(prof, run_opts)  # --generator-health over the chosen profile's
         telemetry, polling[0] = polling[0], None
         results = finalize(
             FinishedRun(
-                st, prof, workload, run_slos, outcome, out, endpoint, telemetry=telemetry, early_notes=notes
+                st,
+                prof,
+                workload,
+                run_slos,
+                outcome,
+                out,
+                facts_by_host.get(st.host, EndpointFacts(models=[])),
+                telemetry=telemetry,
+                early_notes=notes,
             )
         )
         for line in results.lines:
@@ -183,6 +210,7 @@ def _serve(
         on_start=start_telemetry,
         profile_choices=_profile_choices(profile),
         source=source,
+        check_host=check_host,
     )
     web_ui = env.create_web_ui(args.web_host, args.web_port, delayed_start=True, web_login=auth is not None)
     ui.install(auth)

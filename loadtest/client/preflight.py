@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import difflib
 import json
 import ssl
 import urllib.error
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from loadtest.client.http import Endpoint
@@ -17,8 +18,16 @@ from loadtest.client.http import Endpoint
 CHECK_MODELS, CHECK_NONE = "models", "none"
 
 
+MODELS_SHOWN = 20  # the served models a "not served" error lists
+
+
 class EndpointError(Exception):
     """The endpoint cannot be load-tested; the message is one line for the user."""
+
+
+class ModelNotServed(EndpointError):
+    """The model the run asks for is not in the endpoint's /v1/models list (bad input: the line, then the
+    models it serves)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +77,27 @@ def served_models(
             f"{ctype or 'no content-type'}); if the server has no model list, pass --endpoint-check none "
             "(or a path to check instead, e.g. --endpoint-check /health) and --model"
         ) from e
+
+
+def require_served(model: str | None, served: Sequence[ServedModel], host: str, given_by: str) -> None:
+    """ModelNotServed when ``model`` is not one of the ids ``served`` lists (nothing listed: no check, e.g.
+    --endpoint-check none). ``given_by``: where the model was named (--model, the profile's model)."""
+    ids = [m.id for m in served]
+    if model is None or not ids or model in ids:
+        return
+    close = (
+        difflib.get_close_matches(model, ids, n=1, cutoff=0.6)
+        or [i for i in ids if i.lower() == model.lower() or i.rsplit("/", 1)[-1] == model.rsplit("/", 1)[-1]][
+            :1
+        ]
+    )
+    hint = f" (did you mean {close[0]}?)" if close else ""
+    more = f", … ({len(ids) - MODELS_SHOWN} more)" if len(ids) > MODELS_SHOWN else ""
+    raise ModelNotServed(
+        f"{given_by} {model!r} is not served by {host}{hint}: give one of the models its /v1/models lists "
+        f"({given_by}), or --endpoint-check none to skip this check\n"
+        f"  served: {', '.join(ids[:MODELS_SHOWN])}{more}"
+    )
 
 
 def _served(entry: Mapping[str, object]) -> ServedModel:

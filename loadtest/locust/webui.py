@@ -57,6 +57,9 @@ DASHBOARD_LINK = (
 
 # A finalizer writes run.json (with the given notes), report.html and the verdict; it returns the exit code.
 Finalizer = Callable[[RunSettings, Profile, Any, "RunOutcome", Path, list[str]], int]
+# The start form's host checked as `run` checks one (connect, /v1/models, the model served): the model a run
+# there asks for; a LoadtestError says why the host cannot be used.
+HostCheck = Callable[[str], str | None]
 
 
 @cache
@@ -88,6 +91,7 @@ class LlmWebUi:
         profile_choices: list[str] | None = None,
         series_interval_s: float = 2.0,
         source: RunSource | None = None,
+        check_host: HostCheck | None = None,
     ) -> None:
         if source is None:
             from loadtest.locust.ui_sources import LocalRuns
@@ -107,6 +111,8 @@ class LlmWebUi:
         self.base_profile_name = profile.name
         self.profile_choices = profile_choices or []
         self.series_interval_s = series_interval_s
+        self.check_host = check_host
+        self.host_models: dict[str, str | None] = {}  # a start form's host, checked: the model it serves
         self.run: UiRun | None = None
         self.runs: list[RunEntry] = []  # every run of this session, oldest first
         self.judged: dict[str, dict[str, Any]] = {}  # by run id: the figures its verdict judged (run.json)
@@ -142,6 +148,23 @@ class LlmWebUi:
             )
         return None
 
+    def _typed_host(self, host: str) -> str | None:
+        """The start form's host when it is another endpoint than the UI's own (None: the UI's), as Locust
+        keeps it (< and > dropped)."""
+        host = host.replace("<", "").replace(">", "").strip()
+        return host if host and host.rstrip("/") != (self.base.host or "").rstrip("/") else None
+
+    def check_host_choice(self, host: str) -> str | None:
+        """Why the start form's host cannot be used (None when it can: checked like `run` checks one)."""
+        typed = self._typed_host(host)
+        if typed is None or self.check_host is None:
+            return None
+        try:
+            self.host_models[typed] = self.check_host(typed)
+        except LoadtestError as e:
+            return f"Host {typed}: {e}"
+        return None
+
     def _begin_run(self, user_count: int) -> bool:
         """A start (not Locust's Edit of a live run): a new run with its own folder, settings and numbers;
         False when it could not start (the reason shows on the dashboard)."""
@@ -161,8 +184,10 @@ class LlmWebUi:
         out = new_run_dir(self.reports_root, profile.name)
         # each start is its own run: its own run nonce (run_salt: per_run sends new prompts)
         settings = dataclasses.replace(base, out_dir=str(out), run_id=out.name, run_nonce=new_run_nonce())
-        if environment.host:
-            settings.host = environment.host  # the start form's host field
+        typed = self._typed_host(environment.host or "")
+        if typed is not None:  # the start form's host field: checked before this start (check_host_choice)
+            settings.host, settings.hosts, settings.embedded = typed, None, False
+            settings.model = self.host_models.get(typed) or settings.model  # None: its list was not read
         started = time.time()
         entry = RunEntry(out.name, profile.name, self.load_description, users, out, started)
         self._cache = None
@@ -363,6 +388,8 @@ class LlmWebUi:
             problem = self.check_profile_choice(request.form.get("profile", ""))
             if problem is None and runner.state not in ("running", "spawning"):  # a start, not an Edit
                 problem = self.source.refusal()  # e.g. fewer workers ready than expected
+                if problem is None:
+                    problem = self.check_host_choice(request.form.get("host", ""))
             if problem is None:
                 return None
             return jsonify({"success": False, "message": problem, "host": self.env.host})

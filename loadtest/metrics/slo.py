@@ -2,142 +2,37 @@
 
 from __future__ import annotations
 
-import math
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from loadtest.contracts.record_line import LineLike, as_line
-
-# Metrics an SLO may name (the latency histograms of loadtest.metrics.recorder.LATENCY_METRICS).
-SLO_METRICS: tuple[str, ...] = ("ttft", "ttft_send", "ttfa", "itl", "tpot", "e2e", "schedule_lag")
-
-_UNIT_MS = {"us": 0.001, "µs": 0.001, "ms": 1.0, "s": 1000.0}
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?|\.\d+)\s*(us|µs|ms|s)?$")
-_PERCENT = re.compile(r"^(\d+(?:\.\d+)?|\.\d+)\s*%$")
-_KEY = re.compile(r"^(?P<metric>[a-z][a-z0-9_]*?)_p(?P<pct>\d+(?:\.\d+)?)$")
-ALLOWED_FORMS = (
-    "<metric>_p<percentile>=<duration> with metric one of "
-    + ", ".join(SLO_METRICS)
-    + " and duration like 2s, 80ms, 1.5 s, 500us or a bare number of ms (e.g. ttft_p99=2s); "
-    "error_rate=<percent> like 0.5% (or a bare fraction such as 0.005); "
-    "quality_min=<percent> like 99% (the least share of ok requests passing every answer check)"
+from loadtest.profile.slo_spec import (
+    ALLOWED_FORMS,
+    SLO_METRICS,
+    AnySlo,
+    ErrorRateSlo,
+    QualitySlo,
+    Slo,
+    parse_duration_ms,
+    parse_percent,
+    parse_slo,
 )
 
-
-def parse_duration_ms(text: str | float | int) -> float:
-    """'2s' → 2000.0, '80ms' → 80.0, '1.5 s' → 1500.0, '500us' → 0.5; a bare number is milliseconds."""
-    if isinstance(text, bool):
-        raise ValueError(f"{text!r} is not a duration (e.g. 2s, 80ms, 500us)")
-    if isinstance(text, int | float):
-        value = float(text)
-    else:
-        m = _DURATION.match(text.strip())
-        if not m:
-            raise ValueError(
-                f"{text!r} is not a duration: use a number with us, ms or s (e.g. 2s, 80ms, 500us)"
-            )
-        value = float(m.group(1)) * _UNIT_MS[m.group(2) or "ms"]
-    if math.isnan(value) or math.isinf(value) or value < 0:
-        raise ValueError(f"{text!r} is not a finite duration ≥ 0")
-    return value
-
-
-def parse_percent(text: str | float | int) -> float:
-    """'0.5%' → 0.005; a bare number is already a fraction in [0, 1] (0.005)."""
-    if isinstance(text, bool):
-        raise ValueError(f"{text!r} is not a percentage (e.g. 0.5%)")
-    if isinstance(text, int | float):
-        value = float(text)
-    else:
-        s = text.strip()
-        m = _PERCENT.match(s)
-        if m:
-            value = float(m.group(1)) / 100.0
-        else:
-            try:
-                value = float(s)
-            except ValueError:
-                raise ValueError(
-                    f"{text!r} is not a percentage (e.g. 0.5%) or a fraction (e.g. 0.005)"
-                ) from None
-    if math.isnan(value) or not 0.0 <= value <= 1.0:
-        raise ValueError(
-            f"{text!r} is not a rate between 0% and 100% (a bare number is a fraction in [0, 1])"
-        )
-    return value
-
-
-@dataclass(frozen=True, slots=True)
-class Slo:
-    """A latency percentile objective: ``metric``'s ``percentile`` (e.g. 99.0) must be ≤ ``limit_ms``."""
-
-    metric: str
-    percentile: float
-    limit_ms: float
-
-    @property
-    def key(self) -> str:
-        """The key as written in profiles and on the CLI, e.g. ``ttft_p99`` or ``ttft_p99.9``."""
-        return f"{self.metric}_p{self.percentile:g}"
-
-    @property
-    def p(self) -> float:
-        """The percentile as a fraction (0.99 for p99)."""
-        return self.percentile / 100.0
-
-
-@dataclass(frozen=True, slots=True)
-class ErrorRateSlo:
-    """The fraction of failed requests (cancelled ones excluded) must be ≤ ``limit``."""
-
-    limit: float
-
-    @property
-    def key(self) -> str:
-        return "error_rate"
-
-
-@dataclass(frozen=True, slots=True)
-class QualitySlo:
-    """The share of ok requests that pass every answer check (client/quality.py) must be ≥ ``limit``."""
-
-    limit: float
-
-    @property
-    def key(self) -> str:
-        return "quality_min"
-
-
-AnySlo = Slo | ErrorRateSlo | QualitySlo
-
-
-def _parse_one(key: str, value: Any) -> AnySlo:
-    key = key.strip()
-    if key == "quality_min":
-        try:
-            return QualitySlo(parse_percent(value))
-        except ValueError as e:
-            raise ValueError(f"SLO {key!r}: {e}. Allowed forms: {ALLOWED_FORMS}") from None
-    if key == "error_rate":
-        try:
-            return ErrorRateSlo(parse_percent(value))
-        except ValueError as e:
-            raise ValueError(f"SLO {key!r}: {e}. Allowed forms: {ALLOWED_FORMS}") from None
-    m = _KEY.match(key)
-    if not m or m.group("metric") not in SLO_METRICS:
-        raise ValueError(f"unknown SLO key {key!r}. Allowed forms: {ALLOWED_FORMS}")
-    pct = float(m.group("pct"))
-    if not 0.0 < pct < 100.0:
-        raise ValueError(
-            f"SLO {key!r}: the percentile must be strictly between 0 and 100. Allowed forms: {ALLOWED_FORMS}"
-        )
-    try:
-        limit = parse_duration_ms(value)
-    except ValueError as e:
-        raise ValueError(f"SLO {key!r}: {e}. Allowed forms: {ALLOWED_FORMS}") from None
-    return Slo(m.group("metric"), pct, limit)
+__all__ = [
+    "ALLOWED_FORMS",
+    "SLO_METRICS",
+    "AnySlo",
+    "ErrorRateSlo",
+    "QualitySlo",
+    "RequestSlo",
+    "Slo",
+    "latency_slos",
+    "merge_slos",
+    "parse_duration_ms",
+    "parse_percent",
+    "parse_slos",
+]
 
 
 def parse_slos(spec: Mapping[str, Any] | str | None) -> list[AnySlo]:
@@ -151,19 +46,19 @@ def parse_slos(spec: Mapping[str, Any] | str | None) -> list[AnySlo]:
             if not part:
                 continue
             if "=" not in part:
-                raise ValueError(f"SLO {part!r} has no '=': write key=value. Allowed forms: {ALLOWED_FORMS}")
+                raise ValueError(f"{part}: no '=': write key=value with a unit (e.g. ttft_p99=2s)")
             k, v = part.split("=", 1)
             items.append((k.strip(), v.strip()))
     elif isinstance(spec, Mapping):
         items = [(str(k), v) for k, v in spec.items()]
     else:
         raise ValueError(
-            f"SLOs must be a mapping or text like ttft_p99=2s,error_rate=0.5% (got {type(spec).__name__})"
+            f"SLOs are a mapping or text like ttft_p99=2s,error_rate=0.5% (got {type(spec).__name__})"
         )
     out: list[AnySlo] = []
     seen: set[str] = set()
     for k, v in items:
-        slo = _parse_one(k, v)
+        slo = parse_slo(k, v)
         if slo.key in seen:
             raise ValueError(f"SLO {k!r} is given twice")
         seen.add(slo.key)
@@ -226,6 +121,12 @@ class RequestSlo:
             if tpot is not None and tpot > self.tpot_ms * 1000.0:
                 return False
         return True
+
+
+def latency_slos(limits_ms: Mapping[str, float]) -> list[Slo]:
+    """Latency SLOs from keys and limits already in milliseconds (run.json, sweep.json: no units)."""
+    keys = [(parse_slo(k, "0ms"), v) for k, v in limits_ms.items() if k not in ("error_rate", "quality_min")]
+    return [Slo(s.metric, s.percentile, float(v)) for s, v in keys if isinstance(s, Slo)]
 
 
 def merge_slos(profile_slos: Mapping[str, Any] | None, cli: str | None) -> list[AnySlo]:

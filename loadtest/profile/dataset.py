@@ -6,8 +6,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, field_validator, model_serializer, model_validator
 
-from loadtest.profile.base import Strict, rule_error
-from loadtest.profile.dists import Dist, Empirical, Fixed, LogNormal, Normal, Uniform
+from loadtest.profile.base import MAX_TOKENS, Strict, rule_error
+from loadtest.profile.dists import Dist, EmpiricalLength, Fixed, LogNormal, Normal, Uniform
 
 DatasetFormat = Literal["auto", "sharegpt", "openai_chat", "prompts", "hf_disk"]
 # What a source column can stand for (``columns`` maps the source's names onto these).
@@ -36,7 +36,7 @@ def _output_rule(v: Any) -> Any:
 
 
 OutputRule = Annotated[
-    Fixed | Uniform | Normal | LogNormal | Empirical | OutputFrom,
+    Fixed | Uniform | Normal | LogNormal | EmpiricalLength | OutputFrom,
     Field(discriminator="dist"),
     BeforeValidator(_output_rule),
 ]
@@ -54,7 +54,7 @@ class DatasetSpec(Strict):
     format: DatasetFormat = "auto"
     columns: dict[str, DatasetField] = Field(default_factory=dict)  # source column -> field
     min_input_tokens: int | None = Field(default=None, ge=1)
-    max_input_tokens: int | None = Field(default=None, ge=1)
+    max_input_tokens: int | None = Field(default=None, ge=1, le=MAX_TOKENS)
     sample: int | None = Field(default=None, ge=1)  # drawn with the seed; default all, cycled
     output_tokens: OutputRule | None = None
     think_time_s: Dist | None = None  # between the turns of a multi-turn conversation

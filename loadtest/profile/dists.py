@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from loadtest.profile.base import Strict, rule_error
+from loadtest.profile.base import MAX_TOKENS, Strict, check_ceiling, rule_error
 
 DIST_TAGS = ("fixed", "uniform", "normal", "lognormal", "empirical")
 
@@ -14,6 +14,12 @@ DIST_TAGS = ("fixed", "uniform", "normal", "lognormal", "empirical")
 def _check_range(lo: float, hi: float | None) -> None:
     if hi is not None and hi < lo:
         raise rule_error(f"max ({hi:g}) must be ≥ min ({lo:g})", "max")
+
+
+def _token_ceiling(spec: object, *fields: str) -> None:
+    """Every token count ``fields`` of a length spec at most MAX_TOKENS."""
+    for name in fields:
+        check_ceiling(getattr(spec, name), MAX_TOKENS, "tokens", name)
 
 
 class Empirical(Strict):
@@ -47,11 +53,26 @@ class Empirical(Strict):
         return self.points[-1][1]
 
 
+class EmpiricalLength(Empirical):
+    """A quantile table of token counts (each at most MAX_TOKENS)."""
+
+    @model_validator(mode="after")
+    def _bound(self) -> EmpiricalLength:
+        for i, (_, v) in enumerate(self.points):
+            check_ceiling(v, MAX_TOKENS, "tokens", "points", i, 1)
+        return self
+
+
 class Fixed(Strict):
     """Always ``value`` tokens."""
 
     dist: Literal["fixed"]
     value: int = Field(ge=0)
+
+    @model_validator(mode="after")
+    def _bound(self) -> Fixed:
+        _token_ceiling(self, "value")
+        return self
 
 
 class Uniform(Strict):
@@ -64,6 +85,7 @@ class Uniform(Strict):
     @model_validator(mode="after")
     def _order(self) -> Uniform:
         _check_range(self.min, self.max)
+        _token_ceiling(self, "min", "max")
         return self
 
 
@@ -79,6 +101,7 @@ class Normal(Strict):
     @model_validator(mode="after")
     def _order(self) -> Normal:
         _check_range(self.min, self.max)
+        _token_ceiling(self, "mean", "min", "max")
         return self
 
 
@@ -94,6 +117,7 @@ class LogNormal(Strict):
     @model_validator(mode="after")
     def _order(self) -> LogNormal:
         _check_range(self.min, self.max)
+        _token_ceiling(self, "median", "min", "max")
         return self
 
 
@@ -147,7 +171,7 @@ class LogNormalDist(Strict):
         return self
 
 
-Length = Annotated[Fixed | Uniform | Normal | LogNormal | Empirical, Field(discriminator="dist")]
+Length = Annotated[Fixed | Uniform | Normal | LogNormal | EmpiricalLength, Field(discriminator="dist")]
 Dist = Annotated[
     FixedDist | UniformDist | NormalDist | LogNormalDist | Empirical, Field(discriminator="dist")
 ]

@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from loadtest.profile.base import Strict, rule_error
+from loadtest.profile.base import MAX_CONCURRENCY, MAX_RATE, Strict, check_ceiling, rule_error
 
 LOAD_MODES = ("concurrency", "rate", "trace", "stages")
 # How each load is driven, in k6's terms: constant-vus, constant-arrival-rate, a replayed schedule, stages.
@@ -45,6 +45,8 @@ class Stage(Strict):
 
     @model_validator(mode="after")
     def _one(self) -> Stage:
+        check_ceiling(self.rate, MAX_RATE, "requests/s", "rate")
+        check_ceiling(self.concurrency, MAX_CONCURRENCY, "streams", "concurrency")
         if (self.rate is None) == (self.concurrency is None):
             raise rule_error("give exactly one of rate (open loop) or concurrency (closed loop)")
         return self
@@ -68,6 +70,9 @@ class Load(Strict):
 
     @model_validator(mode="after")
     def _rules(self) -> Load:
+        check_ceiling(self.rate, MAX_RATE, "requests/s", "rate")
+        check_ceiling(self.concurrency, MAX_CONCURRENCY, "streams", "concurrency")
+        check_ceiling(self.max_in_flight, MAX_CONCURRENCY, "requests in flight", "max_in_flight")
         given = [m for m in LOAD_MODES if getattr(self, m) is not None]
         if len(given) != 1:
             raise rule_error(

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from loadtest.profile.base import NAME_PATTERN, Strict, rule_error
+from loadtest.profile.base import MAX_TOKENS, MAX_TURNS, NAME_PATTERN, Strict, check_ceiling, rule_error
 from loadtest.profile.dataset import DatasetSpec
 from loadtest.profile.dists import Dist, Length
 from loadtest.profile.request import Api, RawSpec
@@ -15,8 +15,34 @@ from loadtest.profile.request import Api, RawSpec
 class PrefixSpec(Strict):
     """Each request starts with one of ``groups`` shared prefixes of ``tokens`` tokens."""
 
-    groups: int = Field(ge=1)
+    groups: int = Field(ge=1, le=100_000)
     tokens: int = Field(ge=1)
+
+    @model_validator(mode="after")
+    def _bound(self) -> PrefixSpec:
+        check_ceiling(self.tokens, MAX_TOKENS, "tokens", "tokens")
+        return self
+
+
+def _most(length: Length) -> float | None:
+    """The largest value a length spec can give (None: no max, its tail is clamped when sampled)."""
+    if length.dist == "fixed":
+        return length.value
+    if length.dist == "empirical":
+        return length.points[-1][1]
+    return length.max
+
+
+def _turn_ceiling(spec: object, *fields: str) -> None:
+    """Turn and call counts (length specs) at most MAX_TURNS."""
+    for name in fields:
+        length: Length = getattr(spec, name)
+        most = _most(length)
+        at = "value" if length.dist == "fixed" else "max"
+        check_ceiling(most, MAX_TURNS, "turns", name, *(("points",) if length.dist == "empirical" else (at,)))
+        if length.dist in ("normal", "lognormal") and length.max is None:
+            centre = length.mean if length.dist == "normal" else length.median
+            check_ceiling(centre, MAX_TURNS, "turns", name)
 
 
 class SessionSpec(Strict):
@@ -25,12 +51,17 @@ class SessionSpec(Strict):
     turns: Length
     think_time_s: Dist
 
+    @model_validator(mode="after")
+    def _bound(self) -> SessionSpec:
+        _turn_ceiling(self, "turns")
+        return self
+
 
 class AgentSpec(Strict):
     """Long-context agent: a shared system+tools prefix, several tool calls per user turn."""
 
     prefix_tokens: int = Field(ge=1)
-    tools: int = Field(default=8, ge=0)
+    tools: int = Field(default=8, ge=0, le=1024)
     turns: Length
     calls_per_turn: Length
     tool_result_tokens: Length
@@ -39,6 +70,8 @@ class AgentSpec(Strict):
 
     @model_validator(mode="after")
     def _fits(self) -> AgentSpec:
+        check_ceiling(self.max_context_tokens, MAX_TOKENS, "tokens", "max_context_tokens")
+        _turn_ceiling(self, "turns", "calls_per_turn")
         if self.prefix_tokens >= self.max_context_tokens:
             raise rule_error(
                 f"prefix_tokens ({self.prefix_tokens}) must be < max_context_tokens ({self.max_context_tokens})",
@@ -50,9 +83,9 @@ class AgentSpec(Strict):
 class ImageSpec(Strict):
     """Synthetic image content parts added to each user message."""
 
-    count: int = Field(default=1, ge=1)
-    width: int = Field(default=512, ge=1)
-    height: int = Field(default=512, ge=1)
+    count: int = Field(default=1, ge=1, le=64)
+    width: int = Field(default=512, ge=1, le=8192)
+    height: int = Field(default=512, ge=1, le=8192)
     detail: Literal["low", "high", "auto"] = "auto"
 
 
@@ -103,6 +136,7 @@ class Scenario(Strict):
 
     @model_validator(mode="after")
     def _by_kind(self) -> Scenario:
+        check_ceiling(self.system_prompt_tokens, MAX_TOKENS, "tokens", "system_prompt_tokens")
         if self.dataset is not None:
             _check_dataset(self)
             return self

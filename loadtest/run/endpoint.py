@@ -11,7 +11,14 @@ from typing import Any
 
 from loadtest.client.apis import auth_headers
 from loadtest.client.http import Endpoint as HttpEndpoint
-from loadtest.client.preflight import CHECK_MODELS, EndpointError, ServedModel, served_models
+from loadtest.client.preflight import (
+    CHECK_MODELS,
+    EndpointError,
+    ModelNotServed,
+    ServedModel,
+    require_served,
+    served_models,
+)
 from loadtest.errors import LoadtestError, UsageError
 from loadtest.profile.schema import Profile
 from loadtest.run.inputs import Prepared
@@ -19,7 +26,7 @@ from loadtest.run.options import EndpointOptions
 from loadtest.run.tokens import settle_tokenizer
 from loadtest.sim.start import EngineOverrides, EngineStartError, start_engine
 from loadtest.workload.builder import Workload
-from loadtest.workload.context_fit import check_fit
+from loadtest.workload.context_fit import check_fit, scenarios_over
 
 
 @dataclass
@@ -103,9 +110,30 @@ def open_endpoint(
         )
     except EndpointError as e:
         raise LoadtestError(str(e)) from e
+    if engine_info is None:  # the embedded engine answers its preset's aliases too
+        check_model(options, profile, served, host)
     models = [m.id for m in served]
     model = options.model or profile.model or (models[0] if models else None)
     return Endpoint(host, models, model, engine_info, server, served)
+
+
+def check_model(
+    options: EndpointOptions, profile: Profile, served: list[ServedModel], host: str, first: str | None = None
+) -> None:
+    """UsageError (exit 2) when the model the run asks for (--model, else the profile's, else ``first``:
+    the model the first endpoint serves) is not in ``host``'s /v1/models list; nothing listed (no check,
+    or no list): no check."""
+    model, given_by = (
+        (options.model, "--model")
+        if options.model
+        else (profile.model, "the profile's model")
+        if profile.model
+        else (first, "the first endpoint's model")
+    )
+    try:
+        require_served(model, served, host, given_by)
+    except ModelNotServed as e:
+        raise UsageError(str(e)) from e
 
 
 def connect(
@@ -137,7 +165,8 @@ def connect(
 
 def connect_host(prepared: Prepared, options: EndpointOptions) -> Endpoint:
     """`master`: ``GET /v1/models`` (``options.endpoint_check``) on the settings' host, every worker's
-    endpoint; the model into the settings and the served model's own tokenizer settled."""
+    endpoint; the model checked and into the settings, the served model's own tokenizer settled, and the
+    first requests against the served context window (``Endpoint.notes``)."""
     settings, profile, api_key = prepared.settings, prepared.profile, prepared.api_key
     try:
         served = served_models(
@@ -150,11 +179,14 @@ def connect_host(prepared: Prepared, options: EndpointOptions) -> Endpoint:
         )
     except EndpointError as e:
         raise LoadtestError(str(e)) from e
+    check_model(options, profile, served, settings.host)
     models = [m.id for m in served]
     settings.model = options.model or profile.model or (models[0] if models else None)
     root = next((m.root for m in served if m.id == settings.model and m.root), settings.model)
     prepared.profile, prepared.workload = settle_tokenizer(settings, profile, prepared.workload, root, None)
-    return Endpoint(settings.host, models, settings.model, None, None, served)
+    ep = Endpoint(settings.host, models, settings.model, None, None, served)
+    ep.notes = context_notes(ep, prepared.workload, prepared.profile_path)  # as `run` checks them
+    return ep
 
 
 def check_replicas(prepared: Prepared, options: EndpointOptions, *, connect_timeout: float | None) -> None:
@@ -163,7 +195,7 @@ def check_replicas(prepared: Prepared, options: EndpointOptions, *, connect_time
     headers = auth_headers(api_key, prepared.profile)
     for host in (settings.hosts or [])[1:]:
         try:
-            served_models(
+            served = served_models(
                 host,
                 api_key,
                 timeout=connect_timeout or 10.0,
@@ -173,15 +205,33 @@ def check_replicas(prepared: Prepared, options: EndpointOptions, *, connect_time
             )
         except EndpointError as e:
             raise LoadtestError(f"replica {host}: {e}") from e
+        check_model(options, prepared.profile, served, host, first=settings.model)
 
 
 def context_notes(ep: Endpoint, workload: Workload, profile_path: Path) -> list[str]:
-    """Check the workload's first requests against the served context window before the run.
+    """Check the profile's shortest requests, then the workload's first requests, against the served
+    context window before the run.
 
-    Nothing fits: UsageError (the run could only fail). Some do not: a warning now and a run.json note."""
+    Nothing can fit: UsageError (the run could only fail). Some cannot: a warning now and a run.json note."""
     served = ep.served_model()
     if served is None or not served.max_model_len:
         return []
+    window = f"{served.id}'s context of {served.max_model_len} tokens (/v1/models max_model_len)"
+    over, every = scenarios_over(workload.profile, served.max_model_len)
+    named = ", ".join(f"{name} ({need:,} tokens)" for name, need in over[:10])
+    if every:
+        raise UsageError(
+            f"{profile_path}: no request can fit {window}: the shortest request of scenario {named} "
+            "(its smallest input + output length) is longer: shorten the profile's input_tokens / "
+            "output_tokens, or serve the model with a longer context (vLLM --max-model-len)"
+        )
+    notes = []
+    if over:
+        notes.append(
+            f"warning: no request of scenario {named} can fit {window}: each will fail "
+            "(outcome context_length); shorten its lengths, or serve a longer context"
+        )
+        print(notes[-1], flush=True)
     fit = check_fit(workload, served.max_model_len)
     if fit.nothing_fits:
         raise UsageError(
@@ -189,8 +239,8 @@ def context_notes(ep: Endpoint, workload: Workload, profile_path: Path) -> list[
             f"context of {served.max_model_len} tokens (/v1/models max_model_len): shorten the profile's "
             "input lengths, or serve the model with a longer context (vLLM --max-model-len)"
         )
-    if not fit.over:
-        return []
+    if not fit.over or over:  # a scenario that cannot fit was named already
+        return notes
     note = f"warning: {fit.message()}"
     print(note, flush=True)
-    return [note]
+    return [*notes, note]

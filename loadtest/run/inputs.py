@@ -18,6 +18,7 @@ from loadtest.economics.spec import EndpointSpecError, spec_from_options
 from loadtest.errors import UsageError
 from loadtest.locust.settings import RunSettings
 from loadtest.metrics.slo import AnySlo, merge_slos
+from loadtest.profile.base import MAX_CONCURRENCY, MAX_RATE
 from loadtest.profile.loader import load_profile
 from loadtest.profile.quality import CaptureSpec
 from loadtest.profile.schema import Profile
@@ -74,10 +75,10 @@ def prepare(
     _, profile_path = load_profile(options.profile)
     if options.processes < 1:
         raise UsageError(f"{options.processes_option} must be ≥ 1")
-    if options.concurrency is not None and options.concurrency < 1:
-        raise UsageError("--concurrency must be ≥ 1")
-    if options.rate is not None and options.rate <= 0:
-        raise UsageError("--rate must be > 0")
+    if options.concurrency is not None and not 1 <= options.concurrency <= MAX_CONCURRENCY:
+        raise UsageError(f"--concurrency {options.concurrency}: give 1 to {MAX_CONCURRENCY:,} streams")
+    if options.rate is not None and not 0 < options.rate <= MAX_RATE:
+        raise UsageError(f"--rate {options.rate:g}: give more than 0 and at most {MAX_RATE:,.0f} requests/s")
     prepared = prepare_settings(options, profile_path, host=host)
     if endpoints is not None:
         prepared.hosts = _endpoints(prepared.settings, endpoints)
@@ -121,13 +122,14 @@ def prepare_settings(options: RunOptions, profile_path: Path, *, host: str = "")
     try:
         # checks the tokenizer and reads any trace now; the run nonce is the one every worker gets
         workload = Workload(profile, settings.seed, run_nonce=settings.run_nonce)
+        workload.request(0)  # the first unit built: what every request needs (files, images, lengths)
     except (ValueError, OSError, TraceFormatError) as e:
         raise UsageError(f"{profile_path}: {e}") from e
     profile = with_judging(profile, options)
     try:
         slos = merge_slos(profile.slos, options.slo)
     except ValueError as e:
-        raise UsageError(f"SLOs ({'--slo' if options.slo else profile_path}): {e}") from e
+        raise UsageError(f"--slo {e}" if options.slo else f"{profile_path}: slos: {e}") from e
     return Prepared(settings, profile, profile_path, workload, slos, api_key)
 
 

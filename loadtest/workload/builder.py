@@ -26,6 +26,9 @@ from loadtest.workload.salt import FINGERPRINT_NONCE, resolve_nonce, salt_text
 from loadtest.workload.sessions import AgentSession, ChatSession, SessionCall
 from loadtest.workload.text import synth_text
 
+# The fingerprint stops building requests past this many prompt tokens: 64 requests of 250k tokens, a few
+# seconds; huge prompts (up to the profile ceiling of 10M tokens each) would otherwise take minutes.
+FINGERPRINT_TOKENS = 16_000_000
 _SYSTEM_LEAD = "You are a helpful assistant. Answer the user's question clearly."
 REASONING_EFFORT = "medium"
 
@@ -390,7 +393,8 @@ class Workload:
         return out
 
     def fingerprint(self, n: int = 64) -> str:
-        """A hash of the resolved profile and the first ``n`` units' first requests: equal means same traffic.
+        """A hash of the resolved profile and the first ``n`` units' first requests (fewer once their
+        prompts total FINGERPRINT_TOKENS): equal means same traffic.
 
         The requests are built with a fixed nonce: runs of one profile and seed share a fingerprint
         whatever their run nonces (``run_salt`` itself is part of the profile, so it counts)."""
@@ -402,10 +406,14 @@ class Workload:
             )
         for name, ds in sorted(self.datasets.items()):  # the content, not where the file lies
             h.update(f"{name}:{ds.sha256}".encode())
+        built = 0
         with self._fixed_nonce():
             for i in range(n):
                 r = self.request(i)
                 h.update(json.dumps(r.body, sort_keys=True).encode())
+                built += r.prompt_tokens
+                if built >= FINGERPRINT_TOKENS:
+                    break
         return h.hexdigest()
 
     @contextmanager

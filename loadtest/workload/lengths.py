@@ -8,6 +8,7 @@ import random
 from collections.abc import Sequence
 from typing import Any
 
+from loadtest.profile.base import MAX_TOKENS
 from loadtest.profile.schema import Length
 
 
@@ -50,12 +51,13 @@ def _clamp(v: float, spec: Any, floor: float) -> float:
 
 
 def sample_length(spec: Length, rng: random.Random) -> int:
-    """One integer length drawn from ``spec`` (clamped to its min/max)."""
+    """One integer length drawn from ``spec`` (clamped to its min/max, and to MAX_TOKENS when it has no max:
+    a normal or lognormal tail never asks for more than a profile may give)."""
     if spec.dist == "fixed":
         return spec.value
     if spec.dist == "uniform":
         return rng.randint(spec.min, spec.max)
-    return int(_clamp(round(_draw(spec, rng)), spec, 0))
+    return min(int(_clamp(round(_draw(spec, rng)), spec, 0)), MAX_TOKENS)
 
 
 def sample_seconds(spec: Any, rng: random.Random) -> float:
