@@ -356,3 +356,30 @@ def test_workers_find_a_relative_dataset_path(tmp_path: Path, engine: SimProcess
     shutil.copy(PARQUET, tmp_path / "prompts.parquet")
     lines = _dataset_run(tmp_path, engine, {"path": "prompts.parquet"}, "--processes", "2")
     assert {x["worker"] for x in lines} == {0, 1}
+
+
+def test_dataset_option_replays_a_file_with_any_chat_profile(tmp_path: Path) -> None:
+    """`run --dataset FILE`: the file's prompts replace the profile's scenarios, in every worker too."""
+    shutil.copy(PARQUET, tmp_path / "prompts.parquet")
+    out = tmp_path / "run"
+    res = run_cli(
+        ["run", "--dataset", str(tmp_path / "prompts.parquet"), "--processes", "2", "--duration", "2"]
+        + ["--engine-speedup", "5", "--out", str(out)]
+    )
+    assert res.returncode == 0, res.stderr[-2000:]
+    lines = read_lines(sorted(out.glob("records*.jsonl")))
+    assert lines and {x["scenario"] for x in lines} == {"dataset"}
+    assert {x["worker"] for x in lines} == {0, 1}
+    rows = set(pq.read_table(PARQUET).column("output_tokens").to_pylist())
+    assert {x["requested_output_tokens"] for x in lines} <= rows  # each answer's length from its row
+    run = json.loads((out / "run.json").read_text())
+    assert run["workload"]["datasets"]["dataset"]["file"] == "prompts.parquet"
+
+
+def test_dataset_option_refuses_a_missing_file_and_a_non_chat_profile(tmp_path: Path) -> None:
+    missing = run_cli(["run", "--dataset", str(tmp_path / "nope.json"), "--duration", "1"])
+    assert missing.returncode == 2 and "--dataset" in missing.stderr and "nope.json" in missing.stderr
+    assert len(missing.stderr.strip().splitlines()) == 1, missing.stderr
+    prof = write_profile(tmp_path / "emb.yaml", api="embeddings", output_tokens=None)
+    other = run_cli(["run", "--profile", str(prof), "--dataset", str(PARQUET), "--duration", "1"])
+    assert other.returncode == 2 and "use a chat profile" in other.stderr, other.stderr

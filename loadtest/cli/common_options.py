@@ -48,6 +48,12 @@ def workload_parent(what: str) -> SuggestingParser:
         help="llama3, cl100k, o200k, o200k_harmony, qwen3, or a tokenizer.json / folder path "
         "(default: the profile's, else the served model's own)",
     )
+    p.add_argument(
+        "--dataset",
+        metavar="PATH",
+        help="send the prompts of this file instead of the profile's scenarios: ShareGPT JSON, OpenAI-chat "
+        "JSONL, a prompts CSV/JSONL/Parquet or a saved HF dataset folder, read by its shape (docs/datasets.md)",
+    )
     p.add_argument("--seed", type=int, metavar="N", help="workload and arrival seed (default: the profile's)")
     p.add_argument(
         "--slo",

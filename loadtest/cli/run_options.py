@@ -123,6 +123,7 @@ def run_options(args: argparse.Namespace, **given: Any) -> RunOptions:
         "seed": getattr(args, "seed", None),
         "duration": getattr(args, "duration", None),
         "tokenizer": getattr(args, "tokenizer", None),
+        "dataset": getattr(args, "dataset", None),
         "slo": getattr(args, "slo", None),
         "warmup": getattr(args, "warmup", None),
         "cooldown": getattr(args, "cooldown", None),

@@ -178,6 +178,7 @@ def _plan(args: argparse.Namespace) -> SweepPlan:
         ("--api-key-env", args.api_key_env),
         ("--api-key-file", args.api_key_file),
         ("--tokenizer", args.tokenizer),
+        ("--dataset", prepared.settings.dataset),
     ):
         if value:
             run_args += [flag, str(value)]

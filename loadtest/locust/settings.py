@@ -6,7 +6,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from loadtest.profile.loader import ProfileError, load_profile
+from loadtest.profile.loader import ProfileError, dataset_scenario, load_profile
 from loadtest.profile.schema import Load, Profile
 from loadtest.workload.salt import new_run_nonce
 
@@ -38,6 +38,9 @@ class RunSettings:
     verify_tls: bool = True
     embedded: bool = False
     tokenizer: str | None = None  # overrides the profile's
+    dataset: str | None = (
+        None  # --dataset: its absolute path; one scenario sending its prompts replaces the profile's
+    )
     slo: str | None = None  # the command line's SLO spec, merged over the profile's
     hosts: list[str] | None = None  # several endpoints (replicas); host is the first
     balance: str = "round-robin"  # how requests spread over hosts (loadtest.client.balancer)
@@ -76,6 +79,8 @@ class RunSettings:
         update: dict = {"load": load}
         if self.tokenizer:
             update["tokenizer"] = self.tokenizer
+        if self.dataset:
+            update["scenarios"] = [dataset_scenario(profile, path, self.dataset)]
         return profile.model_copy(update=update), path
 
     def to_json(self) -> str:

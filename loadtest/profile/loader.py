@@ -11,7 +11,7 @@ from pydantic import ValidationError
 
 from loadtest.errors import UsageError
 from loadtest.profile.errors import DOCS_HINT, format_validation_error
-from loadtest.profile.schema import FLAT_KEYS, Profile
+from loadtest.profile.schema import FLAT_KEYS, Profile, Scenario
 from loadtest.tokens.tokenizer import TOKENIZER_ALIASES
 
 SHIPPED_DIR = Path(__file__).resolve().parents[2] / "traffic_profiles"
@@ -138,6 +138,21 @@ def parse_profile(data: Any, path: Path) -> Profile:
         # not a bundled encoding: a tokenizer file or folder, found like a trace, inside the profile's folder
         profile.tokenizer = str(_inside(path, profile.tokenizer, "tokenizer"))
     return profile
+
+
+def dataset_scenario(profile: Profile, path: Path, dataset: str) -> Scenario:
+    """The one scenario `--dataset FILE` puts in place of the profile's: the file's prompts as they are
+    written, its format read from its shape, output lengths from the file (docs/datasets.md)."""
+    api = profile.api
+    if api not in ("chat", "completions"):
+        raise ProfileError(
+            f"{path}: --dataset sends chat prompts, and this profile's api is {api}: "
+            "use a chat profile (e.g. --profile interactive-chat)"
+        )
+    try:
+        return Scenario.model_validate({"name": "dataset", "kind": "chat", "dataset": {"path": dataset}})
+    except ValidationError as e:
+        raise ProfileError(f"--dataset {dataset}: {e.errors()[0]['msg']}") from e
 
 
 def _inside(profile_path: Path, ref: str, field: str) -> Path:

@@ -106,6 +106,7 @@ def prepare_settings(options: RunOptions, profile_path: Path, *, host: str = "")
         processes=options.processes,
         verify_tls=options.verify_tls,
         tokenizer=options.tokenizer,
+        dataset=_dataset_path(options.dataset),
         slo=options.slo,
         progress_s=options.progress_s,
         max_requests=options.max_requests,
@@ -153,6 +154,16 @@ def _endpoints(settings: RunSettings, options: EndpointOptions) -> list[str]:
     settings.balance = options.balance or "round-robin"
     settings.endpoint_spec = spec.model_dump() if spec is not None else None
     return unique
+
+
+def _dataset_path(given: str | None) -> str | None:
+    """--dataset's file, absolute (every process reads it at that path); UsageError when it is not there."""
+    if not given:
+        return None
+    path = Path(given).expanduser().resolve()
+    if not path.exists():
+        raise UsageError(f"--dataset {given}: no such file or folder (give the prompt file's path)")
+    return str(path)
 
 
 def parse_duration(text: str) -> float:

@@ -26,6 +26,7 @@ class RunOptions:
     seed: int | None = None
     duration: str | None = None  # 90, 90s, 5m, 1h; None: a self-ending schedule's length, else the profile's
     tokenizer: str | None = None
+    dataset: str | None = None  # --dataset: a prompt file sent instead of the profile's scenarios
     slo: str | None = None  # merged over the profile's SLOs
     warmup: str | None = None  # seconds like 30s, 0, or auto
     cooldown: str | None = None
