@@ -59,7 +59,7 @@ def workload_parent(what: str) -> SuggestingParser:
         "--slo",
         metavar="SPEC",
         help="SLOs to judge, e.g. ttft_p99=2s,tpot_p99=80ms,error_rate=0.5%% (merged over the profile's; "
-        "a bare number is milliseconds)",
+        "latencies in us, ms or s, rates in %% or as a fraction below 1)",
     )
     p.add_argument(
         "--warmup",
