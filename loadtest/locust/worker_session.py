@@ -94,18 +94,15 @@ def _setup_worker(
     profile_file.write_text(data.profile)  # JSON is valid YAML
     settings = replace(settings, profile_ref=str(profile_file), out_dir=str(local or scratch))
     try:
-        # RunContext opens its own log; this process ships lines instead (the local copy is optional).
-        ctx = RunContext(settings, index, settings.processes, os.devnull, reports=True)
+        # No record log of its own: this process ships lines instead (the local copy is optional).
+        ctx = RunContext(settings, index, settings.processes, None, reports=True)
     finally:
         profile_file.unlink()
         scratch.rmdir()
     capture_dir = local if local is not None else (run_dir_copy.parent if run_dir_copy is not None else None)
     if capture_dir is not None:  # its own file, written as requests end: a killed worker loses none
         ctx.open_capture(capture_dir, worker_capture_file(index))
-    null_log = ctx.log
-    os.close(null_log._fd)
-    null_log._fd = -1
-    ctx.log = ShippedLog(_local_log_path(local, index) if local is not None else run_dir_copy)  # type: ignore[assignment]
+    ctx.log = ShippedLog(_local_log_path(local, index) if local is not None else run_dir_copy)
     got = ctx.workload.fingerprint()
     if got != data.fingerprint:
         ctx.log.close()
@@ -116,6 +113,13 @@ def _setup_worker(
             f"{got[:12]} ≠ the master's {data.fingerprint[:12]}): same loadtest version and tokenizer files?"
         )
     return ctx, temporary
+
+
+def _shipped(ctx: RunContext) -> ShippedLog:
+    """A worker's record log: the lines it ships."""
+    if not isinstance(ctx.log, ShippedLog):
+        raise TypeError("a worker's run context ships its lines (ShippedLog)")
+    return ctx.log
 
 
 class WorkerSession:
@@ -197,8 +201,9 @@ class WorkerSession:
             report = Report(
                 index=ctx.worker_index,
                 in_flight=ctx.in_flight,
+                pending=ctx.pending(),  # the master records them should this worker be lost
                 delta=ctx.recorder.take_delta(),  # the delta and the lines: the same moment
-                lines=ctx.log.take(),  # type: ignore[attr-defined]
+                lines=_shipped(ctx).take(),
             )
             data.update(to_data(report))
 
@@ -223,7 +228,7 @@ class WorkerSession:
             Final(
                 index=ctx.worker_index,
                 delta=ctx.recorder.take_delta(),
-                lines=ctx.log.take(),  # type: ignore[attr-defined]
+                lines=_shipped(ctx).take(),
                 count=ctx.log.count,
                 left=left,
             ),
