@@ -89,7 +89,7 @@ def drive_load(runner: Runner, profile: Profile, settings: RunSettings, stopper:
     executor_for(profile.load).drive(runner, settings.duration_s, settings.processes, stopper.event)
 
 
-BUSY_CHECK_S = 1.0  # after a stop: how long a greenlet may run without yielding before it is ended
+BUSY_CHECK_S = 0.5  # after a stop: a greenlet that does not yield for this long (to twice it) is ended
 
 
 class Stopper:

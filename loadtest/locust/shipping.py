@@ -124,4 +124,5 @@ class RecordSink:
     def close(self) -> None:
         for f in self._files.values():
             f.close()
+            self._lost += f.lost
         self._files.clear()
