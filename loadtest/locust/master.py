@@ -158,6 +158,7 @@ class MasterSession:
         self.by_client: dict[str, _Worker] = {}
         self.procs: dict[int, subprocess.Popen] = {}  # pid → local worker process
         self.watcher: gevent.Greenlet | None = None
+        self.reserve: Reserve | None = None  # room for run.json on a disk the records fill
         self.begin(settings)
         if live is not None:  # the merged figures as of the workers' last reports
             live.attach(lambda: LiveView(self.total, self.in_flight()))
@@ -170,7 +171,8 @@ class MasterSession:
         self.payload = settings_payload(settings, self.profile, path, self.workload)
         self.total = RunAggregates()
         self.out = Path(settings.out_dir)
-        self.reserve = Reserve(self.out)  # room for run.json on a disk the records fill
+        self.release_reserve()  # serve_many: the last run's, should it still be there
+        self.reserve = Reserve(self.out)
         self.sink = RecordSink(self.out, self._write_failed)
         self.failing: list[dict[str, Any]] = []  # the first worker's word that the endpoint fails wholesale
         self.issued: set[int] = set()  # workers that issued their share of --max-requests
@@ -181,8 +183,14 @@ class MasterSession:
     def _write_failed(self, failure: WriteFailure) -> None:
         """The run folder cannot take the records: said once, the run stops as on Ctrl-C."""
         log.error("%s: stopping the run, counting every finished request it cannot write", failure.describe())
-        self.reserve.release()
+        self.release_reserve()
         self.stopper.fail(failure)
+
+    def release_reserve(self) -> None:
+        """The run folder's space reserve goes: run.json, the report and the summary have its room."""
+        if self.reserve is not None:
+            self.reserve.release()
+            self.reserve = None
 
     def in_flight(self) -> int:
         """Requests in flight at the workers' last reports (workers still in the run)."""
@@ -298,7 +306,7 @@ class MasterSession:
             if stopper.reason:
                 runner.quit()
                 stopper.stopped()
-                self.reserve.release()
+                self.release_reserve()
                 return RunOutcome(
                     aggregates=total,
                     interrupted_reason=f"{stopper.reason} while the workers were starting: no request was sent",
@@ -328,6 +336,7 @@ class MasterSession:
                 self.watcher.kill()
             _stop_processes(list(procs.values()))
             sink.close()
+            self.release_reserve()
         return self.outcome(started, spawn_local)
 
     def spawn_local(self, bind_host: str, master_port: int, logs: Path, prefix: str = "") -> None:
@@ -395,7 +404,7 @@ class MasterSession:
             self.watcher.kill()
             self.watcher = None
         self.sink.close()
-        self.reserve.release()
+        self.release_reserve()
 
     def finish_workers(self, drain: bool, drain_s: float) -> None:
         """Tell every worker the run is over (drain first, at most ``drain_s``, or not) and wait for each
@@ -427,7 +436,7 @@ class MasterSession:
         recovered = {w.index: _recover_unshipped(w, sink, total, *split) for w in lost}
         lost_in_flight = sum(_record_in_flight(w, sink, total, *split) for w in lost if w.final is None)
         sink.close()
-        self.reserve.release()  # run.json, the report and the summary have its room
+        self.release_reserve()
         if spawn_local:  # the local copies were only insurance: the run folder's logs now hold everything
             for w in workers.values():
                 if w.records and Path(w.records).parent == out.resolve():

@@ -106,12 +106,15 @@ class Stopper:
         self.reason: str | None = None
         self.failure: WriteFailure | None = None
         self._ticking = False
+        self._done = False  # the load has stopped: a later signal changes nothing
         self._loop_ran = True
-        self._previous: dict[int, Any] = {}
+        self._alarm: Any = None  # SIGALRM's handler before the busy checks
 
     def install(self) -> None:
+        """From now on, for the life of the process (a second Ctrl-C while the results are written changes
+        nothing), SIGINT and SIGTERM stop this run."""
         for sig in (signal.SIGINT, signal.SIGTERM):
-            self._previous[sig] = signal.signal(sig, self._on_signal)
+            signal.signal(sig, self._on_signal)
 
     def _on_signal(self, sig: int, _frame: Any = None) -> None:
         if self.reason is None:
@@ -132,9 +135,9 @@ class Stopper:
 
     def _stop(self) -> None:
         gevent.get_hub().loop.run_callback(self.event.set)
-        if not self._ticking and hasattr(signal, "setitimer"):
+        if not self._ticking and not self._done:
             self._ticking = True
-            self._previous.setdefault(signal.SIGALRM, signal.signal(signal.SIGALRM, self._on_tick))
+            self._alarm = signal.signal(signal.SIGALRM, self._on_tick)
             signal.setitimer(signal.ITIMER_REAL, BUSY_CHECK_S, BUSY_CHECK_S)
 
     def _on_tick(self, _sig: int, _frame: Any = None) -> None:
@@ -154,13 +157,12 @@ class Stopper:
         self._loop_ran = True
 
     def stopped(self) -> None:
-        """The load has stopped: no more busy checks; the handlers in place before ``install`` return."""
+        """The load has stopped: no more busy checks (SIGALRM's handler as it was)."""
+        self._done = True
         if self._ticking:
             signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, self._alarm if self._alarm is not None else signal.SIG_DFL)
             self._ticking = False
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
-        self._previous.clear()
 
 
 def drain(ctx: RunContext, timeout: float) -> None:
