@@ -320,3 +320,47 @@ def test_readers_skip_and_count_a_cut_last_line(tmp_path: Path) -> None:
     tally = ReadTally()
     assert [ln.id for ln in read_log([path], tally)] == ["a", "b"]
     assert tally.cut == 1 and tally.bad == 0
+
+
+def test_when_run_json_cannot_be_written_the_last_line_says_what_was_lost(
+    tmp_path: Path, small_disk: Path
+) -> None:
+    """A filler that takes every byte the run frees (its reserve too): run.json cannot be written."""
+    prof = write_profile(tmp_path / "p.yaml", load={"concurrency": 4}, duration_s=20)
+    out = small_disk / "run"
+    log = tmp_path / "cli.log"
+    with SimProcess(speedup=4) as sim:
+        cmd = [
+            "run",
+            "--profile",
+            str(prof),
+            "--host",
+            sim.base_url,
+            "--out",
+            str(out),
+            "--generator-health",
+            "warn",
+        ]
+        cli = _start(cmd, log)
+        try:
+            _wait(_has_lines("records.jsonl", out), [cli])
+            deadline = time.monotonic() + 90
+            with open(small_disk / "filler", "wb", buffering=0) as f:
+                while cli.poll() is None and time.monotonic() < deadline:
+                    try:
+                        f.write(bytes(1 << 12))
+                    except OSError:
+                        time.sleep(0.001)
+            code = cli.wait(timeout=60)
+        finally:
+            _stop([cli])
+    console = log.read_text()
+    assert code == 3, console[-3000:]
+    assert "Traceback" not in console
+    last = console.strip().splitlines()[-1]
+    assert last.startswith("run.json not written: disk full at "), last
+    assert "lost: run.json" in last and "kept: " in last, last
+    verdict = console.strip().splitlines()[-2]
+    assert verdict.startswith("verdict: ") and "PASS" not in verdict, verdict
+    assert not (out / "run.json").exists() and not (out / ".run.json.tmp").exists()
+    assert not (out / "report.html").exists()

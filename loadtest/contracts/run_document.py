@@ -513,6 +513,10 @@ def write_run_document(run_dir: Path, doc: RunDocument) -> Path:
     """Write ``run_dir/run.json`` atomically: a reader never sees half a file."""
     path = run_dir / RUN_FILE
     tmp = run_dir / ".run.json.tmp"
-    tmp.write_bytes(msgspec.json.format(_ENCODER.encode(doc), indent=2))
-    os.replace(tmp, path)
+    try:
+        tmp.write_bytes(msgspec.json.format(_ENCODER.encode(doc), indent=2))
+        os.replace(tmp, path)
+    except OSError:  # a full disk: no half-written file left behind
+        tmp.unlink(missing_ok=True)
+        raise
     return path

@@ -244,11 +244,17 @@ def finalize(run: FinishedRun) -> Finalized:
     )
     run_json, report = out / RUN_FILE, out / "report.html"
     document = from_data(doc, run_json)  # the schema refuses a section it does not describe
+    failure = None
     try:
         write_run_document(out, document)
-        report = render_run_report(out)
-    except OSError as e:  # run.json, or the report after it: the run is incomplete, and says so
-        failure = WriteFailure.of(e.filename or (report if run_json.is_file() else run_json), e)
+    except OSError as e:
+        failure = WriteFailure.of(run_json, e)
+    if failure is None:
+        try:
+            report = render_run_report(out)
+        except OSError as e:  # report.html or the MLPerf summary
+            failure = WriteFailure.of(e.filename or report, e)
+    if failure is not None:  # run.json, or the report after it: the run is incomplete, and says so
         for partial in (report, out / SUMMARY_NAME):  # a cut report is worse than none
             partial.unlink(missing_ok=True)
         incomplete = f"incomplete: {failure.describe()}" if incomplete is None else incomplete
@@ -268,7 +274,8 @@ def finalize(run: FinishedRun) -> Finalized:
             )
         except OSError as e2:
             tail.append(unwritten_line(WriteFailure.of(run_json, e2), outcome))
-        return Finalized(document, verdict, run_json, report, [*reason_lines(verdict.reasons), *tail], code)
+        lines = [format_summary(document), *reason_lines(verdict.reasons), *tail]
+        return Finalized(document, verdict, run_json, report, lines, code)
     lines = [format_summary(document), f"run.json: {run_json}", f"report:   {report}"]
     if run.junit:
         try:
