@@ -334,7 +334,8 @@ class MasterSession:
             stopper.stopped()
             if self.watcher is not None:
                 self.watcher.kill()
-            _stop_processes(list(procs.values()))
+            # After a stop, the finals are in or their workers lost: a worker still busy is not waited for.
+            _stop_processes(list(procs.values()), 2.0 if stopper.interrupted else 10.0)
             sink.close()
             self.release_reserve()
         return self.outcome(started, spawn_local)
@@ -662,8 +663,9 @@ def _spawn_worker(master_host: str, master_port: int, log_path: Path) -> subproc
     return subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, start_new_session=True)
 
 
-def _stop_processes(procs: list[subprocess.Popen]) -> None:
-    deadline = time.monotonic() + 10
+def _stop_processes(procs: list[subprocess.Popen], grace_s: float = 10.0) -> None:
+    """Local worker processes: ``grace_s`` to leave after the master's quit, then ended by pid."""
+    deadline = time.monotonic() + grace_s
     while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
         gevent.sleep(0.05)
     for p in procs:

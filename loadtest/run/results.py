@@ -20,7 +20,15 @@ from loadtest.metrics.judged_scan import JudgingScan, LineAggregator
 from loadtest.metrics.samples import LatencySamples
 from loadtest.metrics.slo import AnySlo
 from loadtest.metrics.summary import build_metrics
-from loadtest.metrics.verdict import ValidityRules, Verdict, headline, health_warnings, judge, junit_xml
+from loadtest.metrics.verdict import (
+    COMPLETE_RUN,
+    ValidityRules,
+    Verdict,
+    headline,
+    health_warnings,
+    judge,
+    junit_xml,
+)
 from loadtest.profile.schema import Profile
 from loadtest.report.run_report import VERDICT_LABELS
 from loadtest.results.durable import WriteFailure
@@ -456,8 +464,9 @@ def verdict_line(
         " [smoke run: not a compliant result]" if smoke else ""
     )
     causes = [incomplete] if incomplete else []
-    if verdict.status != "pass":
-        causes.append(headline(verdict.status, verdict.checks))
+    others = [c for c in verdict.checks if c.name != COMPLETE_RUN]  # the incomplete run is said above
+    if verdict.status != "pass" and any(c.blocking and not c.passed for c in others):
+        causes.append(headline(verdict.status, others))
     why = f": {'; '.join(causes)}" if causes else ""
     checks = len(verdict.checks)
     code = verdict.exit_code if exit_code is None else exit_code
