@@ -221,9 +221,11 @@ class RunContext:
         if self.write_failure is not None:
             return
         self.write_failure = failure
+        if self.on_write_failed is None:  # a worker's own files: what it ships still reaches the master
+            log.error("%s: that file is no longer written", failure.describe())
+            return
         log.error("%s: stopping the run, counting every finished request it cannot write", failure.describe())
-        if self.on_write_failed is not None:
-            self.on_write_failed(failure)
+        self.on_write_failed(failure)
 
     def sending(self, rec: RequestRecord, req: PreparedRequest, sched_ns: int, sched_epoch: float) -> None:
         """``rec`` is about to be sent: in flight until ``finish`` accounts it."""
