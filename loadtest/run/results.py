@@ -107,7 +107,7 @@ def finalize(run: FinishedRun) -> Finalized:
     """Everything after the load: run.json, report.html, mlperf_log_summary.txt, the JUnit XML; the
     console lines (summary, paths, warnings, the verdict line last) and the exit code (the verdict's,
     or 130/143 for a run a signal ended)."""
-    from loadtest.report import format_summary, render_run_report
+    from loadtest.report import format_summary
 
     settings, profile, workload, outcome, out = run.settings, run.profile, run.workload, run.outcome, run.out
     status, why, incomplete = run_status(outcome)
@@ -250,21 +250,10 @@ def finalize(run: FinishedRun) -> Finalized:
         if outcome.interrupted_reason
         else verdict.exit_code
     )
-    run_json, report = out / RUN_FILE, out / "report.html"
+    run_json = out / RUN_FILE
     document = from_data(doc, run_json)  # the schema refuses a section it does not describe
-    failure = None
-    try:
-        write_run_document(out, document)
-    except OSError as e:
-        failure = WriteFailure.of(run_json, e)
-    if failure is None:
-        try:
-            report = render_run_report(out)
-        except OSError as e:  # report.html or the MLPerf summary
-            failure = WriteFailure.of(e.filename or report, e)
+    report, failure = write_files(out, document)
     if failure is not None:  # run.json, or the report after it: the run is incomplete, and says so
-        for partial in (report, out / SUMMARY_NAME):  # a cut report is worse than none
-            partial.unlink(missing_ok=True)
         incomplete = f"incomplete: {failure.describe()}" if incomplete is None else incomplete
         doc["status"], doc["interrupted_reason"] = (
             "incomplete",
@@ -300,6 +289,24 @@ def finalize(run: FinishedRun) -> Finalized:
     lines += reason_lines(verdict.reasons if not verdict.passed else health_warnings(verdict))
     lines.append(verdict_line(verdict, code, judging.smoke, incomplete))
     return Finalized(document, verdict, run_json, report, lines, code)
+
+
+def write_files(out: Path, document: RunDocument) -> tuple[Path, WriteFailure | None]:
+    """run.json, then report.html and mlperf_log_summary.txt; the report's path and the first write that
+    failed (None: all written). A report or summary cut by a failed write is removed: none is better."""
+    from loadtest.report import render_run_report
+
+    report = out / "report.html"
+    try:
+        write_run_document(out, document)
+    except OSError as e:
+        return report, WriteFailure.of(out / RUN_FILE, e)
+    try:
+        return render_run_report(out), None
+    except OSError as e:
+        for partial in (report, out / SUMMARY_NAME):
+            partial.unlink(missing_ok=True)
+        return report, WriteFailure.of(e.filename or report, e)
 
 
 def run_status(outcome: RunOutcome) -> tuple[str, str | None, str | None]:
