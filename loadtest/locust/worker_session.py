@@ -9,7 +9,6 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import signal
 import socket
 import tempfile
 import time
@@ -39,7 +38,7 @@ from loadtest.contracts.messages import (
 )
 from loadtest.gc_tuning import tune_gc
 from loadtest.locust.context import RunContext
-from loadtest.locust.runtime import drain, send
+from loadtest.locust.runtime import Stopper, drain, send
 from loadtest.locust.settings import RunSettings
 from loadtest.locust.shipping import ShippedLog
 from loadtest.locust.users import ClosedLoopUser, OpenLoopUser
@@ -247,10 +246,16 @@ class WorkerSession:
             self.ctx.close()
         self.runner.quit()
 
-    def on_signal(self, sig: int) -> None:
-        name = signal.Signals(sig).name
+    def leave_on_signal(self, stopper: Stopper) -> None:
+        """On SIGINT / SIGTERM (``stopper``: noted even while the process computes without yielding, and a
+        greenlet that does not yield is ended): leave the run, sending what this worker has."""
+        stopper.event.wait()
+        name = stopper.reason or "a signal"
         log.warning("%s received: worker leaves the run, sending what it has", name)
-        gevent.spawn(self.leave, name)
+        try:
+            self.leave(name)
+        finally:
+            stopper.stopped()
 
     def watch_master(self) -> None:
         """Leave when the local master's process is gone, no settings came in time, or heartbeats stop."""
@@ -282,8 +287,9 @@ class WorkerSession:
         self.runner.register_message(Settings.TYPE, self.on_settings)
         self.runner.register_message(Finish.TYPE, self.on_finish)
         if self.parent_pid is None:
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                gevent.signal_handler(sig, self.on_signal, sig)
+            stopper = Stopper()
+            stopper.install()
+            gevent.spawn(self.leave_on_signal, stopper)
         gevent.spawn(self.watch_master)
         send(self.runner, Hello())
         self.runner.greenlet.join()
