@@ -153,12 +153,12 @@ def test_a_disk_that_fills_mid_run_loses_no_finished_request_silently(
 
 
 def test_a_killed_workers_requests_in_flight_get_records(tmp_path: Path) -> None:
-    """Requests long enough (1000 tokens at real speed, seconds each) to be in flight at the worker's last
+    """Requests long enough (2000 tokens at real speed, over ten seconds each) to be in flight at the worker's last
     report and at its kill: the master records each as cancelled, its loss said in the error."""
     prof = write_profile(
         tmp_path / "p.yaml",
         load={"concurrency": 4},
-        output_tokens={"dist": "fixed", "value": 1000},
+        output_tokens={"dist": "fixed", "value": 2000},
         duration_s=30,
     )
     out = tmp_path / "run"
@@ -182,7 +182,7 @@ def test_a_killed_workers_requests_in_flight_get_records(tmp_path: Path) -> None
         )
         try:
             _wait(lambda: len(list(out.glob("worker-*.records.jsonl"))) == 2, [cli])
-            time.sleep(4.5)  # a report (every 3 s) has told the master what each worker has in flight
+            time.sleep(6.5)  # a report (every 3 s) has told the master what each worker has in flight
             victim = next(
                 int(d)
                 for d in os.listdir("/proc")
