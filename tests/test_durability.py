@@ -3,6 +3,7 @@ finished request silently and never pass."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -23,13 +24,12 @@ from tests.conftest import CLI, read_lines, write_profile
 DISK = "80m"  # the run folder's check wants 64 MiB free; the run holds 8 MiB of it back for run.json
 
 
-@pytest.fixture
-def small_disk(tmp_path: Path) -> Iterator[Path]:
-    """A tmpfs of ``DISK`` mounted for the test (root only), unmounted after it."""
-    where = tmp_path / "disk"
+@contextlib.contextmanager
+def _tmpfs(where: Path, size: str) -> Iterator[Path]:
+    """A tmpfs of ``size`` mounted at ``where`` (root only; the test is skipped, saying why, elsewhere)."""
     where.mkdir()
     res = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={DISK}", "tmpfs", str(where)], capture_output=True, text=True
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)], capture_output=True, text=True
     )
     if res.returncode != 0:
         pytest.skip(f"mounting a tmpfs is not permitted here: {res.stderr.strip()}")
@@ -37,6 +37,13 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
         yield where
     finally:
         subprocess.run(["umount", "-l", str(where)], check=False)
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A tmpfs of ``DISK`` mounted for the test, unmounted after it."""
+    with _tmpfs(tmp_path / "disk", DISK) as where:
+        yield where
 
 
 def _fill(disk: Path) -> None:
@@ -364,3 +371,20 @@ def test_when_run_json_cannot_be_written_the_last_line_says_what_was_lost(
     assert verdict.startswith("verdict: ") and "PASS" not in verdict, verdict
     assert not (out / "run.json").exists() and not (out / ".run.json.tmp").exists()
     assert not (out / "report.html").exists()
+
+
+def test_a_block_that_does_not_fit_leaves_no_half_line(tmp_path: Path) -> None:
+    from loadtest.results.durable import AppendFile, WriteFailure
+
+    heard: list[WriteFailure] = []
+    with _tmpfs(tmp_path / "tiny", "64k") as disk:
+        f = AppendFile(disk / "records.jsonl", heard.append)
+        assert f.append(b'{"id": "a"}\n')
+        block = b"".join(b'{"id": "%d", "pad": "%s"}\n' % (i, b"x" * 1000) for i in range(200))  # ~200 KB
+        assert not f.append(block, 200)
+        assert not f.append(b'{"id": "later"}\n')  # nothing more after the first failure
+        f.close()
+        assert (disk / "records.jsonl").read_bytes() == b'{"id": "a"}\n'  # the block cut back out
+    assert f.lost == 201
+    assert len(heard) == 1 and heard[0].cause == "disk full" and heard[0].file == "records.jsonl"
+    assert heard[0].describe().startswith("disk full at ")

@@ -70,10 +70,12 @@ class AppendFile:
         if self._fd < 0 or self.failure is not None:
             self.lost += lines
             return False
-        view = memoryview(data)
         try:
-            while view:
-                view = view[os.write(self._fd, view) :]
+            written = os.write(self._fd, data)  # one call for a line (the usual case: all of it)
+            if written < len(data):
+                view = memoryview(data)[written:]
+                while view:
+                    view = view[os.write(self._fd, view) :]
         except OSError as e:
             with contextlib.suppress(OSError):  # a block that does not fit leaves no half line behind
                 os.ftruncate(self._fd, self._size)
