@@ -4,6 +4,9 @@ from __future__ import annotations
 
 EXIT_COULD_NOT_RUN = 1
 EXIT_USAGE = 2
+# A run file could not be written (a full disk, an I/O error): the run stopped, what it could not write
+# is counted in run.json (or, when run.json itself could not be written, on the console); docs/durability.md.
+EXIT_WRITE_FAILED = 3
 
 
 class LoadtestError(Exception):

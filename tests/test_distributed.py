@@ -157,9 +157,15 @@ def test_worker_killed_mid_run_is_named_and_its_reports_kept(tmp_path: Path, how
     assert req["completed"] == sum(len(v) for v in by.values()) <= stats["requests_received"]
     assert req["ok"] == sum(r["outcome"] == "ok" for v in by.values() for r in v)
     assert run["metrics"]["latency_ms"]["e2e"]["count"] == req["ok"]
+    # Its requests in flight at its last report that no line accounts for are recorded, as cancelled.
+    in_flight = [r for r in by[lost[0]] if "lost with worker" in (r["error"] or "")]
+    assert all(r["outcome"] == "cancelled" for r in in_flight)
+    assert (run.get("lost") or {}).get("in_flight_of_lost_workers", 0) == len(in_flight)
+    assert run["verdict"]["status"] != "pass"
     if workers:  # what it reported is a prefix of its own copy
         local = read_lines(list(tmp_path.glob(f"w*/records-w{lost[0]}.jsonl")))
-        assert local[: len(by[lost[0]])] == by[lost[0]]
+        shipped = [r for r in by[lost[0]] if r not in in_flight]
+        assert local[: len(shipped)] == shipped
 
 
 def test_a_worker_without_a_master_says_where_it_waits_and_gives_up(tmp_path: Path) -> None:

@@ -88,6 +88,17 @@ class Failing(WireMessage):
     info: dict[str, Any]
 
 
+class InFlight(msgspec.Struct, array_like=True):
+    """A request a worker has in flight at a report: what the master records for it (outcome
+    ``cancelled``, the worker lost) should the worker disappear before it finishes."""
+
+    id: str  # the request's record id
+    scenario: str
+    api: str
+    t: float  # the scheduled epoch (s), as the record line's ``t``
+    sent_us: int | None = None  # µs after ``t`` when it was sent (None: not yet)
+
+
 _REPORT_INDEX = "loadtest_index"  # the key that says a worker report carries a Report
 
 
@@ -101,6 +112,8 @@ class Report(WireMessage):
     delta: dict[str, Any] = msgspec.field(name="loadtest")
     lines: bytes = msgspec.field(name="loadtest_lines")
     in_flight: int = msgspec.field(default=0, name="loadtest_in_flight")  # requests in flight at the report
+    # Those requests, one each (an older worker sends none): the master records them if the worker is lost.
+    pending: list[InFlight] = msgspec.field(default_factory=list, name="loadtest_pending")
 
 
 M = TypeVar("M", bound=WireMessage)

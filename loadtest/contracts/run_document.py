@@ -412,6 +412,16 @@ class StoppedEarly(_Section):
     reason: str
 
 
+class Lost(_Section):
+    """What the run could not keep (docs/durability.md): present only when something was lost."""
+
+    write_failure: str | None  # the first run file that could not be written: what, when, which file
+    records_not_written: int  # finished requests counted in the metrics but not in the record log
+    in_flight_of_lost_workers: int  # recorded as cancelled: their outcome is unknown
+    cut_lines: int  # record-log lines cut mid-way (the last line of a log a crash or full disk cut)
+    unreadable_lines: int  # record-log lines that are not record lines
+
+
 class RunDocument(_OptionalSection):
     """run.json. The sections a finished run adds are None in a document still being built."""
 
@@ -430,6 +440,7 @@ class RunDocument(_OptionalSection):
     files: Files
     notes: list[str]
     stopped_early: StoppedEarly | None = None
+    lost: Lost | None = None
     tokens: Tokens | None = None
     judged: Judged | None = None
     generator_health: GeneratorHealth | None = None
@@ -502,6 +513,10 @@ def write_run_document(run_dir: Path, doc: RunDocument) -> Path:
     """Write ``run_dir/run.json`` atomically: a reader never sees half a file."""
     path = run_dir / RUN_FILE
     tmp = run_dir / ".run.json.tmp"
-    tmp.write_bytes(msgspec.json.format(_ENCODER.encode(doc), indent=2))
-    os.replace(tmp, path)
+    try:
+        tmp.write_bytes(msgspec.json.format(_ENCODER.encode(doc), indent=2))
+        os.replace(tmp, path)
+    except OSError:  # a full disk: no half-written file left behind
+        tmp.unlink(missing_ok=True)
+        raise
     return path

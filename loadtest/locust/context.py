@@ -21,12 +21,15 @@ from loadtest.client.openai import OpenAIClient, PreparedRequest, Timeouts
 from loadtest.client.quality import failed_checks
 from loadtest.client.record import RequestRecord
 from loadtest.client.secrets import install_redaction, load_api_key
+from loadtest.contracts.messages import InFlight
 from loadtest.locust.settings import RunSettings
+from loadtest.locust.shipping import ShippedLog
 from loadtest.metrics.recorder import Recorder
 from loadtest.metrics.slo import RequestSlo, merge_slos
 from loadtest.profile.client import RetrySpec
 from loadtest.profile.quality import CaptureSpec
 from loadtest.results.capture import CaptureLog, share
+from loadtest.results.durable import WriteFailure
 from loadtest.results.record_log import RecordLog
 from loadtest.workload.builder import Workload
 
@@ -86,9 +89,15 @@ class RunContext:
     """What the users of one process share; ``finish`` is the single place a record is accounted."""
 
     def __init__(
-        self, settings: RunSettings, worker_index: int, n_workers: int, log_name: str, reports: bool = False
+        self,
+        settings: RunSettings,
+        worker_index: int,
+        n_workers: int,
+        log_name: str | None,
+        reports: bool = False,
     ) -> None:
-        """``reports``: this process ships its metrics to a master (the recorder keeps their deltas)."""
+        """``reports``: this process ships its metrics to a master (the recorder keeps their deltas);
+        ``log_name`` None: no record log is opened here (a worker ships its lines: it sets ``log``)."""
         self.settings = settings
         self.worker_index = worker_index
         self.n_workers = max(1, n_workers)
@@ -102,7 +111,12 @@ class RunContext:
         # Per-request SLO (TTFT and TPOT limits) for live attainment and goodput; None without one.
         rule = RequestSlo.from_slos(merge_slos(self.profile.slos, settings.slo))
         self.request_slo = rule if rule.ttft_ms is not None or rule.tpot_ms is not None else None
-        self.log = RecordLog(Path(settings.out_dir) / log_name)
+        # The first run file that could not be written (a full disk); on_write_failed ends the run.
+        self.write_failure: WriteFailure | None = None
+        self.on_write_failed: Callable[[WriteFailure], None] | None = None
+        self.log: RecordLog | ShippedLog = (
+            RecordLog(Path(settings.out_dir) / log_name, self._write_failed) if log_name else ShippedLog(None)
+        )
         self._api_key = load_api_key(settings.api_key_env, settings.api_key_file)
         install_redaction(self._api_key)
         self.retries = RetrySpec.model_validate(settings.retries or {})
@@ -114,6 +128,8 @@ class RunContext:
         self._closed_counter = itertools.count()
         self.env: Environment | None = None
         self.in_flight = 0
+        # The requests in flight (keyed by their record's id()): a worker reports them with each report.
+        self._sending: dict[int, tuple[RequestRecord, str, str, str, int, float]] = {}
         self.stopping = False  # set at the end of the run: issue nothing new, let in-flight requests finish
         # Set when the end-of-run drain ran out with requests still waiting on the endpoint: those are
         # the endpoint's timeouts (errors), not the generator's cancellations.
@@ -197,7 +213,32 @@ class RunContext:
                 self.n_workers,
                 self.settings.seed,
                 secrets,
+                self._write_failed,
             )
+
+    def _write_failed(self, failure: WriteFailure) -> None:
+        """A run file could not be written: said once, and the run ends (on_write_failed) as on Ctrl-C."""
+        if self.write_failure is not None:
+            return
+        self.write_failure = failure
+        if self.on_write_failed is None:  # a worker's own files: what it ships still reaches the master
+            log.error("%s: that file is no longer written", failure.describe())
+            return
+        log.error("%s: stopping the run, counting every finished request it cannot write", failure.describe())
+        self.on_write_failed(failure)
+
+    def sending(self, rec: RequestRecord, req: PreparedRequest, sched_ns: int, sched_epoch: float) -> None:
+        """``rec`` is about to be sent: in flight until ``finish`` accounts it."""
+        self.in_flight += 1
+        self._sending[id(rec)] = (rec, req.request_id, req.scenario, req.api, sched_ns, sched_epoch)
+
+    def pending(self) -> list[InFlight]:
+        """The requests in flight now, as a worker reports them (their sent time once sent)."""
+        out = []
+        for rec, request_id, scenario, api, sched_ns, sched_epoch in self._sending.values():
+            sent = (rec.sent_ns - sched_ns) // 1000 if rec.sent_ns else None
+            out.append(InFlight(request_id, scenario, api, round(sched_epoch, 6), sent))
+        return out
 
     def judge_answer(self, rec: RequestRecord, req: PreparedRequest) -> None:
         """The answer checks of an ok record (client/quality.py): the ones it failed into the record."""
@@ -205,6 +246,7 @@ class RunContext:
 
     def finish(self, rec: RequestRecord) -> None:
         """Account one finished (or cancelled) request: metrics, record log, capture, Locust's own stats."""
+        self._sending.pop(id(rec), None)
         self.recorder.add(rec)
         if self.request_slo is not None and rec.outcome != "cancelled":
             self.recorder.judge_request(rec, self.request_slo.is_good_record(rec))

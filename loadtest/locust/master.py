@@ -28,6 +28,7 @@ from loadtest.contracts.messages import (
     Final,
     Finish,
     Hello,
+    InFlight,
     Issued,
     MessageError,
     Ready,
@@ -36,7 +37,7 @@ from loadtest.contracts.messages import (
     from_data,
     report_from,
 )
-from loadtest.contracts.record_line import LINE_ENCODER
+from loadtest.contracts.record_line import LINE_ENCODER, RecordLine
 from loadtest.locust.compat import check_locust_version, users_dispatcher
 from loadtest.locust.progress import ProgressPrinter
 from loadtest.locust.prometheus import LiveMetrics, LiveView
@@ -47,12 +48,16 @@ from loadtest.metrics.judged import record_from_line
 from loadtest.metrics.recorder import Recorder, RunAggregates
 from loadtest.metrics.run_length import drain_timeout_for
 from loadtest.profile.schema import Profile
+from loadtest.results.durable import Reserve, WriteFailure
 from loadtest.results.record_log import read_lines
 from loadtest.workload.builder import Workload
 
 log = logging.getLogger("loadtest")
 
 LOST_AFTER_S = 5.0  # no heartbeat (sent every second) for this long: the worker is gone
+# After a signal or a failed write: how long the workers have to send their final results (they stop
+# without a drain); one that has not by then is lost, its requests in flight recorded as such.
+FINALS_AFTER_STOP_S = 5.0
 
 
 @dataclass
@@ -70,6 +75,7 @@ class _Worker:
     final: Final | None = None
     records: str | None = None  # the worker's own copy of its records (path on its host), if it keeps one
     in_flight: int = 0  # requests in flight at its last report: what a lost worker takes with it
+    pending: list[InFlight] = field(default_factory=list)  # those requests, when the worker reports them
 
     def name(self) -> str:
         return f"worker {self.index} ({self.host} pid {self.pid})"
@@ -152,6 +158,7 @@ class MasterSession:
         self.by_client: dict[str, _Worker] = {}
         self.procs: dict[int, subprocess.Popen] = {}  # pid → local worker process
         self.watcher: gevent.Greenlet | None = None
+        self.reserve: Reserve | None = None  # room for run.json on a disk the records fill
         self.begin(settings)
         if live is not None:  # the merged figures as of the workers' last reports
             live.attach(lambda: LiveView(self.total, self.in_flight()))
@@ -164,12 +171,26 @@ class MasterSession:
         self.payload = settings_payload(settings, self.profile, path, self.workload)
         self.total = RunAggregates()
         self.out = Path(settings.out_dir)
-        self.sink = RecordSink(self.out)
+        self.release_reserve()  # serve_many: the last run's, should it still be there
+        self.reserve = Reserve(self.out)
+        self.sink = RecordSink(self.out, self._write_failed)
         self.failing: list[dict[str, Any]] = []  # the first worker's word that the endpoint fails wholesale
         self.issued: set[int] = set()  # workers that issued their share of --max-requests
         self.stopper = Stopper()
         for w in self.workers.values():  # serve_many: what the last run knew of each worker goes
-            w.ready, w.error, w.final, w.in_flight, w.records = False, None, None, 0, None
+            w.ready, w.error, w.final, w.in_flight, w.records, w.pending = False, None, None, 0, None, []
+
+    def _write_failed(self, failure: WriteFailure) -> None:
+        """The run folder cannot take the records: said once, the run stops as on Ctrl-C."""
+        log.error("%s: stopping the run, counting every finished request it cannot write", failure.describe())
+        self.release_reserve()
+        self.stopper.fail(failure)
+
+    def release_reserve(self) -> None:
+        """The run folder's space reserve goes: run.json, the report and the summary have its room."""
+        if self.reserve is not None:
+            self.reserve.release()
+            self.reserve = None
 
     def in_flight(self) -> int:
         """Requests in flight at the workers' last reports (workers still in the run)."""
@@ -213,7 +234,7 @@ class MasterSession:
         if report is None or (self.serve_many and not self.live_run):  # no run (yet, or any more)
             return
         if (w := self.by_client.get(client_id)) is not None:
-            w.in_flight = report.in_flight
+            w.in_flight, w.pending = report.in_flight, report.pending
         if report.delta:
             self.total.merge_wire(report.delta)
         self.sink.add(report.index, report.lines)
@@ -284,6 +305,8 @@ class MasterSession:
             _wait_for_workers(runner, workers, n, procs, stopper, wait_s, out, bind_host, master_port)
             if stopper.reason:
                 runner.quit()
+                stopper.stopped()
+                self.release_reserve()
                 return RunOutcome(
                     aggregates=total,
                     interrupted_reason=f"{stopper.reason} while the workers were starting: no request was sent",
@@ -301,17 +324,20 @@ class MasterSession:
             progress.start()
             drive_load(runner, profile, settings, stopper)
             progress.stop()
-            drain = stopper.reason is None
+            drain = not stopper.interrupted
             drain_s = drain_timeout_for(profile)
             if drain:
                 progress.draining(None, drain_s)
             self.finish_workers(drain, drain_s)
             runner.quit()
         finally:
+            stopper.stopped()
             if self.watcher is not None:
                 self.watcher.kill()
-            _stop_processes(list(procs.values()))
+            # After a stop, the finals are in or their workers lost: a worker still busy is not waited for.
+            _stop_processes(list(procs.values()), 2.0 if stopper.interrupted else 10.0)
             sink.close()
+            self.release_reserve()
         return self.outcome(started, spawn_local)
 
     def spawn_local(self, bind_host: str, master_port: int, logs: Path, prefix: str = "") -> None:
@@ -379,12 +405,13 @@ class MasterSession:
             self.watcher.kill()
             self.watcher = None
         self.sink.close()
+        self.release_reserve()
 
     def finish_workers(self, drain: bool, drain_s: float) -> None:
         """Tell every worker the run is over (drain first, at most ``drain_s``, or not) and wait for each
         one's final results, or for it to be lost."""
         send(self.runner, Finish(drain=drain, timeout=drain_s))
-        deadline = time.monotonic() + (drain_s if drain else 0) + 30
+        deadline = time.monotonic() + (drain_s + 30 if drain else FINALS_AFTER_STOP_S)
         while time.monotonic() < deadline and any(
             w.final is None and not w.lost for w in self.workers.values()
         ):
@@ -408,7 +435,9 @@ class MasterSession:
         lost = [w for w in sorted(workers.values(), key=lambda w: w.index) if w.final is None or w.final.left]
         split = (len(profile.scenarios) > 1, len(settings.hosts or ()) > 1)  # as each worker's recorder
         recovered = {w.index: _recover_unshipped(w, sink, total, *split) for w in lost}
+        lost_in_flight = sum(_record_in_flight(w, sink, total, *split) for w in lost if w.final is None)
         sink.close()
+        self.release_reserve()
         if spawn_local:  # the local copies were only insurance: the run folder's logs now hold everything
             for w in workers.values():
                 if w.records and Path(w.records).parent == out.resolve():
@@ -437,6 +466,9 @@ class MasterSession:
             started_epoch=started,
             ended_epoch=time.time(),
             stopped_early=self.failing[0] if self.failing else None,
+            write_failure=sink.failure.describe() if sink.failure is not None else None,
+            records_lost=sink.lost,
+            lost_in_flight=lost_in_flight,
         )
 
 
@@ -492,6 +524,35 @@ def _recover_unshipped(
         "%s: %d finished request(s) it had not reported were taken from %s", w.name(), len(missing), local
     )
     return len(missing)
+
+
+def _record_in_flight(
+    w: _Worker, sink: RecordSink, total: RunAggregates, per_scenario: bool, per_endpoint: bool = False
+) -> int:
+    """A lost worker's requests in flight at its last report that no line of its log accounts for: one
+    record each, outcome ``cancelled`` (the worker, not the endpoint, lost them; their real outcome is
+    unknown), appended to ``records-w<i>.jsonl`` and merged into ``total``. Returns how many."""
+    if not w.pending:
+        return 0
+    path = sink.out / f"records-w{w.index}.jsonl"
+    known = {line.id for line in read_lines([path])} if path.is_file() else set()
+    why = f"lost with worker {w.index}: in flight at its last report, its outcome is unknown"
+    lines = [
+        RecordLine(
+            id=p.id, scenario=p.scenario, api=p.api, worker=w.index, t=p.t, error=why, sent_us=p.sent_us
+        )
+        for p in w.pending
+        if p.id not in known
+    ]
+    if not lines:
+        return 0
+    recorder = Recorder(per_scenario=per_scenario, per_endpoint=per_endpoint)
+    for line in lines:
+        recorder.add(record_from_line(line))
+    total.merge_wire(recorder.take_delta())
+    sink.add_raw(w.index, b"".join(LINE_ENCODER.encode(line) + b"\n" for line in lines))
+    log.warning("%s: %d request(s) in flight when it was lost recorded as cancelled", w.name(), len(lines))
+    return len(lines)
 
 
 def _lost_why(w: _Worker) -> str:
@@ -602,8 +663,9 @@ def _spawn_worker(master_host: str, master_port: int, log_path: Path) -> subproc
     return subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, start_new_session=True)
 
 
-def _stop_processes(procs: list[subprocess.Popen]) -> None:
-    deadline = time.monotonic() + 10
+def _stop_processes(procs: list[subprocess.Popen], grace_s: float = 10.0) -> None:
+    """Local worker processes: ``grace_s`` to leave after the master's quit, then ended by pid."""
+    deadline = time.monotonic() + grace_s
     while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
         gevent.sleep(0.05)
     for p in procs:

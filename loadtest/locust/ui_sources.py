@@ -97,6 +97,9 @@ class LocalRun:
             records_written=self.ctx.log.count,
             started_epoch=started,
             ended_epoch=ended,
+            # a full disk: the UI's run says so and counts what it could not write (docs/durability.md)
+            write_failure=self.ctx.write_failure.describe() if self.ctx.write_failure is not None else None,
+            records_lost=self.ctx.log.lost,
         )
 
 

@@ -37,7 +37,7 @@ def send_and_account(
 ) -> RequestRecord:
     """Send one request; whatever happens (even a kill mid-stream) exactly one record is accounted."""
     rec = RequestRecord(request_id=req.request_id, attempt=attempt, retry_of=retry_of)
-    ctx.in_flight += 1
+    ctx.sending(rec, req, sched_ns, sched_epoch)
     try:
         client.send(req, sched_ns, sched_epoch, rec)
     except gevent.GreenletExit:

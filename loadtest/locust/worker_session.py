@@ -9,7 +9,6 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import signal
 import socket
 import tempfile
 import time
@@ -39,7 +38,7 @@ from loadtest.contracts.messages import (
 )
 from loadtest.gc_tuning import tune_gc
 from loadtest.locust.context import RunContext
-from loadtest.locust.runtime import drain, send
+from loadtest.locust.runtime import Stopper, drain, send
 from loadtest.locust.settings import RunSettings
 from loadtest.locust.shipping import ShippedLog
 from loadtest.locust.users import ClosedLoopUser, OpenLoopUser
@@ -94,18 +93,15 @@ def _setup_worker(
     profile_file.write_text(data.profile)  # JSON is valid YAML
     settings = replace(settings, profile_ref=str(profile_file), out_dir=str(local or scratch))
     try:
-        # RunContext opens its own log; this process ships lines instead (the local copy is optional).
-        ctx = RunContext(settings, index, settings.processes, os.devnull, reports=True)
+        # No record log of its own: this process ships lines instead (the local copy is optional).
+        ctx = RunContext(settings, index, settings.processes, None, reports=True)
     finally:
         profile_file.unlink()
         scratch.rmdir()
     capture_dir = local if local is not None else (run_dir_copy.parent if run_dir_copy is not None else None)
     if capture_dir is not None:  # its own file, written as requests end: a killed worker loses none
         ctx.open_capture(capture_dir, worker_capture_file(index))
-    null_log = ctx.log
-    os.close(null_log._fd)
-    null_log._fd = -1
-    ctx.log = ShippedLog(_local_log_path(local, index) if local is not None else run_dir_copy)  # type: ignore[assignment]
+    ctx.log = ShippedLog(_local_log_path(local, index) if local is not None else run_dir_copy)
     got = ctx.workload.fingerprint()
     if got != data.fingerprint:
         ctx.log.close()
@@ -116,6 +112,13 @@ def _setup_worker(
             f"{got[:12]} ≠ the master's {data.fingerprint[:12]}): same loadtest version and tokenizer files?"
         )
     return ctx, temporary
+
+
+def _shipped(ctx: RunContext) -> ShippedLog:
+    """A worker's record log: the lines it ships."""
+    if not isinstance(ctx.log, ShippedLog):
+        raise TypeError("a worker's run context ships its lines (ShippedLog)")
+    return ctx.log
 
 
 class WorkerSession:
@@ -197,8 +200,9 @@ class WorkerSession:
             report = Report(
                 index=ctx.worker_index,
                 in_flight=ctx.in_flight,
+                pending=ctx.pending(),  # the master records them should this worker be lost
                 delta=ctx.recorder.take_delta(),  # the delta and the lines: the same moment
-                lines=ctx.log.take(),  # type: ignore[attr-defined]
+                lines=_shipped(ctx).take(),
             )
             data.update(to_data(report))
 
@@ -223,7 +227,7 @@ class WorkerSession:
             Final(
                 index=ctx.worker_index,
                 delta=ctx.recorder.take_delta(),
-                lines=ctx.log.take(),  # type: ignore[attr-defined]
+                lines=_shipped(ctx).take(),
                 count=ctx.log.count,
                 left=left,
             ),
@@ -242,10 +246,16 @@ class WorkerSession:
             self.ctx.close()
         self.runner.quit()
 
-    def on_signal(self, sig: int) -> None:
-        name = signal.Signals(sig).name
+    def leave_on_signal(self, stopper: Stopper) -> None:
+        """On SIGINT / SIGTERM (``stopper``: noted even while the process computes without yielding, and a
+        greenlet that does not yield is ended): leave the run, sending what this worker has."""
+        stopper.event.wait()
+        name = stopper.reason or "a signal"
         log.warning("%s received: worker leaves the run, sending what it has", name)
-        gevent.spawn(self.leave, name)
+        try:
+            self.leave(name)
+        finally:
+            stopper.stopped()
 
     def watch_master(self) -> None:
         """Leave when the local master's process is gone, no settings came in time, or heartbeats stop."""
@@ -277,8 +287,9 @@ class WorkerSession:
         self.runner.register_message(Settings.TYPE, self.on_settings)
         self.runner.register_message(Finish.TYPE, self.on_finish)
         if self.parent_pid is None:
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                gevent.signal_handler(sig, self.on_signal, sig)
+            stopper = Stopper()
+            stopper.install()
+            gevent.spawn(self.leave_on_signal, stopper)
         gevent.spawn(self.watch_master)
         send(self.runner, Hello())
         self.runner.greenlet.join()

@@ -72,6 +72,11 @@ class ValidityRules:
     smoke: bool = False
 
 
+# The check that fails a run that did not end as planned (a signal, a lost worker, a full disk): an
+# incomplete run proves nothing, whatever its partial figures say (docs/durability.md).
+COMPLETE_RUN = "complete_run"
+
+
 # MLPerf Inference Server scenario: 600 s minimum duration.
 MLPERF_SERVER = ValidityRules(min_duration_s=600.0)
 
@@ -149,6 +154,11 @@ class Verdict:
                 for c in self.checks
             ],
         }
+
+
+def _complete_check(incomplete: str) -> Check:
+    """The failed check of a run that did not end as planned (made only for one)."""
+    return Check(COMPLETE_RUN, False, incomplete, "validity", fix="run it again to the end")
 
 
 def _get(d: Mapping[str, Any], *path: str) -> Any:
@@ -566,6 +576,8 @@ def _cause_phrase(c: CheckLike) -> str:
         return "quality gate failed"
     if c.kind == "health":
         return "the load generator was overloaded"
+    if c.name == COMPLETE_RUN:
+        return "run incomplete"
     if c.name in ("min_duration", "min_queries"):
         return "too short"
     if c.name.startswith("early_stopping."):
@@ -604,6 +616,7 @@ def judge(
     extra_checks: Sequence[ExtraCheck] = (),
     notes: Sequence[str] = (),
     samples: LatencySamples | None = None,
+    incomplete: str | None = None,
 ) -> Verdict:
     """Judge a run from its run.json ``metrics`` dict and its (µs) histograms.
 
@@ -618,6 +631,9 @@ def judge(
     the limit; it passes when n ≥ find_min_passing(t, p) + t. A percentile meeting its limit
     without that evidence makes the run invalid.
 
+    ``incomplete``: why the run did not end as planned (``interrupted: SIGTERM``, ``incomplete: disk full
+    at …``); the run is then never a pass, and that sentence is its first reason.
+
     ``extra_checks`` follow the verdict's own checks (a blocking one that fails sets the status like
     they do); the reasons of those that fail follow the verdict's own reasons. Then each of ``notes``
     (run.json's notes) not already a reason.
@@ -630,6 +646,7 @@ def judge(
         *_endpoint_checks(metrics, error_slo, failure, stopped_early),
         *_validity_checks(metrics, rules),
         *_health_checks(metrics, health or {}, rules),
+        *([_complete_check(incomplete)] if incomplete is not None else []),
     ]
     for s in parsed:
         if isinstance(s, Slo):
@@ -639,7 +656,7 @@ def judge(
     tok = _token_check(metrics, rules)
     if tok is not None:
         checks.append(tok)
-    own_failed = [c for c in checks if not c.passed]
+    own_failed = [c for c in checks if not c.passed and c.name != COMPLETE_RUN]
     reasons = _reasons(own_failed)
     # A blocking extra check of a cause ranked before validity (the quality gate) follows the endpoint's
     # reasons; the other extras follow the verdict's own reasons.
@@ -651,6 +668,8 @@ def judge(
     at = sum(1 for c in own_failed if c.kind == "endpoint" and c.blocking)
     reasons[at:at] = [e.reason for e in lead]
     reasons += [e.reason for e in extra_checks if not e.check.passed and e not in lead]
+    if incomplete is not None:  # what happened to the run comes before what its partial figures say
+        reasons.insert(0, incomplete)
     for note in notes:
         if note not in reasons:
             reasons.append(note)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,6 +12,7 @@ from loadtest.client.record import RequestRecord
 from loadtest.client.secrets import redact_echoes
 from loadtest.contracts.capture_line import CAPTURE_DECODER, CAPTURE_ENCODER, CaptureLine
 from loadtest.profile.quality import CaptureSpec
+from loadtest.results.durable import AppendFile, FailureHandler
 
 CAPTURE_FILE = "capture.jsonl"  # one process; worker i of a --processes run writes capture-w<i>.jsonl
 
@@ -72,11 +72,13 @@ class CaptureLog:
         n_workers: int,
         seed: int,
         secrets: tuple[str, ...] = (),
+        on_failure: FailureHandler | None = None,
     ) -> None:
+        """``on_failure``: told once when a line cannot be written (a full disk); nothing more is written."""
         self.path, self.spec, self.seed, self.secrets = path, spec, seed, secrets
         self.left = share(spec.limit, index, n_workers)
         path.parent.mkdir(parents=True, exist_ok=True)
-        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+        self._file = AppendFile(path, on_failure, truncate=True)
 
     def chosen(self, rec: RequestRecord) -> bool:
         """Whether ``rec`` is captured: the first ones, or those whose seeded hash falls in the sample."""
@@ -88,17 +90,14 @@ class CaptureLog:
         return zlib.crc32(f"{self.seed}:{rec.request_id}".encode()) < rate * 2**32
 
     def offer(self, rec: RequestRecord) -> None:
-        if self._fd < 0 or not self.chosen(rec):
+        if self._file.failure is not None or not self.chosen(rec):
             return
         line = capture_line(rec, self.spec.max_chars, self.secrets)
-        os.write(self._fd, CAPTURE_ENCODER.encode(line) + b"\n")
-        self.left -= 1
+        if self._file.append(CAPTURE_ENCODER.encode(line) + b"\n"):
+            self.left -= 1
 
     def close(self) -> None:
-        if self._fd >= 0:
-            os.fsync(self._fd)
-            os.close(self._fd)
-            self._fd = -1
+        self._file.close()
 
 
 def capture_files(run_dir: Path) -> list[Path]:

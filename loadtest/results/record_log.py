@@ -1,48 +1,69 @@
-"""The per-request record log: one JSON line per finished request, flushed as the run goes."""
+"""The per-request record log: one JSON line per finished request, handed to the OS as each request ends;
+a write that fails stops the writing and is counted (results/durable.py, docs/durability.md)."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import msgspec
 
 from loadtest.client.record import RequestRecord
 from loadtest.contracts.record_line import LINE_DECODER, LINE_ENCODER, RecordLine
+from loadtest.results.durable import AppendFile, FailureHandler, WriteFailure
 
 
 class RecordLog:
-    """Append-only JSONL writer; each line reaches the OS as soon as its request finishes."""
+    """Append-only JSONL writer; each line reaches the OS as soon as its request finishes. After a failed
+    write (a full disk) nothing more is written: ``lost`` counts the records that are not in the file."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, on_failure: FailureHandler | None = None) -> None:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
-        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self._file = AppendFile(path, on_failure)
         self.count = 0
 
     def write(self, rec: RequestRecord) -> None:
-        os.write(self._fd, LINE_ENCODER.encode(rec.to_log()) + b"\n")
-        self.count += 1
+        if self._file.append(LINE_ENCODER.encode(rec.to_log()) + b"\n"):
+            self.count += 1
+
+    @property
+    def failure(self) -> WriteFailure | None:
+        return self._file.failure
+
+    @property
+    def lost(self) -> int:
+        return self._file.lost
 
     def close(self) -> None:
-        if self._fd >= 0:
-            os.fsync(self._fd)
-            os.close(self._fd)
-            self._fd = -1
+        self._file.close()
 
 
-def read_lines(paths: list[Path]) -> Iterator[RecordLine]:
+@dataclass
+class ReadTally:
+    """What ``read_lines`` skipped: a last line cut mid-way (a crash, a full disk) and lines that are not
+    record lines."""
+
+    cut: int = 0
+    bad: int = 0
+
+
+def read_lines(paths: list[Path], tally: ReadTally | None = None) -> Iterator[RecordLine]:
     """Every complete line of the given logs; a last line cut by a crash, or one that is not a record
-    line, is skipped."""
+    line, is skipped (and counted in ``tally``)."""
     for path in paths:
         with open(path, "rb") as f:
             for line in f:
                 if not line.endswith(b"\n"):
+                    if tally is not None:
+                        tally.cut += 1
                     break  # cut mid-line by a crash: everything before it is intact
                 try:
                     yield LINE_DECODER.decode(line)
                 except msgspec.DecodeError:  # also msgspec.ValidationError
+                    if tally is not None:
+                        tally.bad += 1
                     continue
 
 

@@ -14,16 +14,26 @@ from typing import TYPE_CHECKING, Any
 from loadtest.client.failures import FailureTally, stopped_early_text
 from loadtest.contracts.record_line import RecordLine
 from loadtest.contracts.run_document import RUN_FILE, RunDocument, from_data, write_run_document
-from loadtest.errors import EXIT_COULD_NOT_RUN
+from loadtest.errors import EXIT_COULD_NOT_RUN, EXIT_WRITE_FAILED
 from loadtest.locust.settings import RunSettings, load_mode
 from loadtest.metrics.judged_scan import JudgingScan, LineAggregator
 from loadtest.metrics.samples import LatencySamples
 from loadtest.metrics.slo import AnySlo
 from loadtest.metrics.summary import build_metrics
-from loadtest.metrics.verdict import ValidityRules, Verdict, headline, health_warnings, judge, junit_xml
+from loadtest.metrics.verdict import (
+    COMPLETE_RUN,
+    ValidityRules,
+    Verdict,
+    headline,
+    health_warnings,
+    judge,
+    junit_xml,
+)
 from loadtest.profile.schema import Profile
 from loadtest.report.run_report import VERDICT_LABELS
-from loadtest.results.record_log import read_lines
+from loadtest.results.durable import WriteFailure
+from loadtest.results.mlperf_summary import SUMMARY_NAME
+from loadtest.results.record_log import ReadTally, read_lines
 from loadtest.results.run_json import build_run_document
 from loadtest.run.endpoint import EndpointFacts
 from loadtest.run.providers import (
@@ -84,9 +94,11 @@ class Finalized:
     exit_code: int
 
 
-def line_batches(paths: list[Path], size: int = BATCH_LINES) -> Iterator[list[RecordLine]]:
-    """The record logs' lines, in log order, ``size`` at a time."""
-    lines = read_lines(paths)
+def line_batches(
+    paths: list[Path], size: int = BATCH_LINES, tally: ReadTally | None = None
+) -> Iterator[list[RecordLine]]:
+    """The record logs' lines, in log order, ``size`` at a time (``tally``: the lines skipped)."""
+    lines = read_lines(paths, tally)
     while batch := list(islice(lines, size)):
         yield batch
 
@@ -95,13 +107,14 @@ def finalize(run: FinishedRun) -> Finalized:
     """Everything after the load: run.json, report.html, mlperf_log_summary.txt, the JUnit XML; the
     console lines (summary, paths, warnings, the verdict line last) and the exit code (the verdict's,
     or 130/143 for a run a signal ended)."""
-    from loadtest.report import format_summary, render_run_report
+    from loadtest.report import format_summary
 
     settings, profile, workload, outcome, out = run.settings, run.profile, run.workload, run.outcome, run.out
+    status, why, incomplete = run_status(outcome)
     doc = build_run_document(
         run_id=settings.run_id,
-        status="interrupted" if outcome.interrupted_reason else "completed",
-        interrupted_reason=outcome.interrupted_reason,
+        status=status,
+        interrupted_reason=why,
         config=run_config(settings, profile, workload),
         endpoint=endpoint_section(settings, run.endpoint),
         fingerprint=workload.fingerprint(),
@@ -127,7 +140,8 @@ def finalize(run: FinishedRun) -> Finalized:
     scan = JudgingScan(judging.warmup_s, judging.cooldown_s, run.slos, per_scenario)
     failures = FailureTally()
     samples = LatencySamples()  # the exact values behind the reported percentiles (LoadGen's rule)
-    for batch in line_batches(paths):
+    skipped = ReadTally()
+    for batch in line_batches(paths, tally=skipped):
         scan.add(batch)
         failures.add(batch)
         samples.add(batch)
@@ -149,6 +163,9 @@ def finalize(run: FinishedRun) -> Finalized:
             judged_samples.add(inside)
         judged_aggregates = aggregator.result()
 
+    lost = lost_section(outcome, skipped)
+    if lost is not None:
+        doc["lost"] = lost
     tokens_part = tokens.contribute(doc)  # run.json `tokens`; a note when counted with a guess
     _apply(doc, tokens_part)
     failed = failures.note()
@@ -205,43 +222,133 @@ def finalize(run: FinishedRun) -> Finalized:
         generator_health=judging.generator_health,
         smoke=judging.smoke,
     )
-    verdict = judge(
-        metrics,
-        hists,
-        run.slos,
-        rules,
-        health,
-        failure=judged_failures.commonest(),
-        stopped_early=stop_cause,
-        extra_checks=[check for part in [*parts, remarks] for check in part.checks],
-        notes=doc["notes"],
-        samples=judged_samples,
-    )
+    extra_checks = [check for part in [*parts, remarks] for check in part.checks]
+
+    def decide(incomplete: str | None) -> Verdict:
+        return judge(
+            metrics,
+            hists,
+            run.slos,
+            rules,
+            health,
+            failure=judged_failures.commonest(),
+            stopped_early=stop_cause,
+            extra_checks=extra_checks,
+            notes=doc["notes"],
+            samples=judged_samples,
+            incomplete=incomplete,
+        )
+
+    verdict = decide(incomplete)
     doc["verdict"] = verdict.to_dict()
     doc["config"]["slos"] = {s.key: getattr(s, "limit_ms", getattr(s, "limit", None)) for s in run.slos}
     _apply(doc, remarks)
-    document = from_data(doc, out / RUN_FILE)  # the schema refuses a section it does not describe
-    run_json = write_run_document(out, document)
-    report = render_run_report(out)
-    lines = [format_summary(document), f"run.json: {run_json}", f"report:   {report}"]
-    if run.junit:
-        Path(run.junit).write_text(
-            junit_xml(verdict, f"loadtest.{profile.name}", time_s=metrics["window"]["duration_s"])
-        )
-        lines.append(f"junit:    {run.junit}")
     code = (
-        EXIT_INTERRUPTED.get(outcome.signal or "", EXIT_COULD_NOT_RUN)
+        EXIT_WRITE_FAILED
+        if outcome.write_failure
+        else EXIT_INTERRUPTED.get(outcome.signal or "", EXIT_COULD_NOT_RUN)
         if outcome.interrupted_reason
         else verdict.exit_code
     )
+    run_json = out / RUN_FILE
+    document = from_data(doc, run_json)  # the schema refuses a section it does not describe
+    report, failure = write_files(out, document)
+    if failure is not None:  # run.json, or the report after it: the run is incomplete, and says so
+        incomplete = f"incomplete: {failure.describe()}" if incomplete is None else incomplete
+        doc["status"], doc["interrupted_reason"] = (
+            "incomplete",
+            doc["interrupted_reason"] or failure.describe(),
+        )
+        verdict = decide(incomplete)
+        doc["verdict"] = verdict.to_dict()
+        document = from_data(doc, run_json)
+        code = EXIT_WRITE_FAILED if code not in EXIT_INTERRUPTED.values() else code
+        tail = [verdict_line(verdict, code, judging.smoke, incomplete)]
+        try:
+            write_run_document(out, document)
+            tail.append(
+                f"report not written: {failure.describe()}; `loadtest report {out}` writes it once there is room"
+            )
+        except OSError as e2:
+            tail.append(unwritten_line(WriteFailure.of(run_json, e2), outcome))
+        lines = [format_summary(document), *reason_lines(verdict.reasons), *tail]
+        return Finalized(document, verdict, run_json, report, lines, code)
+    lines = [format_summary(document), f"run.json: {run_json}", f"report:   {report}"]
+    if run.junit:
+        try:
+            Path(run.junit).write_text(
+                junit_xml(verdict, f"loadtest.{profile.name}", time_s=metrics["window"]["duration_s"])
+            )
+            lines.append(f"junit:    {run.junit}")
+        except OSError as e:  # run.json holds the verdict: the JUnit file's loss is said, and fails the run
+            lines.append(f"junit not written: {WriteFailure.of(run.junit, e).describe()}")
+            code = EXIT_WRITE_FAILED if code not in EXIT_INTERRUPTED.values() else code
     # The reasons, one a line with its fix (a passing run's: the generator-health warnings), then the
-    # verdict line, last.
-    # An interrupted run (a signal, a lost worker) says so first: what happened to the run comes
-    # before what its partial figures say about the endpoint.
-    interrupted = [f"interrupted: {outcome.interrupted_reason}"] if outcome.interrupted_reason else []
-    lines += reason_lines(interrupted + (verdict.reasons if not verdict.passed else health_warnings(verdict)))
-    lines.append(verdict_line(verdict, code, judging.smoke, outcome.interrupted_reason))
+    # verdict line, last. An incomplete run (a signal, a lost worker, a full disk) says so first: what
+    # happened to the run comes before what its partial figures say about the endpoint.
+    lines += reason_lines(verdict.reasons if not verdict.passed else health_warnings(verdict))
+    lines.append(verdict_line(verdict, code, judging.smoke, incomplete))
     return Finalized(document, verdict, run_json, report, lines, code)
+
+
+def write_files(out: Path, document: RunDocument) -> tuple[Path, WriteFailure | None]:
+    """run.json, then report.html and mlperf_log_summary.txt; the report's path and the first write that
+    failed (None: all written). A report or summary cut by a failed write is removed: none is better."""
+    from loadtest.report import render_run_report
+
+    report = out / "report.html"
+    try:
+        write_run_document(out, document)
+    except OSError as e:
+        return report, WriteFailure.of(out / RUN_FILE, e)
+    try:
+        return render_run_report(out), None
+    except OSError as e:
+        for partial in (report, out / SUMMARY_NAME):
+            partial.unlink(missing_ok=True)
+        return report, WriteFailure.of(e.filename or report, e)
+
+
+def run_status(outcome: RunOutcome) -> tuple[str, str | None, str | None]:
+    """run.json's ``status`` and ``interrupted_reason``, and the verdict's first reason for a run that did
+    not end as planned (None for one that did): ``incomplete`` (a run file could not be written),
+    ``interrupted`` (a signal, a lost worker) or ``completed``."""
+    if outcome.write_failure:
+        why = outcome.write_failure
+        if outcome.interrupted_reason:
+            why += f"; {outcome.interrupted_reason}"
+        lost = outcome.records_lost
+        said = f"{lost} finished request{'s' if lost != 1 else ''} counted but not written to the record log"
+        return "incomplete", why, f"incomplete: {why}: {said}"
+    if outcome.interrupted_reason:
+        return "interrupted", outcome.interrupted_reason, f"interrupted: {outcome.interrupted_reason}"
+    return "completed", None, None
+
+
+def lost_section(outcome: RunOutcome, skipped: ReadTally) -> dict[str, Any] | None:
+    """run.json ``lost``: what the run could not keep; None when nothing was lost."""
+    if not (
+        outcome.write_failure or outcome.records_lost or outcome.lost_in_flight or skipped.cut or skipped.bad
+    ):
+        return None
+    return {
+        "write_failure": outcome.write_failure,
+        "records_not_written": outcome.records_lost,
+        "in_flight_of_lost_workers": outcome.lost_in_flight,
+        "cut_lines": skipped.cut,
+        "unreadable_lines": skipped.bad,
+    }
+
+
+def unwritten_line(failure: WriteFailure, outcome: RunOutcome) -> str:
+    """The last console line when run.json could not be written: why, and what was kept and lost."""
+    kept = outcome.records_written
+    files = ", ".join(outcome.record_files) or "no record log"
+    return (
+        f"run.json not written: {failure.describe()}; lost: run.json, the report, the MLPerf summary"
+        + (f" and {outcome.records_lost} finished requests not written" if outcome.records_lost else "")
+        + f"; kept: {kept} record lines in {files} (loadtest report cannot rebuild the run without run.json)"
+    )
 
 
 def _exact(metrics: dict[str, Any], samples: LatencySamples) -> None:
@@ -353,19 +460,20 @@ def reason_lines(reasons: list[str], width: int = 80) -> list[str]:
 
 
 def verdict_line(
-    verdict: Verdict, exit_code: int | None = None, smoke: bool = False, interrupted: str | None = None
+    verdict: Verdict, exit_code: int | None = None, smoke: bool = False, incomplete: str | None = None
 ) -> str:
     """The one line a CI log shows last: the status, the check count, the exit code and the headline
     (``too short; too few samples to prove ttft_p99``; the reasons are the lines above it);
     ``exit_code`` is the process's (an interrupted run's 130/143); ``smoke``: a smoke run, which the line
-    says is not a compliant result; ``interrupted``: why the run stopped early (a signal, a lost
-    worker), which then leads the line."""
+    says is not a compliant result; ``incomplete``: why the run did not end as planned (``interrupted:
+    SIGTERM``, ``incomplete: disk full at …``), which then leads the line."""
     label = VERDICT_LABELS.get(verdict.status, verdict.status) + (
         " [smoke run: not a compliant result]" if smoke else ""
     )
-    causes = [f"interrupted: {interrupted}"] if interrupted else []
-    if verdict.status != "pass":
-        causes.append(headline(verdict.status, verdict.checks))
+    causes = [incomplete] if incomplete else []
+    others = [c for c in verdict.checks if c.name != COMPLETE_RUN]  # the incomplete run is said above
+    if verdict.status != "pass" and any(c.blocking and not c.passed for c in others):
+        causes.append(headline(verdict.status, others))
     why = f": {'; '.join(causes)}" if causes else ""
     checks = len(verdict.checks)
     code = verdict.exit_code if exit_code is None else exit_code
