@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import typing
 import urllib.request
 from pathlib import Path
@@ -17,7 +18,7 @@ from conftest import write_profile
 from loadtest.client.adapters import ADAPTERS, adapter_for, register, response_cap
 from loadtest.client.adapters.base import CAP_UNLIMITED_BYTES
 from loadtest.client.adapters.chat import ChatAdapter
-from loadtest.client.http import Endpoint
+from loadtest.client.http import Endpoint, Response
 from loadtest.client.openai import OpenAIClient, PreparedRequest
 from loadtest.client.record import RequestRecord
 from loadtest.profile.loader import load_profile
@@ -25,7 +26,9 @@ from loadtest.profile.request import Api
 from loadtest.sim import SimProcess
 from loadtest.sim.routes import ROUTES
 from loadtest.sim.server import create_app
+from loadtest.tokens.tokenizer import get_tokenizer
 from loadtest.workload.builder import Workload
+from tests.fault_servers import FaultServer
 
 SCHEMA_APIS = set(typing.get_args(Api))
 
@@ -187,3 +190,73 @@ def test_a_new_api_is_one_adapter_and_its_registration(engine: SimProcess, tmp_p
             del ADAPTERS[name]
     assert rec.outcome == "ok" and rec.finish_reason == "whole:length" and rec.chunk_ns == []
     assert rec.completion_tokens_server == 3 and _truth(engine)[rec.wire_id or ""]["stream"] is False
+
+
+def test_an_answer_whose_reading_raises_is_a_protocol_error_with_its_bytes(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Whatever a reader trips on, send() gives the endpoint's protocol_error with the answer's start in
+    the error (never ``cancelled``), and logs the cause once, not once per request."""
+
+    class Tripping(ChatAdapter):
+        names: tuple[str, ...] = ("test-tripping",)
+
+        def classify(self, client: OpenAIClient, rec: RequestRecord, req: PreparedRequest, resp: Any) -> None:
+            super().classify(client, rec, req, resp)
+            raise KeyError("a field the reader expected")
+
+    register(Tripping())
+    try:
+        with FaultServer(["ok"]) as srv, caplog.at_level(logging.WARNING):
+            client = OpenAIClient(srv.base_url, None, _workload(tmp_path, "chat", True, None).tokenizer)
+            body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+            recs = [
+                client.send(PreparedRequest(f"t-{i}", "test-tripping", body, 1, 4), 0, 0.0) for i in range(3)
+            ]
+            client.close()
+    finally:
+        del ADAPTERS["test-tripping"]
+    assert all(r.outcome == "protocol_error" and r.done_ns > 0 for r in recs)
+    assert all("KeyError" in r.error and "hello" in r.error for r in recs), recs[0].error
+    logged = [m for m in caplog.messages if "could not be read" in m]
+    assert len(logged) == 1 and "KeyError" in logged[0]
+
+
+def _whole(api: str, obj: object) -> RequestRecord:
+    req = PreparedRequest("w", api, {"documents": ["a"], "input": ["x"]}, 1, 4, stream=False)
+    rec = RequestRecord(request_id="w", api=api, stream=False)
+    resp = Response(
+        status=200, headers={"content-type": "application/json"}, chunks=[json.dumps(obj).encode()], times=[5]
+    )
+    adapter_for(api).classify(_CLIENT, rec, req, resp)
+    return rec
+
+
+_CLIENT = OpenAIClient("http://127.0.0.1:9", None, get_tokenizer("llama3"))
+
+
+def test_whole_answers_off_the_api_shape_are_endpoint_outcomes() -> None:
+    call = {"id": "c", "type": "function", "function": {"name": "f", "arguments": {"city": "Paris"}}}
+    msg = {"role": "assistant", "content": None, "tool_calls": [call]}
+    rec = _whole("chat", {"choices": [{"message": msg, "finish_reason": "tool_calls"}]})
+    assert rec.outcome == "protocol_error" and "arguments as a JSON object" in rec.error
+    assert rec.tool_calls_text == '{"city":"Paris"}'
+    for garbage in ({"choices": "abc"}, {"choices": [1, None, "x"]}, {"choices": [{"message": "hi"}]}):
+        assert _whole("chat", garbage).outcome in ("protocol_error", "empty"), garbage
+    ok = _whole(
+        "chat",
+        {
+            "choices": [{"message": {"content": "hi"}}],
+            "usage": {"prompt_tokens": "7", "completion_tokens": -1},
+        },
+    )
+    assert ok.outcome == "ok" and ok.prompt_tokens_server is None and ok.completion_tokens_server is None
+    for api, obj in (
+        ("responses", {"object": "response", "output": [{"type": "message", "content": "x"}], "usage": "u"}),
+        ("embeddings", {"data": [{"embedding": [0.1]}], "usage": [1]}),
+    ):
+        rec = _whole(api, obj)
+        assert (
+            rec.outcome in ("ok", "empty", "stream_error", "protocol_error")
+            and rec.prompt_tokens_server is None
+        )

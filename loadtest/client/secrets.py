@@ -49,7 +49,7 @@ def check_sendable(key: str, where: str) -> None:
         )
         if kind:
             raise KeySourceError(
-                f"{where}: the API key holds {kind} (character {i}), which cannot be sent in an HTTP header; "
+                f"{where}: the key holds {kind} (character {i}), which cannot be sent in an HTTP header; "
                 "set it to the key exactly as issued (look for a pasted quote, accent, tab or line break)"
             )
 
