@@ -251,6 +251,9 @@ def test_whole_answers_off_the_api_shape_are_endpoint_outcomes() -> None:
         },
     )
     assert ok.outcome == "ok" and ok.prompt_tokens_server is None and ok.completion_tokens_server is None
+    call = {"type": "function_call", "name": "f", "arguments": {"city": "Paris"}}
+    rec = _whole("responses", {"object": "response", "status": "completed", "output": [call]})
+    assert rec.outcome == "protocol_error" and "arguments as a JSON object" in rec.error
     for api, obj in (
         ("responses", {"object": "response", "output": [{"type": "message", "content": "x"}], "usage": "u"}),
         ("embeddings", {"data": [{"embedding": [0.1]}], "usage": [1]}),

@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from loadtest.client.adapters import adapter_for
+from loadtest.client.adapters.base import classify_http
 from loadtest.client.http import Response
 from loadtest.client.messages_sse import parse_messages_stream
 from loadtest.client.openai import OpenAIClient, PreparedRequest
@@ -330,3 +331,28 @@ def test_token_times_do_not_depend_on_the_line_endings(tokens: list[str], data: 
         if crlf[i].endswith(b"\r\n") and data.draw(st.booleans()):
             crlf[i], crlf[i + 1] = crlf[i][:-1], b"\n" + crlf[i + 1]
     assert _token_times(crlf) == want
+
+
+@FEW
+@given(
+    st.sampled_from([100, 200, 204, 301, 307, 400, 401, 413, 422, 429, 500, 503]),
+    st.sampled_from(["", "identity", "gzip", "deflate", "br", "GZIP", "x-unknown"]),
+    st.sampled_from(
+        ["text/event-stream", "Text/Event-Stream; charset=UTF-8", "application/json", "", "text/html"]
+    ),
+    st.sampled_from(["", "7", "-1", "soon", "Wed, 21 Oct 2015 07:28:00 GMT"]),
+    st.one_of(whole_answer, any_bytes, sse_soup),
+    st.sampled_from(["chat", "messages", "responses", "embeddings", "rerank"]),
+    st.booleans(),
+)
+def test_any_status_and_headers_are_read_into_one_outcome(
+    status: int, coding: str, ctype: str, retry: str, body: bytes, api: str, stream: bool
+) -> None:
+    """What every answer goes through (status, redirects, content coding) and then its API's reader."""
+    headers = {"content-type": ctype, "content-encoding": coding, "retry-after": retry}
+    req = PreparedRequest("h", api, {"documents": ["a"], "input": ["x"]}, 1, 4, stream=stream)
+    rec = RequestRecord(request_id="h", api=api, stream=stream)
+    resp = Response(status=status, headers=headers, headers_ns=1, chunks=[body[:7], body[7:]], times=[5, 6])
+    if not classify_http(rec, resp):
+        adapter_for(api).classify(CLIENT, rec, req, resp)
+    assert rec.outcome in OUTCOMES and rec.outcome != "cancelled", (rec.outcome, rec.error)

@@ -20,7 +20,7 @@ from loadtest.client.adapters.base import (
 )
 from loadtest.client.http import Response, is_media_type
 from loadtest.client.secrets import snippet
-from loadtest.client.sse import event_payloads
+from loadtest.client.sse import OffShape, event_payloads, read_tool_call
 
 if TYPE_CHECKING:
     from loadtest.client.openai import OpenAIClient, PreparedRequest
@@ -64,19 +64,23 @@ def _whole(client: OpenAIClient, rec: RequestRecord, resp: Response) -> None:
     if obj.get("object") != "response" or not isinstance(obj.get("output"), list):
         rec.outcome, rec.error = "protocol_error", f"not a Responses API object: {snippet(resp.body)}"
         return
-    answer, reasoning = _output_texts(obj["output"])
+    off = OffShape()
+    answer, reasoning = _output_texts(obj["output"], off)
     keep_answer(client, rec, answer, "", reasoning)
     rec.first_token_ns = rec.first_answer_ns = rec.done_ns
     rec.finish_reason = _finish_reason(obj)
     _usage(rec, obj.get("usage"))
-    if obj.get("status") not in ("completed", "incomplete"):
+    if off.count:
+        rec.outcome, rec.error = "protocol_error", off.describe()
+    elif obj.get("status") not in ("completed", "incomplete"):
         rec.outcome, rec.error = "stream_error", f"response status {obj.get('status')!r}"
     elif not rec.mark_empty(bool(answer or reasoning), "response"):
         rec.outcome = "ok"
 
 
-def _output_texts(output: list[Any]) -> tuple[str, str]:
-    """(answer text, reasoning text) of a response's output items."""
+def _output_texts(output: list[Any], off: OffShape) -> tuple[str, str]:
+    """(answer text, reasoning text) of a response's output items; a function call's arguments are read
+    as chat's tool calls are (``read_tool_call``: a string, else its JSON text noted in ``off``)."""
     answer: list[str] = []
     reasoning: list[str] = []
     for item in output:
@@ -88,7 +92,7 @@ def _output_texts(output: list[Any]) -> tuple[str, str]:
             parts = list_at(item, "content") + list_at(item, "summary")
             reasoning += [text_at(c, "text") for c in parts]
         elif item.get("type") == "function_call":
-            answer.append(str(item.get("arguments") or ""))
+            answer.append(read_tool_call({"function": item}, off)[0])
     return "".join(answer), "".join(reasoning)
 
 
