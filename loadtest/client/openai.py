@@ -100,11 +100,6 @@ class OpenAIClient:
         headers.update(req.extra_headers)
         return headers
 
-    @property
-    def secrets(self) -> tuple[str, ...]:
-        """The key this client sends: redacted from every text it keeps."""
-        return self._secrets
-
     def close(self) -> None:
         self.conn.close()
 

@@ -53,7 +53,7 @@ def send_and_account(
         client.close()
         raise
     except Exception as e:  # noqa: BLE001 - the last guard: only the generator's own stop is "cancelled"
-        mark_unreadable(rec, e, None, client.secrets)
+        mark_unreadable(rec, e, None)  # the process's key is redacted (install_redaction)
         client.close()  # the connection's state is unknown
     finally:
         ctx.in_flight -= 1
@@ -63,7 +63,7 @@ def send_and_account(
         try:
             ctx.judge_answer(rec, req)
         except Exception as e:  # noqa: BLE001 - an answer the checks cannot read is not a readable answer
-            mark_unreadable(rec, e, rec.answer_text.encode("utf-8", "replace"), client.secrets)
+            mark_unreadable(rec, e, rec.answer_text.encode("utf-8", "replace"))
         ctx.finish(rec)
     return rec
 
