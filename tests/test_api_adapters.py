@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import subprocess
+import sys
 import typing
 import urllib.request
 from pathlib import Path
@@ -263,3 +265,52 @@ def test_whole_answers_off_the_api_shape_are_endpoint_outcomes() -> None:
             rec.outcome in ("ok", "empty", "stream_error", "protocol_error")
             and rec.prompt_tokens_server is None
         )
+
+
+# Run in its own process: importing Locust monkey-patches the interpreter (gevent), which the servers
+# this file starts in threads must not be.
+_LAST_GUARD = """
+import json, logging, sys
+from loadtest.client.adapters import register
+from loadtest.client.adapters.chat import ChatAdapter
+from loadtest.client.openai import PreparedRequest
+from loadtest.locust.context import RunContext
+from loadtest.locust.settings import RunSettings
+from loadtest.locust.users import send_and_account
+
+class Unencodable(ChatAdapter):
+    names = ("test-unencodable",)
+
+    def body(self, client, req):
+        raise TypeError("a body that cannot be encoded")
+
+register(Unencodable())
+logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+ctx = RunContext(RunSettings("r", sys.argv[1], sys.argv[2], sys.argv[3], 1.0, 1), 0, 1, "records.jsonl")
+client = ctx.new_client()
+now_ns, now_epoch = RunContext.now()
+req = PreparedRequest("u", "test-unencodable", {}, 1, 4)
+recs = [send_and_account(ctx, client, req, now_ns, now_epoch) for _ in range(2)]
+client.close()
+ctx.log.close()
+print(json.dumps({"outcomes": [r.outcome for r in recs], "error": recs[0].error, "in_flight": ctx.in_flight}))
+"""
+
+
+def test_an_exception_outside_the_reader_is_still_an_endpoint_outcome_not_cancelled(tmp_path: Path) -> None:
+    """The last guard (locust/users.send_and_account): whatever escapes send() is accounted once as a
+    protocol_error, never ``cancelled`` and never a traceback; only the generator's stop is ``cancelled``."""
+    prof = write_profile(tmp_path / "p.yaml")
+    with FaultServer(["ok"]) as srv:
+        res = subprocess.run(
+            [sys.executable, "-c", _LAST_GUARD, str(prof), srv.base_url, str(tmp_path)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr[-2000:]
+    got = json.loads(res.stdout.splitlines()[-1])
+    assert got["outcomes"] == ["protocol_error"] * 2 and "TypeError" in got["error"] and got["in_flight"] == 0
+    logged = [json.loads(line) for line in (tmp_path / "records.jsonl").read_text().splitlines()]
+    assert [r["outcome"] for r in logged] == ["protocol_error"] * 2
+    assert res.stderr.count("could not be read") == 1  # one line per cause, not per request
