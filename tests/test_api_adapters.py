@@ -242,7 +242,7 @@ def test_whole_answers_off_the_api_shape_are_endpoint_outcomes() -> None:
     msg = {"role": "assistant", "content": None, "tool_calls": [call]}
     rec = _whole("chat", {"choices": [{"message": msg, "finish_reason": "tool_calls"}]})
     assert rec.outcome == "protocol_error" and "arguments as a JSON object" in rec.error
-    assert rec.tool_calls_text == '{"city":"Paris"}'
+    assert rec.tool_calls_text == '{"city":"Paris"}' and rec.error.endswith(': {"city":"Paris"}')
     for garbage in ({"choices": "abc"}, {"choices": [1, None, "x"]}, {"choices": [{"message": "hi"}]}):
         assert _whole("chat", garbage).outcome in ("protocol_error", "empty"), garbage
     ok = _whole(

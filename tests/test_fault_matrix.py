@@ -393,7 +393,10 @@ def test_tool_call_arguments_as_an_object_fail_the_run_without_a_traceback(tmp_p
     records = read_lines(sorted(out.glob("records*.jsonl")))
     got = Counter(r["outcome"] for r in records)
     bad = [r for r in records if label_of[r["wire_id"]] == "object_arguments"]
-    assert bad and all(r["outcome"] == "protocol_error" and "JSON object" in r["error"] for r in bad)
+    assert bad and all(
+        r["outcome"] == "protocol_error" and "JSON object" in r["error"] and "Paris" in r["error"]
+        for r in bad
+    )
     assert got == {"ok": len(records) - len(bad), "protocol_error": len(bad)}, got
     run = json.loads((out / "run.json").read_text())
     assert run["verdict"]["status"] != "pass" and "protocol_error" in run["verdict"]["reasons"][0]

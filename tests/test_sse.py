@@ -252,7 +252,7 @@ def test_tool_calls_that_are_not_objects_never_raise() -> None:
 def test_a_delta_of_the_wrong_type_is_a_malformed_event() -> None:
     bad = ev({"choices": [{"delta": "text", "finish_reason": None}]})
     r = parse_stream([chunk(" a"), bad, chunk(finish="stop"), DONE], [1, 2, 3, 4])
-    assert r.malformed == 1 and r.answer_text == " a"
+    assert r.malformed == 1 and r.answer_text == " a" and r.malformed_sample == bad[6:-2]
 
 
 def test_media_types_are_compared_case_insensitively_without_parameters() -> None:

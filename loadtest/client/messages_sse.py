@@ -93,6 +93,7 @@ class MessagesStream:
     usage: Usage = field(default_factory=Usage)
     error: str = ""
     malformed: int = 0
+    malformed_sample: bytes = b""  # the first malformed event's data
     incomplete_tail: bool = False
 
     @property
@@ -125,6 +126,7 @@ def _decode(res: MessagesStream, payloads: list[bytes]) -> list[Event | None]:
         except (msgspec.DecodeError, msgspec.ValidationError):
             out.append(None)
             res.malformed += 1
+            res.malformed_sample = res.malformed_sample or p
     if res.incomplete_tail and out and out[-1] is None:
         res.malformed -= 1  # an event cut by the end of the stream is truncation, not a malformed server
     return out

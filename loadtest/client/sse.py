@@ -14,6 +14,8 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from loadtest.client.secrets import snippet
+
 
 class _Delta(msgspec.Struct, gc=False):
     content: str | None = None
@@ -56,15 +58,17 @@ class OffShape:
 
     count: int = 0
     first: str = ""
+    sample: bytes = b""  # the first such value, as JSON
 
-    def add(self, what: str) -> None:
+    def add(self, what: str, value: Any) -> None:
         self.count += 1
-        self.first = self.first or what
+        if not self.first:
+            self.first, self.sample = what, _json.encode(value)
 
     def describe(self) -> str:
-        """One sentence for the record's error."""
+        """One sentence for the record's error, with the value that was off (redacted, bounded)."""
         more = f" ({self.count} times)" if self.count > 1 else ""
-        return f"answer off the API's shape: {self.first}{more}"
+        return f"answer off the API's shape: {self.first}{more}: {snippet(self.sample, 120)}"
 
 
 @dataclass(slots=True)
@@ -83,6 +87,7 @@ class StreamResult:
     usage: _Usage | None = None
     error: str = ""
     malformed: int = 0
+    malformed_sample: bytes = b""  # the first malformed event's data
     incomplete_tail: bool = False
     off_shape: OffShape = field(default_factory=OffShape)
 
@@ -199,6 +204,7 @@ def _general_split(
             except (msgspec.DecodeError, msgspec.ValidationError):
                 decoded.append(None)
                 res.malformed += 1
+                res.malformed_sample = res.malformed_sample or p
         if res.incomplete_tail and decoded[-1] is None:
             # A JSON event cut by the end of the stream is truncation, not a malformed server.
             res.malformed -= 1
@@ -354,19 +360,19 @@ def read_tool_call(tc: Any, off: OffShape) -> tuple[str, bool]:
     have sent an object) it is read as its JSON text and noted in ``off``, as are a ``function`` that
     is not an object and a tool call that is not an object."""
     if not isinstance(tc, dict):
-        off.add(f"a tool call that is a JSON {_json_type(tc)}, not an object")
+        off.add(f"a tool call that is a JSON {_json_type(tc)}, not an object", tc)
         return "", False
     fn = tc.get("function")
     if fn is None:
         return "", False
     if not isinstance(fn, dict):
-        off.add(f"a tool call's function that is a JSON {_json_type(fn)}, not an object")
+        off.add(f"a tool call's function that is a JSON {_json_type(fn)}, not an object", fn)
         return "", bool(fn)
     args = fn.get("arguments")
     if args is None or isinstance(args, str):
         text = args or ""
     else:
-        off.add(f"tool call arguments as a JSON {_json_type(args)}, not a string")
+        off.add(f"tool call arguments as a JSON {_json_type(args)}, not a string", args)
         text = _json.encode(args).decode()
     return text, bool(text or fn.get("name"))
 

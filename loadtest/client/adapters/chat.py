@@ -76,7 +76,8 @@ def classify_choices_stream(client: OpenAIClient, rec: RequestRecord, resp: Resp
     if s.error:
         rec.outcome, rec.error = "stream_error", f"error frame: {s.error}"
     elif s.malformed:
-        rec.outcome, rec.error = "stream_error", f"{s.malformed} malformed event(s) in the stream"
+        bad = snippet(s.malformed_sample, 120)
+        rec.outcome, rec.error = "stream_error", f"{s.malformed} malformed event(s) in the stream: {bad}"
     elif s.off_shape.count:
         rec.outcome, rec.error = "protocol_error", s.off_shape.describe()
     elif resp.broken and not s.complete:

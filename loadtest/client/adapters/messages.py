@@ -114,7 +114,8 @@ def _stream_outcome(rec: RequestRecord, resp: Response, s: MessagesStream) -> No
         if is_context_length_error(s.error):
             rec.outcome = "context_length"
     elif s.malformed:
-        rec.outcome, rec.error = "stream_error", f"{s.malformed} malformed event(s) in the stream"
+        bad = snippet(s.malformed_sample, 120)
+        rec.outcome, rec.error = "stream_error", f"{s.malformed} malformed event(s) in the stream: {bad}"
     elif resp.broken and not s.complete:
         rec.outcome, rec.error = resp.broken_outcome, resp.broken
     elif not s.complete:

@@ -103,6 +103,7 @@ class Events:
 
     items: list[tuple[dict[str, Any] | None, int]] = field(default_factory=list)
     tail: bool = False  # bytes after the last blank line: an event that never ended
+    bad: bytes = b""  # the first event that is not a JSON object
 
 
 def split_events(chunks: list[bytes], times: list[int]) -> Events:
@@ -113,7 +114,9 @@ def split_events(chunks: list[bytes], times: list[int]) -> Events:
             obj = json_decoder.decode(data)
         except msgspec.DecodeError:
             obj = None
-        out.items.append((obj if isinstance(obj, dict) else None, t))
+        if not isinstance(obj, dict):
+            obj, out.bad = None, out.bad or data
+        out.items.append((obj, t))
     return out
 
 
@@ -164,7 +167,8 @@ def _stream(client: OpenAIClient, rec: RequestRecord, resp: Response) -> None:
     if error:
         rec.outcome, rec.error = "stream_error", f"error event: {error}"
     elif malformed and not (ev.tail and malformed == 1 and ev.items[-1][0] is None):
-        rec.outcome, rec.error = "stream_error", f"{malformed} malformed event(s) in the stream"
+        bad = snippet(ev.bad, 120)
+        rec.outcome, rec.error = "stream_error", f"{malformed} malformed event(s) in the stream: {bad}"
     elif resp.broken and complete is None:
         rec.outcome, rec.error = resp.broken_outcome, resp.broken
     elif complete is None:
