@@ -53,7 +53,13 @@ BEHAVIOURS = (
     "bad_json",  # content that is not JSON (cut off), answering a JSON-mode request
     "bad_tool_call",  # a tool call whose arguments are cut-off JSON (finish_reason tool_calls)
     "key_in_answer",  # content that echoes the request's Authorization header back
+    "auth_echo_part",  # a 401 echoing parts of the key: what follows its space, and 13 characters of it
+    "heartbeat_data",  # an empty "data:" / "data: " event (a heartbeat: WHATWG dispatches nothing) between events
+    "cr_paced",  # CR-only line endings (WHATWG allows them), one event every CR_GAP_S, the first with the headers
+    "mixed_case_type",  # Content-Type: Text/Event-Stream; charset=UTF-8 (media types are case-insensitive)
+    "object_arguments",  # a streamed tool call whose arguments are a JSON object, not a string (llama.cpp, TGI)
 )
+CR_GAP_S = 0.04
 DRIP_S = 0.3
 BURSTY_TOKENS, BURSTY_MERGED = 19, 9  # bursty_stream: token events, and gaps ending in a 3-event write
 BIG_EVENT_BYTES = 10 * 1024 * 1024
@@ -270,8 +276,8 @@ class FaultServer:
         text += f"Content-Length: {length}\r\n" if length is not None else "Transfer-Encoding: chunked\r\n"
         return (text + extra + "\r\n").encode()
 
-    def _stream(self, conn: socket.socket, events: list[bytes]) -> bool:
-        conn.sendall(self._head(200, "text/event-stream", None, "Cache-Control: no-cache\r\n"))
+    def _stream(self, conn: socket.socket, events: list[bytes], ctype: str = "text/event-stream") -> bool:
+        conn.sendall(self._head(200, ctype, None, "Cache-Control: no-cache\r\n"))
         for ev in events:
             conn.sendall(_chunk(ev))
         conn.sendall(b"0\r\n\r\n")
@@ -507,6 +513,33 @@ class FaultServer:
             {"content": " ok"},
         ]
         return self._stream(conn, self._answer_events(deltas, "stop", 4))
+
+    def _b_auth_echo_part(self, conn: socket.socket, h: dict[str, str]) -> bool:
+        key = h.get("authorization", "").removeprefix("Bearer ")
+        after_space = key.split(" ", 1)[-1]
+        text = f"token part {after_space!r} not recognised (fragment {key[3:16]})"
+        return self._error(conn, 401, text)
+
+    def _b_heartbeat_data(self, conn: socket.socket, _h: dict[str, str]) -> bool:
+        events = self._ok_events()
+        return self._stream(conn, [events[0], b"data:\n\n", *events[1:3], b"data: \n\n", *events[3:]])
+
+    def _b_cr_paced(self, conn: socket.socket, _h: dict[str, str]) -> bool:
+        events = [ev.replace(b"\n", b"\r") for ev in self._ok_events()]
+        conn.sendall(self._head(200, "text/event-stream", None) + _chunk(events[0]))
+        for ev in events[1:]:
+            time.sleep(CR_GAP_S)
+            conn.sendall(_chunk(ev))
+        conn.sendall(b"0\r\n\r\n")
+        return True
+
+    def _b_mixed_case_type(self, conn: socket.socket, _h: dict[str, str]) -> bool:
+        return self._stream(conn, self._ok_events(), "Text/Event-Stream; charset=UTF-8")
+
+    def _b_object_arguments(self, conn: socket.socket, _h: dict[str, str]) -> bool:
+        fn = {"name": "get_weather", "arguments": {"city": "Paris"}}
+        deltas = [{"tool_calls": [{"index": 0, "id": "call_1", "type": "function", "function": fn}]}]
+        return self._stream(conn, self._answer_events(deltas, "tool_calls", 4))
 
 
 def _is_uuid(text: str) -> bool:

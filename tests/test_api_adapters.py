@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import subprocess
+import sys
 import typing
 import urllib.request
 from pathlib import Path
@@ -17,7 +20,7 @@ from conftest import write_profile
 from loadtest.client.adapters import ADAPTERS, adapter_for, register, response_cap
 from loadtest.client.adapters.base import CAP_UNLIMITED_BYTES
 from loadtest.client.adapters.chat import ChatAdapter
-from loadtest.client.http import Endpoint
+from loadtest.client.http import Endpoint, Response
 from loadtest.client.openai import OpenAIClient, PreparedRequest
 from loadtest.client.record import RequestRecord
 from loadtest.profile.loader import load_profile
@@ -25,7 +28,9 @@ from loadtest.profile.request import Api
 from loadtest.sim import SimProcess
 from loadtest.sim.routes import ROUTES
 from loadtest.sim.server import create_app
+from loadtest.tokens.tokenizer import get_tokenizer
 from loadtest.workload.builder import Workload
+from tests.fault_servers import FaultServer
 
 SCHEMA_APIS = set(typing.get_args(Api))
 
@@ -187,3 +192,125 @@ def test_a_new_api_is_one_adapter_and_its_registration(engine: SimProcess, tmp_p
             del ADAPTERS[name]
     assert rec.outcome == "ok" and rec.finish_reason == "whole:length" and rec.chunk_ns == []
     assert rec.completion_tokens_server == 3 and _truth(engine)[rec.wire_id or ""]["stream"] is False
+
+
+def test_an_answer_whose_reading_raises_is_a_protocol_error_with_its_bytes(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Whatever a reader trips on, send() gives the endpoint's protocol_error with the answer's start in
+    the error (never ``cancelled``), and logs the cause once, not once per request."""
+
+    class Tripping(ChatAdapter):
+        names: tuple[str, ...] = ("test-tripping",)
+
+        def classify(self, client: OpenAIClient, rec: RequestRecord, req: PreparedRequest, resp: Any) -> None:
+            super().classify(client, rec, req, resp)
+            raise KeyError("a field the reader expected")
+
+    register(Tripping())
+    try:
+        with FaultServer(["ok"]) as srv, caplog.at_level(logging.WARNING):
+            client = OpenAIClient(srv.base_url, None, _workload(tmp_path, "chat", True, None).tokenizer)
+            body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+            recs = [
+                client.send(PreparedRequest(f"t-{i}", "test-tripping", body, 1, 4), 0, 0.0) for i in range(3)
+            ]
+            client.close()
+    finally:
+        del ADAPTERS["test-tripping"]
+    assert all(r.outcome == "protocol_error" and r.done_ns > 0 for r in recs)
+    assert all("KeyError" in r.error and "hello" in r.error for r in recs), recs[0].error
+    logged = [m for m in caplog.messages if "could not be read" in m]
+    assert len(logged) == 1 and "KeyError" in logged[0]
+
+
+def _whole(api: str, obj: object) -> RequestRecord:
+    req = PreparedRequest("w", api, {"documents": ["a"], "input": ["x"]}, 1, 4, stream=False)
+    rec = RequestRecord(request_id="w", api=api, stream=False)
+    resp = Response(
+        status=200, headers={"content-type": "application/json"}, chunks=[json.dumps(obj).encode()], times=[5]
+    )
+    adapter_for(api).classify(_CLIENT, rec, req, resp)
+    return rec
+
+
+_CLIENT = OpenAIClient("http://127.0.0.1:9", None, get_tokenizer("llama3"))
+
+
+def test_whole_answers_off_the_api_shape_are_endpoint_outcomes() -> None:
+    call = {"id": "c", "type": "function", "function": {"name": "f", "arguments": {"city": "Paris"}}}
+    msg = {"role": "assistant", "content": None, "tool_calls": [call]}
+    rec = _whole("chat", {"choices": [{"message": msg, "finish_reason": "tool_calls"}]})
+    assert rec.outcome == "protocol_error" and "arguments as a JSON object" in rec.error
+    assert rec.tool_calls_text == '{"city":"Paris"}' and rec.error.endswith(': {"city":"Paris"}')
+    for garbage in ({"choices": "abc"}, {"choices": [1, None, "x"]}, {"choices": [{"message": "hi"}]}):
+        assert _whole("chat", garbage).outcome in ("protocol_error", "empty"), garbage
+    ok = _whole(
+        "chat",
+        {
+            "choices": [{"message": {"content": "hi"}}],
+            "usage": {"prompt_tokens": "7", "completion_tokens": -1},
+        },
+    )
+    assert ok.outcome == "ok" and ok.prompt_tokens_server is None and ok.completion_tokens_server is None
+    call = {"type": "function_call", "name": "f", "arguments": {"city": "Paris"}}
+    rec = _whole("responses", {"object": "response", "status": "completed", "output": [call]})
+    assert rec.outcome == "protocol_error" and "arguments as a JSON object" in rec.error
+    for api, obj in (
+        ("responses", {"object": "response", "output": [{"type": "message", "content": "x"}], "usage": "u"}),
+        ("embeddings", {"data": [{"embedding": [0.1]}], "usage": [1]}),
+    ):
+        rec = _whole(api, obj)
+        assert (
+            rec.outcome in ("ok", "empty", "stream_error", "protocol_error")
+            and rec.prompt_tokens_server is None
+        )
+
+
+# Run in its own process: importing Locust monkey-patches the interpreter (gevent), which the servers
+# this file starts in threads must not be.
+_LAST_GUARD = """
+import json, logging, sys
+from loadtest.client.adapters import register
+from loadtest.client.adapters.chat import ChatAdapter
+from loadtest.client.openai import PreparedRequest
+from loadtest.locust.context import RunContext
+from loadtest.locust.settings import RunSettings
+from loadtest.locust.users import send_and_account
+
+class Unencodable(ChatAdapter):
+    names = ("test-unencodable",)
+
+    def body(self, client, req):
+        raise TypeError("a body that cannot be encoded")
+
+register(Unencodable())
+logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+ctx = RunContext(RunSettings("r", sys.argv[1], sys.argv[2], sys.argv[3], 1.0, 1), 0, 1, "records.jsonl")
+client = ctx.new_client()
+now_ns, now_epoch = RunContext.now()
+req = PreparedRequest("u", "test-unencodable", {}, 1, 4)
+recs = [send_and_account(ctx, client, req, now_ns, now_epoch) for _ in range(2)]
+client.close()
+ctx.log.close()
+print(json.dumps({"outcomes": [r.outcome for r in recs], "error": recs[0].error, "in_flight": ctx.in_flight}))
+"""
+
+
+def test_an_exception_outside_the_reader_is_still_an_endpoint_outcome_not_cancelled(tmp_path: Path) -> None:
+    """The last guard (locust/users.send_and_account): whatever escapes send() is accounted once as a
+    protocol_error, never ``cancelled`` and never a traceback; only the generator's stop is ``cancelled``."""
+    prof = write_profile(tmp_path / "p.yaml")
+    with FaultServer(["ok"]) as srv:
+        res = subprocess.run(
+            [sys.executable, "-c", _LAST_GUARD, str(prof), srv.base_url, str(tmp_path)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr[-2000:]
+    got = json.loads(res.stdout.splitlines()[-1])
+    assert got["outcomes"] == ["protocol_error"] * 2 and "TypeError" in got["error"] and got["in_flight"] == 0
+    logged = [json.loads(line) for line in (tmp_path / "records.jsonl").read_text().splitlines()]
+    assert [r["outcome"] for r in logged] == ["protocol_error"] * 2
+    assert res.stderr.count("could not be read") == 1  # one line per cause, not per request

@@ -21,7 +21,7 @@ from summary_sections import add_lines
 from loadtest.client.record import OUTCOMES
 from loadtest.sim import SimProcess
 from tests.conftest import CLI, read_lines, write_profile
-from tests.fault_servers import FaultServer, SilentServer, self_signed_cert, wait_until
+from tests.fault_servers import CR_GAP_S, FaultServer, SilentServer, self_signed_cert, wait_until
 
 MODES = ("single", "processes2", "master+2")
 ARTIFACT = Path(__file__).parent / "artifacts" / "fault_matrix.txt"
@@ -73,10 +73,27 @@ SERVER_FAULTS = {
     "drip_headers": "timeout",
     "drip_body": "timeout",
     "bursty_stream": "ok",  # several events in one read: merged gaps, still ok (docs/metrics.md)
+    # SSE and HTTP as the standards allow (docs/sources.md §5): a "data:" heartbeat, CR-only line
+    # endings (each token timed at the read that ends its line), a media type in mixed case with a
+    # parameter; and a tool call off the API's shape (arguments as a JSON object) is the endpoint's error.
+    "heartbeat_data": "ok",
+    "cr_paced": "ok",
+    "mixed_case_type": "ok",
+    "object_arguments": "protocol_error",
     "refused": "connect_error",
 }
 # Behaviours whose answer carries exactly the four " hello" tokens of an ok stream, nothing more or less.
-FOUR_TOKENS = {"ok", "continue_100", "trailing_503", "gzip_stream", "events_after_done", "bom_stream"}
+FOUR_TOKENS = {
+    "ok",
+    "continue_100",
+    "trailing_503",
+    "gzip_stream",
+    "events_after_done",
+    "bom_stream",
+    "heartbeat_data",
+    "cr_paced",
+    "mixed_case_type",
+}
 SCHEDULE = [b for b in SERVER_FAULTS if b != "refused"]
 
 # (case, mode, requests the server saw, outcome counts, expected, whether the counts equal the truth)
@@ -244,6 +261,13 @@ def test_proxy_and_server_faults(tmp_path: Path, mode: str) -> None:
         (label_of[r["wire_id"]], r["output_tokens"]) for r in counted if r["output_tokens"] != 4
     ]
     assert all(h.lower() == "identity" for h in srv.accept_encoding), set(srv.accept_encoding)
+    # CR-only endings: the first token came with the headers, each next one CR_GAP_S later; a token timed
+    # at the read after the one ending its line would be a whole gap late.
+    paced = [r for r in records if label_of[r["wire_id"]] == "cr_paced"]
+    assert paced and all(r["ttft_us"] - r["headers_us"] < CR_GAP_S * 1e6 / 2 for r in paced), [
+        (r["headers_us"], r["ttft_us"], r["chunks_us"]) for r in paced
+    ]
+    assert all(len(r["chunks_us"]) == 4 and r["chunks_us"][0] == r["ttft_us"] for r in paced)
 
 
 @pytest.fixture(scope="module")
@@ -348,4 +372,42 @@ def test_two_thousand_never_answered_streams_fail_as_timeouts(tmp_path: Path, mo
     assert run["verdict"]["status"] != "pass" and "timeout" in run["verdict"]["reasons"][0]
     _table.append(
         ("never_answered_x2000", mode, len(received), dict(got), "timeout", got == {"timeout": 2000})
+    )
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_tool_call_arguments_as_an_object_fail_the_run_without_a_traceback(tmp_path: Path, mode: str) -> None:
+    """One answer in ten streams a tool call whose arguments are a JSON object: each is the endpoint's
+    protocol_error (not cancelled, not a traceback), counted in the error rate that fails the run."""
+    prof = write_profile(
+        tmp_path / "p.yaml", load={"concurrency": 4}, output_tokens={"dist": "fixed", "value": 4}
+    )
+    out = tmp_path / "out"
+    with FaultServer(["ok"] * 9 + ["object_arguments"]) as srv:
+        args = ["--profile", str(prof), "--host", srv.base_url, "--duration", "3", "--slo", "error_rate=1%"]
+        master, workers = start_run(mode, args, out, tmp_path)
+        code, logs = finish_run(master, workers, tmp_path)
+        label_of = dict(srv.truth)
+    assert code == 12, logs[-3000:]
+    assert "Traceback" not in logs, logs[-3000:]
+    records = read_lines(sorted(out.glob("records*.jsonl")))
+    got = Counter(r["outcome"] for r in records)
+    bad = [r for r in records if label_of[r["wire_id"]] == "object_arguments"]
+    assert bad and all(
+        r["outcome"] == "protocol_error" and "JSON object" in r["error"] and "Paris" in r["error"]
+        for r in bad
+    )
+    assert got == {"ok": len(records) - len(bad), "protocol_error": len(bad)}, got
+    run = json.loads((out / "run.json").read_text())
+    assert run["verdict"]["status"] != "pass" and "protocol_error" in run["verdict"]["reasons"][0]
+    truth = Counter(label_of[r["wire_id"]] for r in records)
+    _table.append(
+        (
+            "object_arguments_10%",
+            mode,
+            len(records),
+            dict(got),
+            "ok + protocol_error",
+            got["protocol_error"] == truth["object_arguments"],
+        )
     )

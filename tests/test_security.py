@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from loadtest.client.secrets import REDACTED, install_redaction
+from loadtest.client.secrets import REDACTED, install_redaction, redact_echoes, snippet
 from tests.conftest import CLI, read_lines, run_cli, write_profile
 from tests.fault_servers import FaultServer
 from tests.test_webui import CHROMIUM, _dump_dom, _free_port, _get, _post, _wait_for
@@ -191,3 +191,77 @@ def test_a_bare_tokenizer_name_is_a_path_inside_the_profile_folder(tmp_path: Pat
     prof = write_profile(folder / "p.yaml", tokenizer=name)
     res = run_cli(["profiles", "validate", str(prof)], timeout=60)
     assert res.returncode == 2 and "leaves the profile's folder" in res.stdout + res.stderr
+
+
+SPACED_KEY = "sk-PART-4c0ffee-9d1e 5ec2e7-do-not-leak-77"  # a key with a space: servers echo what follows it
+
+
+def _fragments(key: str, n: int = 6) -> set[str]:
+    return {key[i : i + n] for i in range(len(key) - n + 1)}
+
+
+def test_redaction_covers_every_run_of_six_characters_of_the_key() -> None:
+    key = SPACED_KEY
+    text = f"part {key.split(' ')[1]!r}, fragment {key[3:16]}, tail {key[-6:]}, ok words stay"
+    clean = redact_echoes(text, (key,))
+    assert not [f for f in _fragments(key) if f in clean], clean
+    assert "ok words stay" in clean and clean.count(REDACTED) == 3
+    assert redact_echoes("sk-PAR", (key,)) == REDACTED and redact_echoes("sk-PA", (key,)) == "sk-PA"
+    install_redaction(key)  # as every run process does: snippets of server bytes are redacted, then cut
+    cut = snippet(b"x" * 150 + key[5:30].encode(), 160)
+    assert not [f for f in _fragments(key) if f in cut], cut
+
+
+def test_no_part_of_the_key_leaks_when_a_server_echoes_parts_of_it(tmp_path: Path) -> None:
+    """A 401 echoing what follows the key's space and 13 of its characters, and an answer echoing the whole
+    header: no 6 consecutive characters of the key in any file of the run folder, stdout or stderr."""
+    key_file = tmp_path / "key"
+    key_file.write_text(SPACED_KEY + "\n")
+    prof = write_profile(tmp_path / "p.yaml", load={"concurrency": 2}, duration_s=2)
+    out = tmp_path / "out"
+    with FaultServer(["ok", "auth_echo_part", "key_in_answer"]) as srv:
+        res = run_cli(
+            ["run", "--profile", str(prof), "--host", srv.base_url, "--api-key-file", str(key_file)]
+            + ["--out", str(out), "--capture", "50", "--slo", "error_rate=80%"]
+        )
+        seen = list(srv.authorization)
+    assert seen and all(a == f"Bearer {SPACED_KEY}" for a in seen)
+    records = read_lines([out / "records.jsonl"])
+    echoed = [r for r in records if r["status"] == 401]
+    assert echoed and all("token part" in r["error"] and REDACTED in r["error"] for r in echoed)
+    assert (out / "capture.jsonl").exists()
+    files = {p.name: p.read_text(errors="replace") for p in sorted(out.rglob("*")) if p.is_file()}
+    files["stdout+stderr"] = res.stdout + res.stderr
+    leaks = {(name, f) for name, text in files.items() for f in _fragments(SPACED_KEY) if f in text}
+    assert not leaks, sorted(leaks)[:5]
+
+
+@pytest.mark.parametrize(
+    ("source", "key", "kind"),
+    [("env", "sk-ключ-0123456789", "non-Latin-1"), ("file", "sk-abc\x07def-0123456789", "control")],
+)
+def test_a_key_that_cannot_be_sent_in_a_header_is_refused_at_start(
+    tmp_path: Path, source: str, key: str, kind: str
+) -> None:
+    """Exit 2 with one line naming where the key came from and the fix, before any request (the preflight
+    included), the key itself never printed."""
+    key_file = tmp_path / "key"
+    key_file.write_text(key)
+    env = dict(os.environ, LT_BAD_KEY=key)
+    how = ["--api-key-file", str(key_file)] if source == "file" else ["--api-key-env", "LT_BAD_KEY"]
+    prof = write_profile(tmp_path / "p.yaml", duration_s=1)
+    with FaultServer(["ok"]) as srv:
+        res = subprocess.run(
+            [*CLI, "run", "--profile", str(prof), "--host", srv.base_url, *how, "--out", str(tmp_path / "o")],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env,
+        )
+        connections = srv.connections
+    assert res.returncode == 2 and "Traceback" not in res.stdout + res.stderr
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and kind in lines[0] and "HTTP header" in lines[0], res.stderr
+    assert (str(key_file) if source == "file" else "LT_BAD_KEY") in lines[0]
+    assert not [f for f in _fragments(key) if f in res.stdout + res.stderr]
+    assert connections == 0  # refused before the preflight: not one connection to the endpoint

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from loadtest.client.http import is_media_type
 from loadtest.client.sse import parse_stream
 
 
@@ -195,3 +196,67 @@ def test_times_per_read_over_many_reads_of_one_event_each() -> None:
     events = [chunk(f" t{i}") for i in range(50)]
     r = parse_stream([*events, DONE], [10 * i for i in range(51)])
     assert r.chunk_ns == [10 * i for i in range(50)] and r.saw_done
+
+
+def test_an_empty_data_buffer_is_a_heartbeat_not_an_event() -> None:
+    """WHATWG: ``data:`` or ``data: `` alone before a blank line dispatches nothing (docs/sources.md §5)."""
+    body = [
+        chunk(" a"),
+        b"data:\n\n",
+        chunk(" b"),
+        b"data: \n\n",
+        b"data: \r\n\r\n",
+        chunk(finish="stop"),
+        DONE,
+    ]
+    r = parse_stream(body, [10, 20, 30, 40, 50, 60, 70])
+    assert r.malformed == 0 and r.events == 3 and not r.error
+    assert r.chunk_ns == [10, 30] and r.answer_text == " a b" and r.complete
+
+
+def test_a_cr_at_the_end_of_a_read_ends_its_line_at_that_read() -> None:
+    """CR-only endings: each event is timed at the read holding its terminating CRs, not the next read."""
+    cr = [c.replace(b"\n", b"\r") for c in (chunk(" a"), chunk(" b"), chunk(finish="stop"), DONE)]
+    r = parse_stream(cr, [10, 20, 30, 40])
+    assert r.chunk_ns == [10, 20] and r.first_token_ns == 10 and r.complete and r.saw_done
+
+
+def test_a_lf_opening_a_read_after_a_cr_is_the_second_half_of_a_crlf() -> None:
+    a, b = (c.replace(b"\n", b"\r\n") for c in (chunk(" a"), chunk(" b")))
+    # the first event's last CR ends one read, its LF opens the next read
+    r = parse_stream([a[:-1], a[-1:] + b, chunk(finish="stop") + DONE], [10, 20, 30])
+    assert r.chunk_ns == [10, 20] and r.answer_text == " a b" and r.malformed == 0
+
+
+def _tool_stream(*calls: object) -> list[bytes]:
+    return [chunk(tool_calls=[c]) for c in calls] + [chunk(finish="tool_calls"), DONE]
+
+
+def test_tool_call_arguments_as_an_object_are_read_and_noted_off_shape() -> None:
+    r = parse_stream(
+        _tool_stream({"index": 0, "function": {"name": "f", "arguments": {"city": "Paris"}}}), [1, 2, 3]
+    )
+    assert r.tool_text == '{"city":"Paris"}' and r.chunk_ns == [1]
+    assert r.off_shape.count == 1 and "arguments as a JSON object" in r.off_shape.describe()
+
+
+def test_tool_calls_that_are_not_objects_never_raise() -> None:
+    r = parse_stream(
+        _tool_stream({"index": 0, "function": "f"}, "a string", 7, {"function": {"arguments": "{}"}}),
+        [1, 2, 3, 4, 5, 6],
+    )
+    assert r.off_shape.count == 3 and r.tool_text == "{}"
+    assert "function that is a JSON string" in r.off_shape.first
+
+
+def test_a_delta_of_the_wrong_type_is_a_malformed_event() -> None:
+    bad = ev({"choices": [{"delta": "text", "finish_reason": None}]})
+    r = parse_stream([chunk(" a"), bad, chunk(finish="stop"), DONE], [1, 2, 3, 4])
+    assert r.malformed == 1 and r.answer_text == " a" and r.malformed_sample == bad[6:-2]
+
+
+def test_media_types_are_compared_case_insensitively_without_parameters() -> None:
+    assert is_media_type("Text/Event-Stream; charset=UTF-8", "text/event-stream")
+    assert is_media_type(" text/event-stream ", "text/event-stream")
+    assert not is_media_type("text/event-streams", "text/event-stream")
+    assert not is_media_type("application/json; x=text/event-stream", "text/event-stream")

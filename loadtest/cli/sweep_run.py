@@ -249,7 +249,9 @@ def _open_host(args: argparse.Namespace, profile: Profile) -> SweepEndpoint:
     from loadtest.client.secrets import KeySourceError, install_redaction, load_api_key
 
     try:
-        key = load_api_key(args.api_key_env, args.api_key_file) or os.environ.get("OPENAI_API_KEY")
+        key = load_api_key(args.api_key_env, args.api_key_file)
+        if key is None and os.environ.get("OPENAI_API_KEY", "").strip():
+            key = load_api_key("OPENAI_API_KEY", None)  # checked as the run's keys are
     except KeySourceError as e:
         raise UsageError(str(e)) from e
     install_redaction(key)

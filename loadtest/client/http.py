@@ -585,6 +585,12 @@ def decode_content(resp: Response) -> str:
     return ""
 
 
+def is_media_type(content_type: str, media_type: str) -> bool:
+    """Whether a Content-Type value names ``media_type`` (lowercase): compared case-insensitively, its
+    parameters (``; charset=utf-8``) left out (RFC 9110 §8.3.1, docs/sources.md §5)."""
+    return content_type.partition(";")[0].strip().lower() == media_type
+
+
 def build_request(endpoint: Endpoint, method: str, path: str, body: bytes, headers: dict[str, str]) -> bytes:
     """Serialize an HTTP/1.1 request."""
     lines = [f"{method} {path} HTTP/1.1", f"Host: {endpoint.host_header}"]

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from loadtest.client.sse import _BOM, _data_of, _normalize_newlines, split_events
+from loadtest.client.sse import event_payloads
 
 
 class Usage(msgspec.Struct, gc=False):
@@ -93,6 +93,7 @@ class MessagesStream:
     usage: Usage = field(default_factory=Usage)
     error: str = ""
     malformed: int = 0
+    malformed_sample: bytes = b""  # the first malformed event's data
     incomplete_tail: bool = False
 
     @property
@@ -102,22 +103,13 @@ class MessagesStream:
 
 
 def _payloads(res: MessagesStream, chunks: list[bytes], times: list[int]) -> tuple[list[bytes], list[int]]:
-    """Each event's data and the time of the read holding its last byte (one split, one searchsorted)."""
-    buf = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-    parts, ev_times, incomplete = split_events(chunks, times, buf)
+    """Each event's data and the time of the read holding its last byte; a proxy's OpenAI-style
+    ``[DONE]`` end marker is no event."""
+    payloads, payload_times, incomplete = event_payloads(chunks, times)
     res.incomplete_tail = res.incomplete_tail or incomplete
-    payloads: list[bytes] = []
-    payload_times: list[int] = []
-    for part, t in zip(parts, ev_times, strict=True):
-        # the common shape: "event: NAME\ndata: {...}"; anything else through the general field reader
-        nl = part.find(b"\n")
-        if part.startswith(b"event: ") and part.startswith(b"data: ", nl + 1) and b"\n" not in part[nl + 1 :]:
-            data: bytes | None = part[nl + 7 :]
-        else:
-            data = _data_of(part)
-        if data is not None and data != b"[DONE]":  # a proxy's OpenAI-style end marker: no event
-            payloads.append(data)
-            payload_times.append(t)
+    if b"[DONE]" in payloads:
+        keep = [i for i, p in enumerate(payloads) if p != b"[DONE]"]
+        payloads, payload_times = [payloads[i] for i in keep], [payload_times[i] for i in keep]
     return payloads, payload_times
 
 
@@ -134,6 +126,7 @@ def _decode(res: MessagesStream, payloads: list[bytes]) -> list[Event | None]:
         except (msgspec.DecodeError, msgspec.ValidationError):
             out.append(None)
             res.malformed += 1
+            res.malformed_sample = res.malformed_sample or p
     if res.incomplete_tail and out and out[-1] is None:
         res.malformed -= 1  # an event cut by the end of the stream is truncation, not a malformed server
     return out
@@ -163,10 +156,6 @@ def parse_messages_stream(chunks: list[bytes], times: list[int]) -> MessagesStre
     res = MessagesStream()
     if not chunks:
         return res
-    if chunks[0].startswith(_BOM):
-        chunks = [chunks[0][len(_BOM) :], *chunks[1:]]
-    if any(b"\r" in c for c in chunks):
-        chunks = _normalize_newlines(chunks)
     payloads, payload_times = _payloads(res, chunks, times)
     decoded = _decode(res, payloads) if payloads else []
     res.events = len(decoded)

@@ -10,10 +10,11 @@ from time import perf_counter_ns
 from typing import Any
 
 from loadtest.client.adapters import adapter_for, response_cap
-from loadtest.client.adapters.base import classify_http
+from loadtest.client.adapters.base import classify_http, done_time
 from loadtest.client.http import Connection, Endpoint, HttpFailure, Response, build_request
 from loadtest.client.record import RequestRecord, count_merged_gaps
 from loadtest.client.secrets import redact_echoes
+from loadtest.client.unreadable import mark_unreadable
 from loadtest.tokens.tokenizer import Tokenizer
 
 # Every request carries a fresh UUID here (servers such as llama.cpp's reject any other form); the record
@@ -150,7 +151,11 @@ class OpenAIClient:
         rec.sent_ns = sent[0]
         rec.headers_ns = resp.headers_ns
         rec.http_status = resp.status
-        self._classify(rec, req, resp)
+        try:
+            self._classify(rec, req, resp)
+        except Exception as e:  # noqa: BLE001 - whatever a server sent, its request gets an endpoint outcome
+            rec.done_ns = rec.done_ns or done_time(resp)
+            mark_unreadable(rec, e, resp.body, self._secrets)
         if rec.error:
             rec.error = redact_echoes(rec.error, self._secrets)  # a server that echoes a key back
         return rec

@@ -71,7 +71,7 @@ def served_models(
     try:
         obj = json.loads(body)
         return [_served(m) for m in obj["data"]]
-    except (ValueError, KeyError, TypeError) as e:
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:
         raise EndpointError(
             f"{url} is not an OpenAI-compatible endpoint (expected a JSON model list, got "
             f"{ctype or 'no content-type'}); if the server has no model list, pass --endpoint-check none "

@@ -64,7 +64,7 @@ def _tool_calls_parse(text: str) -> bool:
             return False
         try:
             _decoder.decode(rest[:end].encode())
-        except msgspec.DecodeError:
+        except (msgspec.DecodeError, UnicodeEncodeError):
             return False
         rest = rest[end:].lstrip()
     return True

@@ -5,10 +5,14 @@ from __future__ import annotations
 import logging
 import os
 import re
+from functools import lru_cache
 from pathlib import Path
 
 REDACTED = "***"
 _MIN_REDACT_LEN = 4  # shorter "keys" would blank out ordinary words
+# Any run of this many consecutive characters of a key is redacted wherever it appears (a server that
+# echoes part of it, e.g. what follows a space); shorter keys are redacted whole only.
+FRAGMENT_LEN = 6
 
 
 class KeySourceError(ValueError):
@@ -27,7 +31,27 @@ def read_key_file(path: str) -> str:
         raise KeySourceError(f"--api-key-file {path}: the file is empty")
     if "\n" in key:
         raise KeySourceError(f"--api-key-file {path}: the file must hold the key alone on one line")
+    check_sendable(key, f"--api-key-file {path}")
     return key
+
+
+def check_sendable(key: str, where: str) -> None:
+    """KeySourceError (naming ``where`` the key came from, never the key) unless the key can be sent in an
+    HTTP header: Latin-1 characters only (RFC 9110 field values), no control character."""
+    for i, ch in enumerate(key, 1):
+        code = ord(ch)
+        kind = (
+            "a non-Latin-1 character"
+            if code > 0xFF
+            else "a control character"
+            if code < 32 or code == 127
+            else ""
+        )
+        if kind:
+            raise KeySourceError(
+                f"{where}: the key holds {kind} (character {i}), which cannot be sent in an HTTP header; "
+                "set it to the key exactly as issued (look for a pasted quote, accent, tab or line break)"
+            )
 
 
 def load_api_key(env_name: str | None, file_path: str | None) -> str | None:
@@ -38,16 +62,48 @@ def load_api_key(env_name: str | None, file_path: str | None) -> str | None:
         key = os.environ.get(env_name, "").strip()
         if not key:
             raise KeySourceError(f"the API key variable {env_name} is not set or empty on this host")
+        check_sendable(key, f"the API key variable {env_name}")
         return key
     return None
 
 
 def redact(text: str, secrets: tuple[str, ...]) -> str:
-    """``text`` with every secret (and its Bearer form) replaced by ***."""
+    """``text`` with every secret replaced by ***, and every run of FRAGMENT_LEN or more consecutive
+    characters of one (a part of it a server echoed) too."""
     for s in secrets:
-        if s and s in text:
-            text = text.replace(s, REDACTED)
+        if not s:
+            continue
+        fragments = _fragments(s)
+        if fragments is None:
+            if s in text:
+                text = text.replace(s, REDACTED)
+            continue
+        if fragments.search(text) is None:
+            continue
+        spans: list[list[int]] = []
+        for m in fragments.finditer(text):
+            start = m.start()
+            if spans and start <= spans[-1][1]:
+                spans[-1][1] = start + FRAGMENT_LEN
+            else:
+                spans.append([start, start + FRAGMENT_LEN])
+        parts, at = [], 0
+        for start, end in spans:
+            parts += [text[at:start], REDACTED]
+            at = end
+        parts.append(text[at:])
+        text = "".join(parts)
     return text
+
+
+@lru_cache(maxsize=32)
+def _fragments(secret: str) -> re.Pattern[str] | None:
+    """One pattern finding, at every position, whether a FRAGMENT_LEN-character part of ``secret`` starts
+    there (a lookahead, so overlapping parts are all found); built once per secret. None: too short."""
+    if len(secret) < FRAGMENT_LEN:
+        return None
+    parts = sorted({secret[i : i + FRAGMENT_LEN] for i in range(len(secret) - FRAGMENT_LEN + 1)})
+    return re.compile("(?=(?:" + "|".join(map(re.escape, parts)) + "))")
 
 
 # Credentials a server may echo that this process was not told about: a bearer token, an OpenAI-style key.

@@ -9,16 +9,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import msgspec
 import numpy as np
+
+from loadtest.client.secrets import snippet
 
 
 class _Delta(msgspec.Struct, gc=False):
     content: str | None = None
     reasoning_content: str | None = None
     reasoning: str | None = None
-    tool_calls: list[dict] | None = None
+    tool_calls: list[Any] | None = None  # read item by item (read_tool_call): servers vary its shape
 
 
 class _Choice(msgspec.Struct, gc=False):
@@ -41,8 +44,31 @@ class _Chunk(msgspec.Struct, gc=False):
     message: str | None = None  # vLLM-style {"object": "error", "message": ...}
 
 
+_BOM = b"\xef\xbb\xbf"
+_json = msgspec.json.Encoder()
 _bulk_decoder = msgspec.json.Decoder(list[_Chunk])
 _one_decoder = msgspec.json.Decoder(_Chunk)
+
+
+@dataclass(slots=True)
+class OffShape:
+    """Answers a parser read although they are off the API's documented shape (a tool call's
+    ``arguments`` as a JSON object, ``function`` as a string, a tool call that is not an object): how
+    many, and the first kind seen. Any of them makes the request a ``protocol_error``."""
+
+    count: int = 0
+    first: str = ""
+    sample: bytes = b""  # the first such value, as JSON
+
+    def add(self, what: str, value: Any) -> None:
+        self.count += 1
+        if not self.first:
+            self.first, self.sample = what, _json.encode(value)
+
+    def describe(self) -> str:
+        """One sentence for the record's error, with the value that was off (redacted, bounded)."""
+        more = f" ({self.count} times)" if self.count > 1 else ""
+        return f"answer off the API's shape: {self.first}{more}: {snippet(self.sample, 120)}"
 
 
 @dataclass(slots=True)
@@ -61,7 +87,9 @@ class StreamResult:
     usage: _Usage | None = None
     error: str = ""
     malformed: int = 0
+    malformed_sample: bytes = b""  # the first malformed event's data
     incomplete_tail: bool = False
+    off_shape: OffShape = field(default_factory=OffShape)
 
     @property
     def complete(self) -> bool:
@@ -69,25 +97,25 @@ class StreamResult:
         return self.saw_done or self.finish_reason is not None
 
 
-def _normalize_newlines(chunks: list[bytes]) -> list[bytes]:
-    """CRLF or CR line endings to LF, per read, keeping a CR split across reads together."""
+def normalize_newlines(chunks: list[bytes]) -> list[bytes]:
+    """CRLF, CR or LF line endings (WHATWG HTML §9.2.6, docs/sources.md §5) to LF, per read. A line ends
+    at the read holding its CR: a LF opening the next read right after that CR is the second half of a
+    CRLF and is dropped (the read may become empty; it keeps its place and time)."""
     out: list[bytes] = []
-    carry = b""
+    after_cr = False
     for c in chunks:
-        s = carry + c
-        carry = b""
-        if s.endswith(b"\r"):
-            carry, s = b"\r", s[:-1]
-        out.append(s.replace(b"\r\n", b"\n").replace(b"\r", b"\n"))
-    if carry:
-        out[-1] += b"\n"
+        if after_cr and c.startswith(b"\n"):
+            c = c[1:]
+        after_cr = c.endswith(b"\r")
+        out.append(c.replace(b"\r\n", b"\n").replace(b"\r", b"\n"))
     return out
 
 
-def _data_of(event: bytes) -> bytes | None:
-    """The data field of one SSE event (None for comments and events without data)."""
+def data_of(event: bytes) -> bytes | None:
+    """The data of one SSE event; None for comments, events without data and an empty data buffer,
+    which WHATWG dispatches nothing for (a ``data:`` heartbeat)."""
     if event.startswith(b"data: ") and b"\n" not in event:
-        return event[6:]
+        return _dispatched(event[6:])
     data: list[bytes] = []
     for line in event.split(b"\n"):
         if not line or line.startswith(b":"):
@@ -95,7 +123,40 @@ def _data_of(event: bytes) -> bytes | None:
         name, _, value = line.partition(b":")
         if name == b"data":
             data.append(value[1:] if value.startswith(b" ") else value)
-    return b"\n".join(data) if data else None
+    return _dispatched(b"\n".join(data))
+
+
+def _dispatched(data: bytes) -> bytes | None:
+    """An event's data, or None when it holds nothing (WHATWG: an empty data buffer dispatches nothing;
+    blanks are read the same way, as no JSON could be in them)."""
+    return data if data and not data.isspace() else None
+
+
+def event_payloads(chunks: list[bytes], times: list[int]) -> tuple[list[bytes], list[int], bool]:
+    """Each dispatched event's data and the time of the read holding its last byte, and whether bytes
+    after the last blank line were kept as an event that never ended: for any SSE body (a leading
+    byte-order mark, CR/CRLF endings, ``event:`` lines, comments, multi-line data). ``[DONE]`` is kept."""
+    if not chunks:
+        return [], [], False
+    if chunks[0].startswith(_BOM):  # WHATWG: one leading byte-order mark is not part of the stream
+        chunks = [chunks[0][len(_BOM) :], *chunks[1:]]
+    if any(b"\r" in c for c in chunks):
+        chunks = normalize_newlines(chunks)
+    buf = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    parts, ev_times, incomplete = split_events(chunks, times, buf)
+    payloads: list[bytes] = []
+    payload_times: list[int] = []
+    for part, t in zip(parts, ev_times, strict=True):
+        # the typed-event shape, "event: NAME\ndata: {...}", without the general field reader
+        nl = part.find(b"\n")
+        if part.startswith(b"event: ") and part.startswith(b"data: ", nl + 1) and b"\n" not in part[nl + 1 :]:
+            data: bytes | None = _dispatched(part[nl + 7 :])
+        else:
+            data = data_of(part)
+        if data is not None:
+            payloads.append(data)
+            payload_times.append(t)
+    return payloads, payload_times, incomplete
 
 
 def split_events(chunks: list[bytes], times: list[int], buf: bytes) -> tuple[list[bytes], list[int], bool]:
@@ -123,7 +184,7 @@ def _general_split(
     payloads: list[bytes] = []
     payload_times: list[int] = []
     for part, t in zip(parts, ev_times, strict=True):
-        data = _data_of(part)
+        data = data_of(part)
         if data is None:
             continue
         if data == b"[DONE]":
@@ -143,6 +204,7 @@ def _general_split(
             except (msgspec.DecodeError, msgspec.ValidationError):
                 decoded.append(None)
                 res.malformed += 1
+                res.malformed_sample = res.malformed_sample or p
         if res.incomplete_tail and decoded[-1] is None:
             # A JSON event cut by the end of the stream is truncation, not a malformed server.
             res.malformed -= 1
@@ -150,7 +212,6 @@ def _general_split(
 
 
 _DONE_EVENT = b"data: [DONE]\n\n"
-_BOM = b"\xef\xbb\xbf"
 _PREFIX = b"data: "
 _PREFIX_SPAN = np.arange(len(_PREFIX), dtype=np.int64)
 _SPACE = 32  # a prefix is blanked to spaces: same length, so byte offsets do not move
@@ -196,6 +257,8 @@ def _fast_split(joined: list[bytes]) -> tuple[list[_Chunk], np.ndarray, bool] | 
         decoded = _one_decoder.decode_lines(blanked)
     except (msgspec.DecodeError, msgspec.ValidationError):
         return None  # bad JSON: let the general path say which
+    if len(decoded) != n_events:
+        return None  # an empty data line (a heartbeat) decodes to nothing: the general path skips it
     return decoded, ends, saw_done
 
 
@@ -208,7 +271,7 @@ def parse_stream(chunks: list[bytes], times: list[int]) -> StreamResult:
         chunks = [chunks[0][len(_BOM) :], *chunks[1:]]
     buf = chunks[0] if len(chunks) == 1 else b"".join(chunks)
     if b"\r" in buf:
-        chunks = _normalize_newlines(chunks)
+        chunks = normalize_newlines(chunks)
         buf = chunks[0] if len(chunks) == 1 else b"".join(chunks)
     decoded: Sequence[_Chunk | None]  # the general path leaves None for a payload that is not JSON
     joined = [buf]
@@ -250,7 +313,7 @@ def parse_stream(chunks: list[bytes], times: list[int]) -> StreamResult:
                         if not first_answer:
                             first_answer = t
                     if d.reasoning_content or d.reasoning or d.tool_calls:
-                        token = _reasoning_and_tools(d, reasoning, tools) or token
+                        token = _reasoning_and_tools(d, reasoning, tools, res.off_shape) or token
                 elif c.text:
                     add_answer(c.text)
                     token = True
@@ -264,8 +327,8 @@ def parse_stream(chunks: list[bytes], times: list[int]) -> StreamResult:
             res.usage = ch.usage
         if ch.error is not None or (ch.message is not None and choices is None):
             err = ch.error
-            msg = err.get("message", str(err)) if isinstance(err, dict) else str(err or ch.message or "")
-            res.error = res.error or (msg or "error frame")
+            msg = err.get("message") or err if isinstance(err, dict) else err or ch.message or ""
+            res.error = res.error or (str(msg) or "error frame")
     if res.chunk_ns:
         res.first_token_ns = res.chunk_ns[0]
     res.first_answer_ns = first_answer
@@ -275,7 +338,7 @@ def parse_stream(chunks: list[bytes], times: list[int]) -> StreamResult:
     return res
 
 
-def _reasoning_and_tools(d: _Delta, reasoning: list[str], tools: list[str]) -> bool:
+def _reasoning_and_tools(d: _Delta, reasoning: list[str], tools: list[str], off: OffShape) -> bool:
     """Collect reasoning text and tool-call fragments of one delta; True if any was non-empty."""
     token = False
     r = d.reasoning_content or d.reasoning
@@ -283,10 +346,45 @@ def _reasoning_and_tools(d: _Delta, reasoning: list[str], tools: list[str]) -> b
         reasoning.append(r)
         token = True
     for tc in d.tool_calls or ():
-        fn = tc.get("function") or {}
-        args = fn.get("arguments") or ""
+        args, carried = read_tool_call(tc, off)
         if args:
             tools.append(args)  # output tokens are the arguments; the name is a header, like the role
-        if args or fn.get("name"):
-            token = True  # the call's first fragment is the first token the client sees
+        token = token or carried  # the call's first fragment is the first token the client sees
     return token
+
+
+def read_tool_call(tc: Any, off: OffShape) -> tuple[str, bool]:
+    """A tool call's (or a streamed fragment's) arguments text, and whether it carried a name or arguments.
+
+    ``arguments`` is a string (OpenAI's chat API); sent as JSON of another type (llama.cpp and TGI
+    have sent an object) it is read as its JSON text and noted in ``off``, as are a ``function`` that
+    is not an object and a tool call that is not an object."""
+    if not isinstance(tc, dict):
+        off.add(f"a tool call that is a JSON {_json_type(tc)}, not an object", tc)
+        return "", False
+    fn = tc.get("function")
+    if fn is None:
+        return "", False
+    if not isinstance(fn, dict):
+        off.add(f"a tool call's function that is a JSON {_json_type(fn)}, not an object", fn)
+        return "", bool(fn)
+    args = fn.get("arguments")
+    if args is None or isinstance(args, str):
+        text = args or ""
+    else:
+        off.add(f"tool call arguments as a JSON {_json_type(args)}, not a string", args)
+        text = _json.encode(args).decode()
+    return text, bool(text or fn.get("name"))
+
+
+def _json_type(value: Any) -> str:
+    """The JSON type name of a decoded value."""
+    if isinstance(value, dict):
+        return "object"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, bool):
+        return "boolean"
+    return "null" if value is None else "number"

@@ -14,6 +14,7 @@ from locust.exception import StopUser
 
 from loadtest.client.openai import OpenAIClient, PreparedRequest
 from loadtest.client.record import RequestRecord
+from loadtest.client.unreadable import mark_unreadable
 from loadtest.locust.context import RunContext
 from loadtest.schedule.arrivals import split
 from loadtest.workload.builder import Step, Unit, Workload
@@ -51,12 +52,18 @@ def send_and_account(
             rec.outcome, rec.error = "cancelled", "stopped by the generator before the response ended"
         client.close()
         raise
+    except Exception as e:  # noqa: BLE001 - the last guard: only the generator's own stop is "cancelled"
+        mark_unreadable(rec, e, None)  # the process's key is redacted (install_redaction)
+        client.close()  # the connection's state is unknown
     finally:
         ctx.in_flight -= 1
         if not rec.scheduled_ns:  # killed before send() filled anything in
             rec.scheduled_ns, rec.scheduled_epoch = sched_ns, sched_epoch
             rec.scenario, rec.api = req.scenario, req.api
-        ctx.judge_answer(rec, req)
+        try:
+            ctx.judge_answer(rec, req)
+        except Exception as e:  # noqa: BLE001 - an answer the checks cannot read is not a readable answer
+            mark_unreadable(rec, e, rec.answer_text.encode("utf-8", "replace"))
         ctx.finish(rec)
     return rec
 

@@ -104,6 +104,30 @@ def keep_answer(client: OpenAIClient, rec: RequestRecord, answer: str, tools: st
     rec.completion_tokens_client = client.tokenizer.count(answer + tools) + rec.reasoning_tokens_client
 
 
+def obj_at(obj: Any, key: str) -> dict[str, Any]:
+    """``obj[key]`` when both are JSON objects, else an empty one: a reader never trips on a server's types."""
+    value = obj.get(key) if isinstance(obj, dict) else None
+    return value if isinstance(value, dict) else {}
+
+
+def list_at(obj: Any, key: str) -> list[Any]:
+    """``obj[key]`` when it is a JSON array (and ``obj`` an object), else an empty list."""
+    value = obj.get(key) if isinstance(obj, dict) else None
+    return value if isinstance(value, list) else []
+
+
+def text_at(obj: Any, key: str) -> str:
+    """``obj[key]`` when it is a string (and ``obj`` an object), else an empty string."""
+    value = obj.get(key) if isinstance(obj, dict) else None
+    return value if isinstance(value, str) else ""
+
+
+def count_at(obj: Any, key: str) -> int | None:
+    """``obj[key]`` when it is a count (a non-negative integer; a usage field), else None."""
+    value = obj.get(key) if isinstance(obj, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
 def done_time(resp: Response) -> int:
     """When the answer ended: the last read, else the headers."""
     return resp.times[-1] if resp.times else resp.headers_ns

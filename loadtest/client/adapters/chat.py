@@ -9,16 +9,20 @@ import msgspec
 
 from loadtest.client.adapters.base import (
     RoutedAdapter,
+    count_at,
     done_time,
     is_context_length_error,
     json_decoder,
     json_encoder,
     keep_answer,
+    list_at,
+    obj_at,
     openai_body,
+    text_at,
 )
-from loadtest.client.http import Response
+from loadtest.client.http import Response, is_media_type
 from loadtest.client.secrets import snippet
-from loadtest.client.sse import parse_stream
+from loadtest.client.sse import OffShape, parse_stream, read_tool_call
 
 if TYPE_CHECKING:
     from loadtest.client.openai import OpenAIClient, PreparedRequest
@@ -49,7 +53,7 @@ class ChatAdapter(RoutedAdapter):
 
 def classify_choices_stream(client: OpenAIClient, rec: RequestRecord, resp: Response) -> None:
     """A streamed answer of the ``choices`` shape: SSE chunks, a finish reason, [DONE], usage."""
-    if "text/event-stream" not in resp.content_type:
+    if not is_media_type(resp.content_type, "text/event-stream"):
         rec.outcome = "protocol_error"
         ct = resp.content_type or "none"
         rec.error = f"expected an SSE stream (text/event-stream), got content-type {ct}: {snippet(resp.body)}"
@@ -66,13 +70,16 @@ def classify_choices_stream(client: OpenAIClient, rec: RequestRecord, resp: Resp
         rec.prompt_tokens_server = u.prompt_tokens
         rec.completion_tokens_server = u.completion_tokens
         if u.prompt_tokens_details:
-            rec.cached_tokens_server = u.prompt_tokens_details.get("cached_tokens")
+            rec.cached_tokens_server = count_at(u.prompt_tokens_details, "cached_tokens")
         if u.completion_tokens_details:
-            rec.reasoning_tokens_server = u.completion_tokens_details.get("reasoning_tokens")
+            rec.reasoning_tokens_server = count_at(u.completion_tokens_details, "reasoning_tokens")
     if s.error:
         rec.outcome, rec.error = "stream_error", f"error frame: {s.error}"
     elif s.malformed:
-        rec.outcome, rec.error = "stream_error", f"{s.malformed} malformed event(s) in the stream"
+        bad = snippet(s.malformed_sample, 120)
+        rec.outcome, rec.error = "stream_error", f"{s.malformed} malformed event(s) in the stream: {bad}"
+    elif s.off_shape.count:
+        rec.outcome, rec.error = "protocol_error", s.off_shape.describe()
     elif resp.broken and not s.complete:
         rec.outcome, rec.error = resp.broken_outcome, resp.broken
     elif not s.complete:
@@ -98,35 +105,31 @@ def classify_choices_object(client: OpenAIClient, rec: RequestRecord, resp: Resp
     except msgspec.DecodeError:
         rec.outcome, rec.error = "protocol_error", f"response is not JSON: {snippet(resp.body)}"
         return
-    if not isinstance(obj, dict) or "choices" not in obj:
-        rec.outcome = "protocol_error" if not (isinstance(obj, dict) and "error" in obj) else "stream_error"
+    if not isinstance(obj, dict) or not isinstance(obj.get("choices"), list):
+        rec.outcome = "stream_error" if isinstance(obj, dict) and "error" in obj else "protocol_error"
         rec.error = f"not an OpenAI completion object: {snippet(resp.body)}"
         return
     text, reasoning, tools = "", "", ""
-    for c in obj.get("choices") or []:
-        msg = c.get("message") or {}
-        text += (msg.get("content") or "") + (c.get("text") or "")
-        reasoning += msg.get("reasoning_content") or msg.get("reasoning") or ""
-        tools += "".join(_tool_arguments(call) for call in msg.get("tool_calls") or [])
-        rec.finish_reason = c.get("finish_reason") or rec.finish_reason
+    off = OffShape()
+    for c in obj["choices"]:
+        msg = obj_at(c, "message")
+        text += text_at(msg, "content") + text_at(c, "text")
+        reasoning += text_at(msg, "reasoning_content") or text_at(msg, "reasoning")
+        tools += "".join(read_tool_call(call, off)[0] for call in list_at(msg, "tool_calls"))
+        rec.finish_reason = text_at(c, "finish_reason") or rec.finish_reason
     rec.first_token_ns = rec.done_ns
     rec.first_answer_ns = rec.done_ns
     keep_answer(client, rec, text, tools, reasoning)
-    usage = obj.get("usage") or {}
-    rec.prompt_tokens_server = usage.get("prompt_tokens")
-    rec.completion_tokens_server = usage.get("completion_tokens")
-    rec.cached_tokens_server = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
-    rec.reasoning_tokens_server = (usage.get("completion_tokens_details") or {}).get("reasoning_tokens")
-    if not rec.mark_empty(bool(text or reasoning or tools) or _has_tool_call(obj), "answer"):
+    usage = obj_at(obj, "usage")
+    rec.prompt_tokens_server = count_at(usage, "prompt_tokens")
+    rec.completion_tokens_server = count_at(usage, "completion_tokens")
+    rec.cached_tokens_server = count_at(obj_at(usage, "prompt_tokens_details"), "cached_tokens")
+    rec.reasoning_tokens_server = count_at(obj_at(usage, "completion_tokens_details"), "reasoning_tokens")
+    if off.count:
+        rec.outcome, rec.error = "protocol_error", off.describe()
+    elif not rec.mark_empty(bool(text or reasoning or tools) or _has_tool_call(obj), "answer"):
         rec.outcome = "ok"
 
 
-def _tool_arguments(call: Any) -> str:
-    """A whole answer's tool call as the stream would have given it: its function's arguments text."""
-    fn = call.get("function") if isinstance(call, dict) else None
-    args = fn.get("arguments") if isinstance(fn, dict) else None
-    return args if isinstance(args, str) else json_encoder.encode(args).decode() if args is not None else ""
-
-
 def _has_tool_call(obj: dict[str, Any]) -> bool:
-    return any((c.get("message") or {}).get("tool_calls") for c in obj.get("choices") or [])
+    return any(list_at(obj_at(c, "message"), "tool_calls") for c in list_at(obj, "choices"))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from loadtest.client.adapters.base import JsonAdapter, done_time, json_object
+from loadtest.client.adapters.base import JsonAdapter, count_at, done_time, json_object, obj_at
 from loadtest.client.http import Response
 from loadtest.client.secrets import snippet
 
@@ -41,7 +41,6 @@ class EmbeddingsAdapter(JsonAdapter):
                 f"{len(data)} embedding(s) returned for {n_in} input(s)",
             )
             return
-        usage = obj.get("usage") or {}
-        rec.prompt_tokens_server = usage.get("prompt_tokens")
+        rec.prompt_tokens_server = count_at(obj_at(obj, "usage"), "prompt_tokens")
         rec.finish_reason = "stop"
         rec.outcome = "ok"

@@ -13,7 +13,7 @@ from loadtest.client.adapters.base import (
     json_encoder,
     keep_answer,
 )
-from loadtest.client.http import Response
+from loadtest.client.http import Response, is_media_type
 from loadtest.client.messages_sse import (
     Message,
     MessagesStream,
@@ -93,7 +93,7 @@ def _whole(client: OpenAIClient, rec: RequestRecord, resp: Response) -> None:
 
 
 def _stream(client: OpenAIClient, rec: RequestRecord, resp: Response) -> None:
-    if "text/event-stream" not in resp.content_type:
+    if not is_media_type(resp.content_type, "text/event-stream"):
         rec.outcome = "protocol_error"
         ct = resp.content_type or "none"
         rec.error = f"expected an SSE stream (text/event-stream), got content-type {ct}: {snippet(resp.body)}"
@@ -114,7 +114,8 @@ def _stream_outcome(rec: RequestRecord, resp: Response, s: MessagesStream) -> No
         if is_context_length_error(s.error):
             rec.outcome = "context_length"
     elif s.malformed:
-        rec.outcome, rec.error = "stream_error", f"{s.malformed} malformed event(s) in the stream"
+        bad = snippet(s.malformed_sample, 120)
+        rec.outcome, rec.error = "stream_error", f"{s.malformed} malformed event(s) in the stream: {bad}"
     elif resp.broken and not s.complete:
         rec.outcome, rec.error = resp.broken_outcome, resp.broken
     elif not s.complete:

@@ -9,13 +9,18 @@ import msgspec
 
 from loadtest.client.adapters.base import (
     RoutedAdapter,
+    count_at,
     done_time,
     json_decoder,
     json_object,
     keep_answer,
+    list_at,
+    obj_at,
+    text_at,
 )
-from loadtest.client.http import Response
+from loadtest.client.http import Response, is_media_type
 from loadtest.client.secrets import snippet
+from loadtest.client.sse import OffShape, event_payloads, read_tool_call
 
 if TYPE_CHECKING:
     from loadtest.client.openai import OpenAIClient, PreparedRequest
@@ -39,15 +44,15 @@ class ResponsesAdapter(RoutedAdapter):
 def _usage(rec: RequestRecord, usage: Any) -> None:
     if not isinstance(usage, dict):
         return
-    rec.prompt_tokens_server = usage.get("input_tokens")
-    rec.completion_tokens_server = usage.get("output_tokens")
-    rec.cached_tokens_server = (usage.get("input_tokens_details") or {}).get("cached_tokens")
-    rec.reasoning_tokens_server = (usage.get("output_tokens_details") or {}).get("reasoning_tokens")
+    rec.prompt_tokens_server = count_at(usage, "input_tokens")
+    rec.completion_tokens_server = count_at(usage, "output_tokens")
+    rec.cached_tokens_server = count_at(obj_at(usage, "input_tokens_details"), "cached_tokens")
+    rec.reasoning_tokens_server = count_at(obj_at(usage, "output_tokens_details"), "reasoning_tokens")
 
 
 def _finish_reason(response: dict[str, Any]) -> str:
     if response.get("status") == "incomplete":
-        why = (response.get("incomplete_details") or {}).get("reason")
+        why = obj_at(response, "incomplete_details").get("reason")
         return "length" if why == "max_output_tokens" else str(why or "incomplete")
     return "stop"
 
@@ -59,67 +64,59 @@ def _whole(client: OpenAIClient, rec: RequestRecord, resp: Response) -> None:
     if obj.get("object") != "response" or not isinstance(obj.get("output"), list):
         rec.outcome, rec.error = "protocol_error", f"not a Responses API object: {snippet(resp.body)}"
         return
-    answer, reasoning = _output_texts(obj["output"])
+    off = OffShape()
+    answer, reasoning = _output_texts(obj["output"], off)
     keep_answer(client, rec, answer, "", reasoning)
     rec.first_token_ns = rec.first_answer_ns = rec.done_ns
     rec.finish_reason = _finish_reason(obj)
     _usage(rec, obj.get("usage"))
-    if obj.get("status") not in ("completed", "incomplete"):
+    if off.count:
+        rec.outcome, rec.error = "protocol_error", off.describe()
+    elif obj.get("status") not in ("completed", "incomplete"):
         rec.outcome, rec.error = "stream_error", f"response status {obj.get('status')!r}"
     elif not rec.mark_empty(bool(answer or reasoning), "response"):
         rec.outcome = "ok"
 
 
-def _output_texts(output: list[Any]) -> tuple[str, str]:
-    """(answer text, reasoning text) of a response's output items."""
-    answer, reasoning = [], []
+def _output_texts(output: list[Any], off: OffShape) -> tuple[str, str]:
+    """(answer text, reasoning text) of a response's output items; a function call's arguments are read
+    as chat's tool calls are (``read_tool_call``: a string, else its JSON text noted in ``off``)."""
+    answer: list[str] = []
+    reasoning: list[str] = []
     for item in output:
         if not isinstance(item, dict):
             continue
         if item.get("type") == "message":
-            answer += [c.get("text") or "" for c in item.get("content") or [] if isinstance(c, dict)]
+            answer += [text_at(c, "text") for c in list_at(item, "content")]
         elif item.get("type") == "reasoning":
-            parts = (item.get("content") or []) + (item.get("summary") or [])
-            reasoning += [c.get("text") or "" for c in parts if isinstance(c, dict)]
+            parts = list_at(item, "content") + list_at(item, "summary")
+            reasoning += [text_at(c, "text") for c in parts]
         elif item.get("type") == "function_call":
-            answer.append(str(item.get("arguments") or ""))
+            answer.append(read_tool_call({"function": item}, off)[0])
     return "".join(answer), "".join(reasoning)
 
 
 @dataclass(slots=True)
 class Events:
-    """A Responses API stream: each event's decoded data and the time of the read that completed it."""
+    """A Responses API stream: each event's decoded data (None: not a JSON object) and the time of the
+    read that completed it."""
 
     items: list[tuple[dict[str, Any] | None, int]] = field(default_factory=list)
     tail: bool = False  # bytes after the last blank line: an event that never ended
+    bad: bytes = b""  # the first event that is not a JSON object
 
 
 def split_events(chunks: list[bytes], times: list[int]) -> Events:
-    out = Events()
-    buf = b"".join(chunks).replace(b"\r\n", b"\n")
-    ends: list[int] = []
-    total = 0
-    for c in chunks:
-        total += len(c.replace(b"\r\n", b"\n"))
-        ends.append(total)
-    pos, k = 0, 0
-    while True:
-        j = buf.find(b"\n\n", pos)
-        if j < 0:
-            out.tail = bool(buf[pos:].strip())
-            break
-        event = buf[pos:j]
-        pos = j + 2
-        while k < len(ends) - 1 and ends[k] < pos:
-            k += 1
-        data = [ln[5:].lstrip(b" ") for ln in event.split(b"\n") if ln.startswith(b"data:")]
-        if not data:
-            continue
+    payloads, payload_times, tail = event_payloads(chunks, times)
+    out = Events(tail=tail)
+    for data, t in zip(payloads, payload_times, strict=True):
         try:
-            obj = json_decoder.decode(b"\n".join(data))
+            obj = json_decoder.decode(data)
         except msgspec.DecodeError:
             obj = None
-        out.items.append((obj if isinstance(obj, dict) or obj is None else None, times[k] if times else 0))
+        if not isinstance(obj, dict):
+            obj, out.bad = None, out.bad or data
+        out.items.append((obj, t))
     return out
 
 
@@ -132,7 +129,7 @@ _REASONING_DELTAS = (
 
 
 def _stream(client: OpenAIClient, rec: RequestRecord, resp: Response) -> None:
-    if "text/event-stream" not in resp.content_type:
+    if not is_media_type(resp.content_type, "text/event-stream"):
         rec.outcome = "protocol_error"
         rec.error = (
             f"expected an SSE stream (text/event-stream), got content-type {resp.content_type or 'none'}"
@@ -159,9 +156,9 @@ def _stream(client: OpenAIClient, rec: RequestRecord, resp: Response) -> None:
             else:
                 reasoning.append(delta)
         elif kind in ("response.completed", "response.incomplete"):
-            complete = obj.get("response") or {}
+            complete = obj_at(obj, "response")
         elif kind in ("error", "response.failed"):
-            err = obj.get("message") or ((obj.get("response") or {}).get("error") or {}).get("message")
+            err = obj.get("message") or obj_at(obj_at(obj, "response"), "error").get("message")
             error = str(err or kind)
     keep_answer(client, rec, "".join(answer), "", "".join(reasoning))
     if complete is not None:
@@ -170,7 +167,8 @@ def _stream(client: OpenAIClient, rec: RequestRecord, resp: Response) -> None:
     if error:
         rec.outcome, rec.error = "stream_error", f"error event: {error}"
     elif malformed and not (ev.tail and malformed == 1 and ev.items[-1][0] is None):
-        rec.outcome, rec.error = "stream_error", f"{malformed} malformed event(s) in the stream"
+        bad = snippet(ev.bad, 120)
+        rec.outcome, rec.error = "stream_error", f"{malformed} malformed event(s) in the stream: {bad}"
     elif resp.broken and complete is None:
         rec.outcome, rec.error = resp.broken_outcome, resp.broken
     elif complete is None:
