@@ -185,18 +185,7 @@ def table_rows(st: dict[str, Any]) -> list[dict[str, Any]]:
     for label, sc in scopes:
         if sc is None:
             continue
-        for key, title in LATENCIES:
-            lat = sc["latency_ms"][key]
-            rows.append(
-                {
-                    "section": label,
-                    "metric": f"{title} ms",
-                    "p50": fmt_ms(lat["p50"]),
-                    "p90": fmt_ms(lat["p90"]),
-                    "p99": fmt_ms(lat["p99"]),
-                    "value": f"{fmt_int(lat['count'])} {'gaps' if key == 'itl' else 'requests'}",
-                }
-            )
+        rows += _latency_rows(label, sc["latency_ms"])
         r = sc["requests"]
         rows.append(
             {
@@ -245,14 +234,11 @@ def table_rows(st: dict[str, Any]) -> list[dict[str, Any]]:
     return [{"name": f"{i:04d}", **row} for i, row in enumerate(rows)]
 
 
-def _judged_rows(judged: dict[str, Any] | None) -> list[dict[str, Any]]:
-    """The LLM tab's rows of the figures the verdict judged (run.json's), under the verdict."""
-    if not judged:
-        return []
-    section = "judged" if not judged["window"] else "judged window"
-    rows: list[dict[str, Any]] = [{"section": section, "metric": "span", "value": judged["label"]}]
+def _latency_rows(section: str, latency_ms: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per latency metric (p50, p90, p99 and its count) of a stats scope."""
+    rows = []
     for key, title in LATENCIES:
-        lat = judged["latency_ms"][key]
+        lat = latency_ms[key]
         rows.append(
             {
                 "section": section,
@@ -263,6 +249,16 @@ def _judged_rows(judged: dict[str, Any] | None) -> list[dict[str, Any]]:
                 "value": f"{fmt_int(lat['count'])} {'gaps' if key == 'itl' else 'requests'}",
             }
         )
+    return rows
+
+
+def _judged_rows(judged: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """The LLM tab's rows of the figures the verdict judged (run.json's), under the verdict."""
+    if not judged:
+        return []
+    section = "judged" if not judged["window"] else "judged window"
+    rows: list[dict[str, Any]] = [{"section": section, "metric": "span", "value": judged["label"]}]
+    rows += _latency_rows(section, judged["latency_ms"])
     r = judged["requests"]
     rows.append(
         {
