@@ -4,6 +4,8 @@ suggestions for typos, and the engine's own `serve sim` usage."""
 from __future__ import annotations
 
 import argparse
+import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +17,7 @@ from loadtest.cli.serve_cmd import build_parser as serve_parser
 from loadtest.serve import ENGINES
 from loadtest.sim import SimProcess
 from loadtest.sim.__main__ import build_parser as sim_parser
-from tests.conftest import CLI
+from tests.conftest import CLI, interrupt_when
 
 # The options the commands that run load share, by command (cli/common_options.py).
 SHARED = {
@@ -169,3 +171,37 @@ def test_ui_checks_every_replica_of_its_fleet(tmp_path: Path) -> None:
     assert r.returncode == 1, r.stdout + r.stderr
     last = r.stderr.strip().splitlines()[-1]
     assert last.startswith("loadtest: error: replica http://127.0.0.1:9"), r.stderr
+
+
+def test_ctrl_c_before_the_load_starts_is_one_line_and_exit_130(tmp_path: Path) -> None:
+    """A SIGINT while the endpoint check still waits for an answer: no traceback, nothing recorded."""
+    server = socket.create_server(("127.0.0.1", 0))  # accepts (the kernel's backlog), never answers
+    accepted: list[socket.socket] = []
+    try:
+        port = server.getsockname()[1]
+        server.settimeout(0.2)
+
+        def connected() -> bool:
+            try:
+                accepted.append(server.accept()[0])
+            except TimeoutError:
+                return False
+            return True
+
+        cmd = [
+            *CLI,
+            "run",
+            "--host",
+            f"http://127.0.0.1:{port}",
+            "--duration",
+            "2",
+            "--out",
+            str(tmp_path / "r"),
+        ]
+        code, out, err = interrupt_when(cmd, connected, signal.SIGINT)
+    finally:
+        for s in (*accepted, server):
+            s.close()
+    assert code == 130, (out, err)
+    assert "Traceback" not in err and "interrupted (Ctrl-C) before any request was sent" in err, err
+    assert not (tmp_path / "r" / "run.json").exists()

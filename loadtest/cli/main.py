@@ -26,6 +26,7 @@ from loadtest.cli.run_options import (
 )
 from loadtest.cli.suggest import SuggestingParser
 from loadtest.cli.sweep_cmd import add_parser as add_sweep_parser
+from loadtest.errors import EXIT_INTERRUPTED
 from loadtest.fd_limit import raise_open_file_limit
 
 # Commands that run Locust: gevent must patch the process before ssl, socket or threading are used.
@@ -171,6 +172,17 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     raise_open_file_limit()
+    try:
+        return _command(args)
+    except KeyboardInterrupt:  # Ctrl-C before a run's own handlers took over: nothing was sent yet
+        print(
+            "loadtest: interrupted (Ctrl-C) before any request was sent; nothing to record", file=sys.stderr
+        )
+        return EXIT_INTERRUPTED["SIGINT"]
+
+
+def _command(args: argparse.Namespace) -> int:
+    """The command ``args`` name, run; its exit code."""
     if args.command in GEVENT_COMMANDS:
         from gevent import monkey
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from loadtest.client.failures import FailureTally, stopped_early_text
 from loadtest.contracts.record_line import RecordLine
 from loadtest.contracts.run_document import RUN_FILE, RunDocument, from_data, write_run_document
-from loadtest.errors import EXIT_COULD_NOT_RUN, EXIT_WRITE_FAILED
+from loadtest.errors import EXIT_COULD_NOT_RUN, EXIT_INTERRUPTED, EXIT_WRITE_FAILED
 from loadtest.locust.settings import RunSettings, load_mode
 from loadtest.metrics.judged_scan import JudgingScan, LineAggregator
 from loadtest.metrics.samples import LatencySamples
@@ -60,7 +60,6 @@ SMOKE_NOTE = (
     "smoke run (--smoke): the profile's minimum duration and query count were reported, not applied; "
     "this is not a compliant result"
 )
-EXIT_INTERRUPTED = {"SIGINT": 130, "SIGTERM": 143}
 BATCH_LINES = 20_000  # record-log lines held at once while the results are computed
 
 
