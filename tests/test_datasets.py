@@ -15,7 +15,9 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import read_lines, run_cli, write_profile
 
+from loadtest.contracts.run_document import from_data
 from loadtest.profile.loader import SHIPPED_DIR, ProfileError, parse_profile
+from loadtest.report.run_sections import endpoints_window_section
 from loadtest.sim import SimProcess
 from loadtest.tokens.tokenizer import get_tokenizer
 from loadtest.workload.builder import SessionUnit, SingleUnit, Workload
@@ -417,6 +419,11 @@ def test_whole_passes_with_replacement_issue_a_multiple_of_the_dataset_drawn_wit
     window = run["reporting_window"]
     assert window["dataset_size"] == 40 and window["super_pass_size"] == 40 and window["super_passes"] == 2
     assert window["status"] == "insufficient_passes" and window["verdict"] == "not found"
+    html = (tmp_path / "run" / run["files"]["report"]).read_text()
+    assert "MLPerf Endpoints reporting window" in html and "insufficient_passes" in html
+    del run["reporting_window"]  # a run.json written before the window still reads
+    old = from_data(run)
+    assert old.reporting_window is None and endpoints_window_section(old) is None
 
 
 def test_cycle_sampling_keeps_file_order_and_passes_need_one_scenario(tmp_path: Path) -> None:

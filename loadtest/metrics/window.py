@@ -23,6 +23,9 @@ MIN_DURATION_LOW_S = 600.0  # concurrency 1–32
 MIN_DURATION_HIGH_S = 1200.0  # above
 # (metric, percentile) pairs that gate a window: TTFT and TPOT at p50 and p95
 GATED = (("ttft", 0.50), ("ttft", 0.95), ("tpot", 0.50), ("tpot", 0.95))
+# More super-passes than this are grouped, whole ones together (the reference's super-pass is a tunable
+# block of passes): the plateau search grows as n⁴ and must stay a moment's work at finalize.
+MAX_SUPER_PASSES = 64
 
 STATUSES = ("windowable", "insufficient_duration", "insufficient_passes", "partial_dataset")
 VERDICTS = ("STEADY STATE", "drifting_up", "drifting_down", "anomaly", "not found")
@@ -175,38 +178,37 @@ def pettitt(values: Sequence[float], alpha: float = ALPHA) -> tuple[int, bool]:
 
 
 # ---- the window -------------------------------------------------------------------------------------
-def _trajectory(series: Sequence[SuperPass], metric: str, p: float) -> list[float] | None:
-    out = []
-    for sp in series:
-        vals = getattr(sp, metric)
-        if not vals:
-            return None
-        out.append(percentile_lower(vals, p))
-    return out
+Trajectories = list[list[float | None]]  # per gated metric, its percentile per super-pass (None: no sample)
 
 
-def admissible(series: Sequence[SuperPass]) -> bool:
-    """Every gated metric trend-steady and within the loosest CoV bound over these super-passes."""
-    for metric, p in GATED:
-        traj = _trajectory(series, metric, p)
-        if (
-            traj is None
-            or len(traj) < MIN_SUPER_PASSES
-            or trend(traj) != "steady"
-            or cov(traj) > max(COV_BOUNDS)
-        ):
+def trajectories(series: Sequence[SuperPass]) -> Trajectories:
+    """Each gated metric's per-super-pass percentile, computed once."""
+    return [
+        [percentile_lower(getattr(sp, metric), p) if getattr(sp, metric) else None for sp in series]
+        for metric, p in GATED
+    ]
+
+
+def admissible(trajs: Trajectories, lo: int, hi: int) -> bool:
+    """Every gated metric trend-steady and within the loosest CoV bound over super-passes [lo, hi)."""
+    if hi - lo < MIN_SUPER_PASSES:
+        return False
+    for traj in trajs:
+        values = [v for v in traj[lo:hi] if v is not None]
+        if len(values) < hi - lo or trend(values) != "steady" or cov(values) > max(COV_BOUNDS):
             return False
     return True
 
 
 def plateaus(series: Sequence[SuperPass]) -> list[tuple[int, int]]:
     """Grow-from-left segmentation into maximal admissible windows [lo, hi)."""
+    trajs = trajectories(series)
     out: list[tuple[int, int]] = []
     start, n = 0, len(series)
     while start <= n - MIN_SUPER_PASSES:
         hi = None
         for end in range(start + MIN_SUPER_PASSES, n + 1):
-            if not admissible(series[start:end]):
+            if not admissible(trajs, start, end):
                 break
             hi = end
         if hi is None:
@@ -264,6 +266,7 @@ def compute_window(
 ) -> ReportingWindow:
     """The reporting window of a run's requests (see ``bucket``), its status and its verdict."""
     size = super_pass_size(concurrency, dataset_size)
+    size *= max(1, math.ceil(len(issues) / size / MAX_SUPER_PASSES))
     series = bucket(issues, size)
     whole = [sp for sp in series if sp.issued == size]
     post = series[WARMUP_SUPER_PASSES:]
