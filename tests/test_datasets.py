@@ -19,6 +19,7 @@ from loadtest.contracts.run_document import from_data
 from loadtest.profile.loader import SHIPPED_DIR, ProfileError, parse_profile
 from loadtest.report.run_sections import endpoints_window_section
 from loadtest.sim import SimProcess
+from loadtest.sweep.submission import result_summary
 from loadtest.tokens.tokenizer import get_tokenizer
 from loadtest.workload.builder import SessionUnit, SingleUnit, Workload
 from loadtest.workload.dataset import DatasetError, conversation_index
@@ -421,6 +422,16 @@ def test_whole_passes_with_replacement_issue_a_multiple_of_the_dataset_drawn_wit
     assert window["status"] == "insufficient_passes" and window["verdict"] == "not found"
     html = (tmp_path / "run" / run["files"]["report"]).read_text()
     assert "MLPerf Endpoints reporting window" in html and "insufficient_passes" in html
+    # result_summary.json takes the window's figures only when it stands, and says which basis it used
+    as_run = from_data(run)
+    assert result_summary(as_run, "run")["reporting_window"]["basis"] == "total"
+    assert (
+        result_summary(as_run, "run")["system_tps"] == as_run.judged_metrics().throughput.output_tokens_per_s
+    )
+    steady = {**window, "status": "windowable", "verdict": "STEADY STATE", "start": 10.0, "end": 20.0}
+    summary = result_summary(from_data({**run, "reporting_window": steady | {"system_tps": 123.5}}), "run")
+    assert summary["system_tps"] == 123.5 and summary["reporting_window"]["basis"] == "window"
+    assert summary["reporting_window"]["start_issue_ns"] == 10_000_000_000
     del run["reporting_window"]  # a run.json written before the window still reads
     old = from_data(run)
     assert old.reporting_window is None and endpoints_window_section(old) is None

@@ -31,6 +31,11 @@ STATUSES = ("windowable", "insufficient_duration", "insufficient_passes", "parti
 VERDICTS = ("STEADY STATE", "drifting_up", "drifting_down", "anomaly", "not found")
 
 
+def stands(status: str, verdict: str) -> bool:
+    """Whether a window's figures are the Endpoints figures: a windowable steady state (else ``total``)."""
+    return status == "windowable" and verdict == "STEADY STATE"
+
+
 def super_pass_size(concurrency: int | None, dataset_size: int | None) -> int:
     """ceil(concurrency / dataset) · dataset; without a dataset, the concurrency (at least 1)."""
     c = max(1, concurrency or 1)

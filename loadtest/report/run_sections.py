@@ -18,6 +18,7 @@ from loadtest.fmt import NA, fmt_int, fmt_ms, fmt_num, fmt_pct
 from loadtest.metrics import early_stopping as es
 from loadtest.metrics import hdr
 from loadtest.metrics.samples import EXACT_METRICS, LatencySamples
+from loadtest.metrics.window import stands
 from loadtest.profile.dists import Length
 from loadtest.report import charts, facts
 from loadtest.results.log_stats import LogSummary
@@ -610,5 +611,4 @@ def endpoints_window_section(run: RunDocument) -> dict[str, Any] | None:
     ]
     if w.level_shift_at is not None:
         rows.append(("Level shift", f"at super-pass {w.level_shift_at}: TPOT {w.level_shift_pct:+.1f} %"))
-    official = w.status == "windowable" and w.verdict == "STEADY STATE"
-    return {"rows": rows, "uses": "window" if official else "total"}
+    return {"rows": rows, "uses": "window" if stands(w.status, w.verdict) else "total"}

@@ -13,6 +13,7 @@ import yaml
 
 from loadtest.contracts.run_document import Metrics, ReportingWindow, RunDocument, Summary
 from loadtest.contracts.sweep_document import SweepDocument
+from loadtest.metrics.window import stands
 from loadtest.sweep.model import read_run_json, sweep_root
 
 FORMAT_VERSION = "1.0"
@@ -66,7 +67,7 @@ def endpoints_window(run: RunDocument) -> ReportingWindow | None:
     """The run's MLPerf Endpoints reporting window when its figures stand (status ``windowable``,
     verdict ``STEADY STATE``); None: the Endpoints figures are the whole run's (``total``)."""
     w = run.reporting_window
-    if w is None or w.status != "windowable" or w.verdict != "STEADY STATE" or w.start is None:
+    if w is None or not stands(w.status, w.verdict) or w.start is None:
         return None
     return w
 
