@@ -692,7 +692,7 @@ def test_offline_point_over_a_dataset_is_every_query_at_once_in_whole_passes(tmp
         election.index,
         election.reason,
     )
-    assert doc.offline in ("dedicated", "elected")
+    assert doc.offline in ("dedicated", "elected") and f"offline: {doc.offline}" in r.stdout
     cmax = next(p for p in doc.points if p.concurrency == 4)
     assert (doc.offline == "dedicated") == (off.output_tps >= 0.98 * cmax.output_tps)
     curve = next((tree / "results").iterdir())

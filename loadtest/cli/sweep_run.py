@@ -395,6 +395,11 @@ def _summary(doc: SweepDocument) -> list[str]:
     for index, what in ((doc.knee, "knee"), (doc.best_under_slo, "best point under the SLOs")):
         p = doc.point(index)
         lines.append(f"{what}: {p.label} ({p.output_tps:,.1f} output tok/s)" if p else f"{what}: none")
+    if doc.offline is not None:
+        standing = doc.point(doc.offline_point)
+        lines.append(
+            f"offline: {doc.offline}{f' ({standing.label})' if standing else ''}: {doc.offline_reason}"
+        )
     if doc.stopped_because:
         lines.append(f"stopped: {doc.stopped_because}")
     return lines
