@@ -15,11 +15,14 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import read_lines, run_cli, write_profile
 
+from loadtest.contracts.run_document import from_data
 from loadtest.profile.loader import SHIPPED_DIR, ProfileError, parse_profile
+from loadtest.report.run_sections import endpoints_window_section
 from loadtest.sim import SimProcess
+from loadtest.sweep.submission import result_summary
 from loadtest.tokens.tokenizer import get_tokenizer
 from loadtest.workload.builder import SessionUnit, SingleUnit, Workload
-from loadtest.workload.dataset import DatasetError
+from loadtest.workload.dataset import DatasetError, conversation_index
 
 DATA = SHIPPED_DIR / "datasets"
 SHAREGPT, PARQUET, CHAT_JSONL, CSV = (
@@ -383,3 +386,75 @@ def test_dataset_option_refuses_a_missing_file_and_a_non_chat_profile(tmp_path: 
     prof = write_profile(tmp_path / "emb.yaml", api="embeddings", output_tokens=None)
     other = run_cli(["run", "--profile", str(prof), "--dataset", str(PARQUET), "--duration", "1"])
     assert other.returncode == 2 and "use a chat profile" in other.stderr, other.stderr
+
+
+# ---- whole passes, sampled with replacement ----
+
+
+def _forty_prompts(folder: Path) -> list[str]:
+    """A 40-row prompts table (docs/datasets.md), each prompt distinct."""
+    prompts = [f"Question {i}: name {i} things you would pack for a trip." for i in range(40)]
+    pq.write_table(pa.table({"prompt": prompts, "output_tokens": [8] * 40}), folder / "forty.parquet")
+    return prompts
+
+
+@pytest.mark.parametrize("processes", ["1", "2"])
+def test_whole_passes_with_replacement_issue_a_multiple_of_the_dataset_drawn_with_the_seed(
+    tmp_path: Path, engine: SimProcess, processes: str
+) -> None:
+    prompts = _forty_prompts(tmp_path)
+    spec = {"path": "forty.parquet", "sampling": "with_replacement", "passes": 2}
+    lines = _dataset_run(tmp_path, engine, spec, "--processes", processes, duration_s=120)
+    assert len(lines) == 2 * 40  # whole passes, then the run ends (long before its 120 s)
+    sent = _sent(engine)
+    by_text = {_sha(p): i for i, p in enumerate(prompts)}
+    drawn = sorted(by_text[sent[x["wire_id"]]["messages"][0]["sha256"]] for x in lines)
+    units = sorted(int(x["id"].rsplit("-", 1)[-1]) for x in lines)
+    assert units == list(range(80))
+    wl = Workload(_profile(tmp_path, spec), 3)
+    expected = sorted(conversation_index(wl.scenarios[0].dataset, 3, "ds", i, 40) for i in range(80))
+    assert drawn == expected  # each unit's row is the seeded draw
+    assert len(set(drawn)) < 40  # with replacement: some rows twice, some not at all in 80 draws
+    assert wl.pass_units == 80
+    run = json.loads((tmp_path / "run" / "run.json").read_text())
+    window = run["reporting_window"]
+    assert window["dataset_size"] == 40 and window["super_pass_size"] == 40 and window["super_passes"] == 2
+    assert window["status"] == "insufficient_passes" and window["verdict"] == "not found"
+    html = (tmp_path / "run" / run["files"]["report"]).read_text()
+    assert "MLPerf Endpoints reporting window" in html and "insufficient_passes" in html
+    # result_summary.json takes the window's figures only when it stands, and says which basis it used
+    as_run = from_data(run)
+    assert result_summary(as_run, "run")["reporting_window"]["basis"] == "total"
+    assert (
+        result_summary(as_run, "run")["system_tps"] == as_run.judged_metrics().throughput.output_tokens_per_s
+    )
+    steady = {**window, "status": "windowable", "verdict": "STEADY STATE", "start": 10.0, "end": 20.0}
+    summary = result_summary(from_data({**run, "reporting_window": steady | {"system_tps": 123.5}}), "run")
+    assert summary["system_tps"] == 123.5 and summary["reporting_window"]["basis"] == "window"
+    assert summary["reporting_window"]["start_issue_ns"] == 10_000_000_000
+    del run["reporting_window"]  # a run.json written before the window still reads
+    old = from_data(run)
+    assert old.reporting_window is None and endpoints_window_section(old) is None
+
+
+def test_cycle_sampling_keeps_file_order_and_passes_need_one_scenario(tmp_path: Path) -> None:
+    _forty_prompts(tmp_path)
+    wl = Workload(_profile(tmp_path, {"path": "forty.parquet", "passes": 3}), 3)
+    assert wl.pass_units == 120
+    spec = wl.scenarios[0].dataset
+    assert [conversation_index(spec, 3, "ds", i, 40) for i in (0, 39, 40, 81)] == [0, 39, 0, 1]
+    two = parse_profile(
+        {
+            "name": "two",
+            "seed": 3,
+            "scenarios": [
+                {"name": "a", "weight": 1, "dataset": {"path": "forty.parquet", "passes": 1}},
+                {"name": "b", "weight": 1, "dataset": {"path": "forty.parquet"}},
+            ],
+        },
+        tmp_path / "p.yaml",
+    )
+    with pytest.raises(ValueError, match=r"scenarios\[0\]\.dataset\.passes: .*one scenario"):
+        Workload(two, 3)
+    with pytest.raises(ProfileError, match="passes"):
+        _profile(tmp_path, {"path": "forty.parquet", "passes": 0})

@@ -33,6 +33,7 @@ from loadtest.sweep import SweepFormatError, load_sweep
 from loadtest.sweep.analysis import best_under_slo, knee, pareto_front, saturation
 from loadtest.sweep.driver import point_why
 from loadtest.sweep.ladder import concurrency_ladder, parse_list, rate_ladder, rate_point
+from loadtest.sweep.offline import Election, elect_offline
 from loadtest.sweep.search import Bisection
 from tests.browser import ARTIFACTS, CHROMIUM, open_in_chromium
 from tests.conftest import CLI, interrupt_when, run_cli, write_profile
@@ -70,6 +71,8 @@ SWEEP_KEYS = (
     "best_under_slo",
     "stopped_because",
 )
+OFFLINE_KEYS = ("offline", "offline_point", "offline_reason")  # a concurrency sweep's Offline point
+WINDOW_KEYS = ("window_status", "window_verdict", "window_output_tps")  # the run's reporting window
 POINT_KEYS = (
     "index",
     "label",
@@ -192,9 +195,9 @@ def test_ladder_writes_the_sweep_contract(ladder: tuple[Path, subprocess.Complet
     doc = load_sweep(out)
     assert msgspec.to_builtins(doc) == raw and load_sweep(out / "sweep.json") == doc
     # The keys docs/sweep.md lists, in its order: a point's place and outcome, then its figures.
-    assert list(raw) == [*SWEEP_KEYS]
+    assert list(raw) == [*SWEEP_KEYS, *OFFLINE_KEYS]
     assert list(raw["endpoint"]) == ["url", "embedded", "engine"]
-    assert all(list(p) == [*POINT_KEYS, *FIGURE_KEYS, "warm_cache"] for p in raw["points"])
+    assert all(list(p) == [*POINT_KEYS, *FIGURE_KEYS, "warm_cache", *WINDOW_KEYS] for p in raw["points"])
     assert (doc.schema_version, doc.kind, doc.mode, doc.status) == (1, "sweep", "concurrency", "completed")
     assert doc.profile == "sweep-chat" and doc.slo == {"tpot_p50": TPOT_P50_LIMIT_MS}
     assert len(doc.fingerprint) == 64  # the profile's own workload fingerprint (docs/sweep.md)
@@ -549,7 +552,11 @@ def test_a_point_is_its_place_then_the_figures() -> None:
     """SweepPoint repeats PointFigures' fields after its own: the figures a run gives are a point's."""
     fields = SweepPoint.__struct_fields__
     assert fields[: len(POINT_KEYS)] == POINT_KEYS
-    assert fields[len(POINT_KEYS) :] == PointFigures.__struct_fields__ == (*FIGURE_KEYS, "warm_cache")
+    assert (
+        fields[len(POINT_KEYS) :]
+        == PointFigures.__struct_fields__
+        == (*FIGURE_KEYS, "warm_cache", *WINDOW_KEYS)
+    )
     p = _pt(0, 1, 12.5, error_rate=0.25)
     assert [p.figure(k) for k in ("output_tps", "error_rate", "ttft_p90_ms")] == [12.5, 0.25, None]
 
@@ -626,3 +633,80 @@ def test_bad_input_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str
         load_sweep(tmp_path / "bad")
     assert main(["report", str(tmp_path / "bad")]) == 2
     assert "'kind' is not 'sweep'" in capsys.readouterr().err
+
+
+# ---- the Offline point: dedicated, elected or none; over a dataset, every query at once ----
+
+
+def test_offline_is_dedicated_at_98_percent_of_c_max_else_c_max_is_elected() -> None:
+    ladder = [_pt(0, 1, 100.0), _pt(1, 8, 500.0), _pt(2, 4, 400.0)]
+    offline = _pt(3, 40, 490.0, label="offline", offline=True)
+    got = elect_offline([*ladder, offline], requested=True)
+    assert (got.mode, got.index) == ("dedicated", 3) and "c8" in got.reason
+    low = _pt(3, 40, 489.9, label="offline", offline=True)
+    got = elect_offline([*ladder, low], requested=True)
+    assert (got.mode, got.index) == ("elected", 1) and "c8 stands" in got.reason
+    failed = _pt(3, 40, 0.0, label="offline", offline=True, status="failed")
+    assert elect_offline([*ladder, failed], requested=True).mode == "elected"
+    assert elect_offline(ladder, requested=False) == Election("none", None, "the sweep ran no offline point")
+    assert elect_offline([], requested=True).mode == "none"
+
+
+def test_offline_point_over_a_dataset_is_every_query_at_once_in_whole_passes(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    import yaml
+
+    rows = 40
+    prompts = [f"Row {i}: list {i} colours." for i in range(rows)]
+    pq.write_table(pa.table({"prompt": prompts, "output_tokens": [8] * rows}), tmp_path / "forty.parquet")
+    prof = tmp_path / "ds.yaml"
+    prof.write_text(
+        json.dumps(
+            {
+                "name": "ds-sweep",
+                "seed": 2,
+                "duration_s": 60,
+                "load": {"concurrency": 1},
+                "dataset": {"path": "forty.parquet", "sampling": "with_replacement"},
+                "judging": {"generator_health": "warn"},
+            }
+        )
+    )
+    out, tree = tmp_path / "sweep", tmp_path / "tree"
+    args = ["sweep", "--profile", str(prof), "--points", "1,4", "--point-duration", "2", "--smoke"]
+    args += ["--engine-speedup", "20", "--mlperf-endpoints", str(tree), "--out", str(out)]
+    r = run_cli(args, timeout=240)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    doc = load_sweep(out)
+    assert doc.offline_concurrency == rows
+    off = doc.points[-1]
+    assert off.offline and off.concurrency == rows and off.status == "completed"
+    run = read_run_document(out / off.dir)
+    assert run.metrics.requests.completed == rows  # one whole pass, all of it at once
+    assert run.reporting_window is not None and run.reporting_window.super_pass_size == rows
+    assert all(p.window_status is not None and p.window_verdict is not None for p in doc.points)
+    election = elect_offline(doc.points, requested=True)
+    assert (doc.offline, doc.offline_point, doc.offline_reason) == (
+        election.mode,
+        election.index,
+        election.reason,
+    )
+    assert doc.offline in ("dedicated", "elected") and f"offline: {doc.offline}" in r.stdout
+    cmax = next(p for p in doc.points if p.concurrency == 4)
+    assert (doc.offline == "dedicated") == (off.output_tps >= 0.98 * cmax.output_tps)
+    curve = next((tree / "results").iterdir())
+    model = next(curve.iterdir())
+    points = {f.name: yaml.safe_load((f / "point.yaml").read_text()) for f in model.iterdir()}
+    assert (
+        points[f"r{rows}"]["concurrency"] == rows and points[f"r{rows}"]["load_pattern"] == "max_throughput"
+    )
+    standing = {name: p["offline"] for name, p in points.items()}
+    if doc.offline == "dedicated":
+        assert standing == {"r1": "none", "r4": "none", f"r{rows}": "dedicated"}
+    else:
+        assert standing == {"r1": "none", "r4": "elected", f"r{rows}": "none"}
+        assert "0.98" in points[f"r{rows}"]["offline_note"]
+    summary = json.loads((model / "r4" / "result_summary.json").read_text())
+    assert summary["reporting_window"]["basis"] == "total"  # 2 s points: never windowable
+    assert summary["reporting_window"]["status"] != "windowable"

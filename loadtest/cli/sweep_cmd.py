@@ -63,7 +63,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         type=int,
         default=None,
         metavar="N",
-        help="streams of the offline point's closed loop (default: 256, or twice the ladder's top if higher)",
+        help="streams of the offline point's closed loop (default: 256, or twice the ladder's top if higher; "
+        "over a one-scenario dataset profile: the dataset's size, every query at once for whole passes)",
     )
     s.add_argument(
         "--point-duration", metavar="S", help="how long each point issues requests (default: the profile's)"

@@ -48,6 +48,7 @@ from loadtest.sweep.ladder import (
     rate_text,
 )
 from loadtest.sweep.model import POINTS_DIR, SWEEP_FILE
+from loadtest.sweep.offline import dataset_offline, elect_offline
 from loadtest.sweep.runner import PointRunner
 from loadtest.sweep.search import DEFAULT_MAX_ITERATIONS, DEFAULT_TOLERANCE, Bisection
 from loadtest.sweep.submission import SubmissionError, write_submission
@@ -69,6 +70,7 @@ class SweepPlan:
     rates: list[float]
     offline: bool
     offline_concurrency: int
+    offline_requests: int | None  # over a dataset: whole passes (sweep/offline.py)
     point_duration_s: float
     stop_at_saturation: bool
     out: Path
@@ -144,7 +146,11 @@ def _plan(args: argparse.Namespace) -> SweepPlan:
             f"{profile_path} sets any: give e.g. --slo ttft_p90=500ms,tpot_p90=50ms"
         )
     top = max(concurrency, default=0)
-    offline_concurrency = args.offline_concurrency or max(DEFAULT_OFFLINE_CONCURRENCY, 2 * top)
+    over_dataset = dataset_offline(prepared.workload)
+    offline_requests = over_dataset[1] if over_dataset is not None and not args.offline_concurrency else None
+    offline_concurrency = args.offline_concurrency or (
+        over_dataset[0] if over_dataset is not None else max(DEFAULT_OFFLINE_CONCURRENCY, 2 * top)
+    )
     duration = parse_duration(args.point_duration) if args.point_duration else profile.duration_s
     out = (
         Path(args.out)
@@ -212,6 +218,7 @@ def _plan(args: argparse.Namespace) -> SweepPlan:
         rates=rates,
         offline=offline,
         offline_concurrency=offline_concurrency,
+        offline_requests=offline_requests,
         point_duration_s=duration,
         stop_at_saturation=args.stop_at_saturation,
         out=out,
@@ -234,7 +241,8 @@ def _evidence_warning(plan: SweepPlan) -> list[str]:
 
 
 def _describe(plan: SweepPlan) -> str:
-    off = f" + offline (c{plan.offline_concurrency})" if plan.offline else ""
+    passes = f", {plan.offline_requests} requests" if plan.offline_requests else ""
+    off = f" + offline (c{plan.offline_concurrency}{passes})" if plan.offline else ""
     if plan.mode == "concurrency":
         return f"concurrency ladder {', '.join(map(str, plan.concurrency))}{off}"
     if plan.mode == "rate":
@@ -289,11 +297,11 @@ def _execute(plan: SweepPlan, args: argparse.Namespace, sweep: Sweep) -> Bisecti
     if mode == "concurrency":
         sweep.ladder([concurrency_point(c) for c in plan.concurrency], plan.stop_at_saturation)
         if plan.offline:
-            sweep.single(offline_point(plan.offline_concurrency))
+            sweep.single(offline_point(plan.offline_concurrency, plan.offline_requests))
         return None
     hi: float | None = args.max
     if plan.offline:
-        entry = sweep.single(offline_point(plan.offline_concurrency))
+        entry = sweep.single(offline_point(plan.offline_concurrency, plan.offline_requests))
         if hi is None and not sweep.halted:
             rps = entry.requests_per_s if entry else None
             if not rps:
@@ -355,6 +363,7 @@ def _document(
 ) -> SweepDocument:
     points = list(sweep.points)
     best = _best_search_point(points) if plan.mode == "search" else best_under_slo(points)
+    election = elect_offline(points, plan.offline) if plan.mode == "concurrency" else None
     return SweepDocument(
         schema_version=SCHEMA_VERSION,
         kind="sweep",
@@ -377,6 +386,9 @@ def _document(
         best_under_slo=best,
         stopped_because=sweep.stopped_because,
         search=_search(bisection),
+        offline=election.mode if election is not None else None,
+        offline_point=election.index if election is not None else None,
+        offline_reason=election.reason if election is not None else None,
     )
 
 
@@ -385,6 +397,11 @@ def _summary(doc: SweepDocument) -> list[str]:
     for index, what in ((doc.knee, "knee"), (doc.best_under_slo, "best point under the SLOs")):
         p = doc.point(index)
         lines.append(f"{what}: {p.label} ({p.output_tps:,.1f} output tok/s)" if p else f"{what}: none")
+    if doc.offline is not None:
+        standing = doc.point(doc.offline_point)
+        lines.append(
+            f"offline: {doc.offline}{f' ({standing.label})' if standing else ''}: {doc.offline_reason}"
+        )
     if doc.stopped_because:
         lines.append(f"stopped: {doc.stopped_because}")
     return lines

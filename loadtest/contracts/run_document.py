@@ -412,6 +412,32 @@ class StoppedEarly(_Section):
     reason: str
 
 
+class ReportingWindow(_Section):
+    """The MLPerf Endpoints reporting window (metrics/window.py; docs/sources.md §2): status, verdict,
+    bounds on issue time (epoch s) and super-passes, the window's figures."""
+
+    status: str  # windowable | insufficient_duration | insufficient_passes | partial_dataset
+    verdict: str  # STEADY STATE | drifting_up | drifting_down | anomaly | not found
+    reason: str | None
+    dataset_size: int | None
+    super_pass_size: int
+    super_passes: int
+    warmup_super_passes: int
+    min_duration_s: float
+    start: float | None
+    end: float | None
+    duration_s: float | None
+    first_super_pass: int | None
+    passes: int
+    requests: int
+    output_tokens: int
+    system_tps: float | None
+    tps_per_user: float | None
+    trend: dict[str, str]
+    level_shift_at: int | None
+    level_shift_pct: float | None
+
+
 class Lost(_Section):
     """What the run could not keep (docs/durability.md): present only when something was lost."""
 
@@ -450,6 +476,7 @@ class RunDocument(_OptionalSection):
     verdict: Verdict | None = None
     telemetry: Telemetry | None = None
     prefix_cache: PrefixCache | None = None
+    reporting_window: ReportingWindow | None = None
 
     def judged_metrics(self) -> Metrics:
         """The metrics the verdict judged: the judged window's when there is one, else the whole run's."""

@@ -63,6 +63,10 @@ class PointFigures(_Section):
     error_rate: float | None = None
     prefix_cache_hit_rate: float | None = None
     warm_cache: bool = False
+    # its run's MLPerf Endpoints reporting window (run.json reporting_window): status, verdict, system_tps
+    window_status: str | None = None
+    window_verdict: str | None = None
+    window_output_tps: float | None = None
 
 
 class _PointPlace(_Section, kw_only=True):
@@ -102,6 +106,10 @@ class SweepPoint(_PointPlace, kw_only=True):
     error_rate: float | None = None
     prefix_cache_hit_rate: float | None = None
     warm_cache: bool = False
+    # its run's MLPerf Endpoints reporting window (run.json reporting_window): status, verdict, system_tps
+    window_status: str | None = None
+    window_verdict: str | None = None
+    window_output_tps: float | None = None
 
     def figure(self, key: str) -> float | None:
         """One of FIGURE_KEYS by name."""
@@ -152,6 +160,10 @@ class SweepDocument(_Section, omit_defaults=True):
     best_under_slo: int | None
     stopped_because: str | None
     search: SearchSummary | None = None
+    # the Offline point (docs/sweep.md): dedicated | elected | none, the point standing as it, and why
+    offline: str | None = None
+    offline_point: int | None = None
+    offline_reason: str | None = None
 
     def point(self, index: int | None) -> SweepPoint | None:
         """The point whose ``index`` is ``index`` (``knee``, ``best_under_slo``); None for None."""

@@ -56,6 +56,9 @@ class DatasetSpec(Strict):
     min_input_tokens: int | None = Field(default=None, ge=1)
     max_input_tokens: int | None = Field(default=None, ge=1, le=MAX_TOKENS)
     sample: int | None = Field(default=None, ge=1)  # drawn with the seed; default all, cycled
+    # how unit i picks its conversation: in order, cycling (each pass a full pass), or drawn with replacement
+    sampling: Literal["cycle", "with_replacement"] = "cycle"
+    passes: int | None = Field(default=None, ge=1)  # issue this many whole passes over the dataset, then end
     output_tokens: OutputRule | None = None
     think_time_s: Dist | None = None  # between the turns of a multi-turn conversation
 

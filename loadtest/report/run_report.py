@@ -189,6 +189,7 @@ def _context(
         "server_latency": sections.server_latency_section(run),
         "warm_cache": facts.warm_warning(run),
         "prefix_cache_text": sections.prefix_cache_text(run),
+        "endpoints_window": sections.endpoints_window_section(run),
         "extra_sections": _extra_sections(run) + quality_sections(run, samples),
         "engine_json": sections.engine_json(run),
         "notes": list(run.notes),

@@ -18,6 +18,7 @@ from loadtest.fmt import NA, fmt_int, fmt_ms, fmt_num, fmt_pct
 from loadtest.metrics import early_stopping as es
 from loadtest.metrics import hdr
 from loadtest.metrics.samples import EXACT_METRICS, LatencySamples
+from loadtest.metrics.window import stands
 from loadtest.profile.dists import Length
 from loadtest.report import charts, facts
 from loadtest.results.log_stats import LogSummary
@@ -578,3 +579,36 @@ def prefix_cache_text(run: RunDocument) -> str | None:
         return None
     expected = f"; the profile expects reuse ({pc.expected_reuse})" if pc.expected_reuse else ""
     return f"Prefix-cache hit rate {fmt_pct(pc.hit_rate)} of prompt tokens ({pc.source}){expected}."
+
+
+def endpoints_window_section(run: RunDocument) -> dict[str, Any] | None:
+    """The "MLPerf Endpoints reporting window" rows: status, verdict, bounds, passes, system_tps beside ``total``."""
+    w = run.reporting_window
+    if w is None:
+        return None
+    total = run.metrics.throughput.output_tokens_per_s
+    start = run.metrics.window.first_scheduled or 0.0
+    bounds = (
+        f"{w.start - start:,.1f} s – {w.end - start:,.1f} s after the first scheduled request "
+        f"(super-passes {w.first_super_pass}–{(w.first_super_pass or 0) + w.passes - 1})"
+        if w.start is not None and w.end is not None
+        else NA
+    )
+    rows = [
+        ("Status", w.status),
+        ("Verdict", w.verdict + (f" ({w.reason})" if w.reason else "")),
+        ("Window (issue time)", bounds),
+        (
+            "Duration",
+            NA if w.duration_s is None else f"{w.duration_s:,.1f} s (minimum {w.min_duration_s:g} s)",
+        ),
+        (
+            "Super-passes",
+            f"{w.passes} in the window of {w.super_passes} issued ({fmt_int(w.super_pass_size)} requests each, "
+            f"the first {w.warmup_super_passes} cropped as ramp)",
+        ),
+        ("system_tps: window / total", f"{fmt_num(w.system_tps)} / {fmt_num(total)}"),
+    ]
+    if w.level_shift_at is not None:
+        rows.append(("Level shift", f"at super-pass {w.level_shift_at}: TPOT {w.level_shift_pct:+.1f} %"))
+    return {"rows": rows, "uses": "window" if stands(w.status, w.verdict) else "total"}

@@ -124,6 +124,8 @@ def prepare_settings(options: RunOptions, profile_path: Path, *, host: str = "")
         # checks the tokenizer and reads any trace now; the run nonce is the one every worker gets
         workload = Workload(profile, settings.seed, run_nonce=settings.run_nonce)
         workload.request(0)  # the first unit built: what every request needs (files, images, lengths)
+        if settings.max_requests is None:  # dataset.passes: the run ends after its whole passes
+            settings.max_requests = workload.pass_units
     except (ValueError, OSError, TraceFormatError) as e:
         raise UsageError(f"{profile_path}: {e}") from e
     profile = with_judging(profile, options)

@@ -21,6 +21,7 @@ from loadtest.metrics.recorder import Recorder
 from loadtest.metrics.slo import AnySlo, QualitySlo
 from loadtest.metrics.summary import build_metrics
 from loadtest.metrics.verdict import DEFAULT_QUALITY_MIN, Check, ExtraCheck, quality_reason
+from loadtest.metrics.window import WindowScan
 from loadtest.profile.quality import QualitySpec
 from loadtest.run.tokens import tokens_section
 from loadtest.telemetry import TelemetryPoller, findings
@@ -322,6 +323,23 @@ class EconomicsProvider(Provider):
     def contribute(self, doc: Mapping[str, Any]) -> Contribution:
         econ = run_economics(dict(doc))
         return Contribution(sections={"economics": econ} if econ is not None else {})
+
+
+class WindowProvider(Provider):
+    """run.json ``reporting_window``: the MLPerf Endpoints steady-state window on issue time, its
+    status and verdict (metrics/window.py); the whole run stays the ``total``."""
+
+    def __init__(self) -> None:
+        self.scan = WindowScan()
+
+    def add(self, lines: Sequence[RecordLine]) -> None:
+        self.scan.add(lines)
+
+    def contribute(self, doc: Mapping[str, Any]) -> Contribution:
+        datasets = (doc.get("workload") or {}).get("datasets") or {}
+        size = sum(d["requests"] for d in datasets.values()) or None
+        concurrency = doc["config"]["load"]["concurrency"]
+        return Contribution(sections={"reporting_window": self.scan.window(concurrency, size).to_dict()})
 
 
 class TelemetryProvider(Provider):

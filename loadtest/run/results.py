@@ -46,6 +46,7 @@ from loadtest.run.providers import (
     RerankProvider,
     TelemetryProvider,
     TokensProvider,
+    WindowProvider,
     endpoint_extras,
 )
 from loadtest.telemetry import TelemetryPoller
@@ -131,6 +132,7 @@ def finalize(run: FinishedRun) -> Finalized:
         RerankProvider(),
         EconomicsProvider(),
         QualityProvider(profile.quality, run.slos),
+        WindowProvider(),
     ]
     server = TelemetryProvider(run.telemetry, outcome.started_epoch or None)
 

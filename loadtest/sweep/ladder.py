@@ -23,6 +23,7 @@ class LoadPoint:
     rate: float | None = None
     offline: bool = False
     duration_s: float | None = None  # this point's own --duration (a search point lengthened for samples)
+    max_requests: int | None = None  # the offline point over a dataset: whole passes, then the run ends
 
     def folder(self, index: int) -> str:
         """The point's run folder, relative to the sweep folder: ``points/03-c8``."""
@@ -31,6 +32,8 @@ class LoadPoint:
     def run_args(self) -> list[str]:
         """The ``loadtest run`` options that set this load."""
         own = ["--duration", f"{self.duration_s:g}"] if self.duration_s is not None else []
+        if self.max_requests is not None:
+            own += ["--max-requests", str(self.max_requests)]
         if self.concurrency is not None:
             return ["--concurrency", str(self.concurrency), *own]
         assert self.rate is not None
@@ -61,8 +64,10 @@ def rate_point(rate: float, duration_s: float | None = None) -> LoadPoint:
     return LoadPoint(label, rate=r, duration_s=duration_s)
 
 
-def offline_point(concurrency: int) -> LoadPoint:
-    return LoadPoint(OFFLINE_LABEL, concurrency=concurrency, offline=True)
+def offline_point(concurrency: int, max_requests: int | None = None) -> LoadPoint:
+    """The offline point: ``concurrency`` streams; over a dataset, its size (every query available at
+    once) and ``max_requests`` = whole passes (docs/sweep.md)."""
+    return LoadPoint(OFFLINE_LABEL, concurrency=concurrency, offline=True, max_requests=max_requests)
 
 
 def parse_list(text: str, what: str, integer: bool) -> list[float]:

@@ -54,7 +54,7 @@ def point_figures(run: RunDocument) -> PointFigures:
     """A point's figures from its run.json (docs/run-json.md), over the judged window when there is one."""
     m = run.judged_metrics()
     ttft, tpot, e2e = (m.latency_ms.get(k) or _NO_SUMMARY for k in ("ttft", "tpot", "e2e"))
-    gp, pc = run.goodput, run.prefix_cache
+    gp, pc, rw = run.goodput, run.prefix_cache, run.reporting_window
     return PointFigures(
         output_tps=m.throughput.output_tokens_per_s,
         requests_per_s=m.throughput.requests_per_s,
@@ -70,6 +70,9 @@ def point_figures(run: RunDocument) -> PointFigures:
         error_rate=m.requests.error_rate,
         prefix_cache_hit_rate=pc.hit_rate if pc is not None else None,
         warm_cache=pc is not None and pc.warm,
+        window_status=rw.status if rw is not None else None,
+        window_verdict=rw.verdict if rw is not None else None,
+        window_output_tps=rw.system_tps if rw is not None else None,
     )
 
 

@@ -11,8 +11,9 @@ from typing import Any
 
 import yaml
 
-from loadtest.contracts.run_document import Metrics, RunDocument, Summary
+from loadtest.contracts.run_document import Metrics, ReportingWindow, RunDocument, Summary
 from loadtest.contracts.sweep_document import SweepDocument
+from loadtest.metrics.window import stands
 from loadtest.sweep.model import read_run_json, sweep_root
 
 FORMAT_VERSION = "1.0"
@@ -62,14 +63,42 @@ def _stat_block(s: Summary | None, count: int) -> dict[str, Any]:
     }
 
 
+def endpoints_window(run: RunDocument) -> ReportingWindow | None:
+    """The run's MLPerf Endpoints reporting window when its figures stand (status ``windowable``,
+    verdict ``STEADY STATE``); None: the Endpoints figures are the whole run's (``total``)."""
+    w = run.reporting_window
+    if w is None or not stands(w.status, w.verdict) or w.start is None:
+        return None
+    return w
+
+
+def _window_block(run: RunDocument, used: ReportingWindow | None) -> dict[str, Any]:
+    """result_summary.json ``reporting_window``: which basis the figures use, the window's words and bounds."""
+    w = run.reporting_window
+    block: dict[str, Any] = {"basis": "window" if used is not None else "total"}
+    if w is not None:
+        block.update(
+            status=w.status,
+            verdict=w.verdict,
+            start_issue_ns=None if w.start is None else round(w.start * 1e9),
+            end_issue_ns=None if w.end is None else round(w.end * 1e9),
+            super_pass_size=w.super_pass_size,
+            passes=w.passes,
+            system_tps=w.system_tps,
+        )
+    return block
+
+
 def result_summary(run: RunDocument, run_rel: str) -> dict[str, Any]:
     """``result_summary.json``: the Endpoints client's Report fields from run.json's judged metrics, with
-    the figures the visualizer reads (``system_tps``, ``tps_per_user``, ``qps``, the ttft block)."""
+    the figures the visualizer reads (``system_tps``, ``tps_per_user``, ``qps``, the ttft block);
+    ``system_tps`` and ``tps_per_user`` from the reporting window when it stands (``reporting_window.basis``)."""
     m: Metrics = run.judged_metrics()
     req, thr, tokens = m.requests, m.throughput, m.tokens
     lat = m.latency_ms
     ok = req.ok
     judging = run.config.profile_resolved.get("judging") or {}
+    window = endpoints_window(run)
     return {
         "version": f"{run.tool.name} {run.tool.version}",
         "state": "complete" if run.status == "completed" else run.status,
@@ -79,8 +108,9 @@ def result_summary(run: RunDocument, run_rel: str) -> dict[str, Any]:
         "n_samples_failed": req.failed + req.cancelled,
         "duration_ns": round(m.window.duration_s * 1e9),
         "qps": thr.requests_per_s,
-        "system_tps": thr.output_tokens_per_s,
-        "tps_per_user": thr.tps_per_user,
+        "system_tps": window.system_tps if window is not None else thr.output_tokens_per_s,
+        "tps_per_user": window.tps_per_user if window is not None else thr.tps_per_user,
+        "reporting_window": _window_block(run, window),
         "ttft": _stat_block(lat.get("ttft"), ok),
         "tpot": _stat_block(lat.get("tpot"), ok),
         "latency": _stat_block(lat.get("e2e"), ok),
@@ -109,13 +139,18 @@ def result_summary(run: RunDocument, run_rel: str) -> dict[str, Any]:
     }
 
 
-def point_yaml(run: RunDocument, label: str, offline: bool) -> dict[str, Any]:
-    """``point.yaml``: the point's configuration and the model and dataset it ran."""
+def point_yaml(run: RunDocument, label: str, offline: bool, stands: str = "none") -> dict[str, Any]:
+    """``point.yaml``: the point's configuration and the model and dataset it ran; ``offline``: how this
+    point stands as the Offline point (dedicated, elected or none); the offline point's reported
+    concurrency is its dataset's size (docs/sources.md §2)."""
     m = run.judged_metrics()
     ok = m.requests.ok
+    datasets = run.workload.datasets or {}
+    size = sum(d.conversations for d in datasets.values())
     return {
-        "concurrency": run.config.load.concurrency,
+        "concurrency": size if offline and size else run.config.load.concurrency,
         "load_pattern": "max_throughput" if offline else "concurrency",
+        "offline": stands,
         "model_name": run.config.model or "unknown",
         "dataset_name": run.config.profile,
         "input_token_average": round(m.tokens.counted_input_total / ok, 3) if ok else None,
@@ -186,7 +221,7 @@ def write_submission(
     """
     system = dict(system or {})
     root = sweep_root(sweep_dir)
-    entries: list[tuple[int, str, bool, RunDocument, str]] = []
+    entries: list[tuple[int, str, bool, RunDocument, str, int]] = []
     left_out: list[str] = []
     for p in doc.points:
         if p.concurrency is None:
@@ -198,8 +233,8 @@ def write_submission(
                 f"{p.label}: {p.status}{f' ({p.reason})' if p.reason else ''}, no run.json to report"
             )
             continue
-        entries.append((p.concurrency, p.label, p.offline, run, p.dir))
-    by_n: dict[int, tuple[int, str, bool, RunDocument, str]] = {}
+        entries.append((p.concurrency, p.label, p.offline, run, p.dir, p.index))
+    by_n: dict[int, tuple[int, str, bool, RunDocument, str, int]] = {}
     for e in sorted(entries, key=lambda e: e[2]):  # ladder points first: they keep their r<N>
         if e[0] in by_n:
             left_out.append(f"{e[1]}: concurrency {e[0]} is already {by_n[e[0]][1]}")
@@ -216,11 +251,17 @@ def write_submission(
     curve = out / "results" / slug(system_name) / slug(model)
     written = Written(root=out, curve=curve, left_out=left_out)
     for n in sorted(by_n):
-        _, label, offline, run, rel = by_n[n]
+        _, label, offline, run, rel, index = by_n[n]
         folder = curve / f"r{n}"
         folder.mkdir(parents=True, exist_ok=True)
         run_rel = str((root / rel).resolve())
-        (folder / "point.yaml").write_text(yaml.safe_dump(point_yaml(run, label, offline), sort_keys=False))
+        stands = (
+            doc.offline if doc.offline and doc.offline != "none" and index == doc.offline_point else "none"
+        )
+        point = point_yaml(run, label, offline, stands)
+        if offline and stands == "none" and doc.offline_reason:
+            point["offline_note"] = doc.offline_reason
+        (folder / "point.yaml").write_text(yaml.safe_dump(point, sort_keys=False))
         _write_json(folder / "result_summary.json", result_summary(run, run_rel))
         _write_json(folder / "accuracy_results.json", accuracy_results(run))
         _write_json(folder / "system_desc.json", system_desc(run, system, system_name, doc.endpoint.embedded))

@@ -18,7 +18,14 @@ from loadtest.schedule.arrivals import arrival_offsets, stage_offsets, trace_off
 from loadtest.tokens.tokenizer import Tokenizer, get_tokenizer
 from loadtest.traces import BLOCK_TOKENS, TraceRecord, read_trace, rescale, trace_block_tokens, window
 from loadtest.workload.api_requests import build_request
-from loadtest.workload.dataset import Dataset, DatasetRequest, DatasetSession, load_dataset
+from loadtest.workload.dataset import (
+    Dataset,
+    DatasetRequest,
+    DatasetSession,
+    conversation_index,
+    load_dataset,
+    pass_units,
+)
 from loadtest.workload.images import image_part, user_content
 from loadtest.workload.lengths import sample_length, sample_seconds
 from loadtest.workload.prefix import PrefixBank
@@ -157,6 +164,9 @@ class Workload:
             for i, s in enumerate(self.scenarios)
             if s.dataset is not None
         }
+        self.pass_units: int | None = pass_units(
+            self.scenarios, self.datasets
+        )  # dataset.passes: units in all
 
     # ---- what to send ----
     def scenario_for(self, index: int) -> Scenario:
@@ -304,7 +314,7 @@ class Workload:
         """Conversation ``index`` (cycling) of the scenario's dataset: one request, or a session."""
         assert sc.dataset is not None
         convs = self.datasets[sc.name].conversations
-        conv = convs[index % len(convs)]
+        conv = convs[conversation_index(sc.dataset, self.seed, sc.name, index, len(convs))]
         if len(conv) > 1:
             session = DatasetSession(conv, sc.dataset, self.seed, f"{sc.name}:{index}", sc.reasoning)
             return SessionUnit(session, sc, self.profile, index)

@@ -14,7 +14,15 @@ from loadtest.workload.dataset_read import DatasetError, Source, Turn, read_sour
 from loadtest.workload.lengths import sample_length, sample_seconds
 from loadtest.workload.sessions import SessionCall
 
-__all__ = ["Dataset", "DatasetError", "DatasetRequest", "DatasetSession", "load_dataset"]
+__all__ = [
+    "Dataset",
+    "DatasetError",
+    "DatasetRequest",
+    "DatasetSession",
+    "conversation_index",
+    "load_dataset",
+    "pass_units",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +46,30 @@ class Dataset:
 
 
 _cache: dict[tuple[Any, ...], Dataset] = {}
+
+
+def conversation_index(spec: DatasetSpec, seed: int, scenario: str, index: int, size: int) -> int:
+    """The conversation unit ``index`` sends: in order, cycling, or (``sampling: with_replacement``) a
+    draw with replacement seeded by the run's seed and the unit's index (docs/datasets.md)."""
+    if spec.sampling == "with_replacement":
+        return random.Random(f"{seed}:draw:{scenario}:{index}").randrange(size)
+    return index % size
+
+
+def pass_units(scenarios: list[Scenario], datasets: dict[str, Dataset]) -> int | None:
+    """Units a run of whole dataset passes issues (``dataset.passes`` × the conversations), or None.
+    Raises ValueError when passes is set on a profile with more than one scenario."""
+    with_passes = [(i, s) for i, s in enumerate(scenarios) if s.dataset is not None and s.dataset.passes]
+    if not with_passes:
+        return None
+    i, sc = with_passes[0]
+    if len(scenarios) > 1:
+        raise ValueError(
+            f"scenarios[{i}].dataset.passes: whole dataset passes need a profile with one scenario; "
+            "remove passes or the other scenarios"
+        )
+    assert sc.dataset is not None and sc.dataset.passes is not None
+    return sc.dataset.passes * len(datasets[sc.name].conversations)
 
 
 def load_dataset(sc: Scenario, index: int, tokenizer: Tokenizer, api: str, seed: int) -> Dataset:
