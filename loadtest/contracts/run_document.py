@@ -277,11 +277,23 @@ class TokenizerInfo(_Section):
     template: str | None
 
 
+class EndpointsTokens(_Section):
+    """The MLPerf Endpoints output count against the server's usage (metrics/endpoints.UsageAgreement)."""
+
+    counted_by: str
+    answers_with_usage: int
+    endpoints_output_total: int
+    usage_output_total: int
+    differing_answers: int
+    relative_difference: float | None
+
+
 class Tokens(_Section):
     counted_by: str | None
     description: str
     tokenizer: TokenizerInfo
     requests_without_usage: int
+    endpoints: EndpointsTokens | None = None  # absent in runs written before it
 
 
 class JudgedWindow(_Section):
