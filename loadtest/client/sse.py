@@ -302,6 +302,7 @@ def parse_stream(chunks: list[bytes], times: list[int]) -> StreamResult:
     add_time = res.chunk_ns.append
     add_chars = res.chunk_chars.append
     first_answer = 0
+    need_first = True
     for ch, t in zip(decoded, payload_times, strict=True):
         if ch is None:
             continue
@@ -334,8 +335,9 @@ def parse_stream(chunks: list[bytes], times: list[int]) -> StreamResult:
             if token:
                 add_time(t)
                 add_chars(chars)
-                if len(res.chunk_ns) == 1:  # events before it carried nothing: the lists hold its fragments
+                if need_first:  # events before it carried nothing: the lists hold its fragments
                     res.first_text = "".join(reasoning) + "".join(answer) + "".join(tools)
+                    need_first = False
         if ch.usage is not None:
             res.usage = ch.usage
         if ch.error is not None or (ch.message is not None and choices is None):
