@@ -11,17 +11,24 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import numpy as np
 import pytest
 from tokenizers import Tokenizer as HfTokenizer
 from tokenizers import decoders, models, pre_tokenizers, trainers
 
+from loadtest.client.messages_sse import parse_messages_stream
 from loadtest.client.record import RequestRecord
 from loadtest.client.sse import parse_stream
 from loadtest.contracts.record_line import LINE_DECODER, LINE_ENCODER
 from loadtest.metrics.endpoints import tpot_ns
 from loadtest.tokens.tokenizer import Tokenizer
 from tests.conftest import run_cli, write_profile
+
+try:
+    import scipy.special as scipy_special
+except ImportError:  # pragma: no cover - SciPy is optional
+    scipy_special = None
 
 MODEL_FILES = Path(__file__).parent / "data" / "endpoints-model"
 GRID = (99.9, 99.0, 97.0, 95.0, 90.0, 80.0, 75.0, 50.0, 25.0, 10.0, 5.0, 1.0)
@@ -164,15 +171,25 @@ def _lower(values: list[float], p: float) -> float:
     return s[(len(s) - 1) * round(p * 10) // 1000]
 
 
+def _es_estimate(values: list[float], p: float) -> float | None:
+    """The early-stopping estimate by its definition, with SciPy's incomplete beta: the largest t ≥ 1
+    with n ≥ h(t) + t, h(t) the smallest h with I_p(h, t + 1) < 1 − 0.99; the t-th largest sample."""
+    s, n = sorted(values), len(values)
+    hs = np.arange(1, n + 1)
+    best = None
+    for t in range(1, n):
+        below = np.nonzero(scipy_special.betainc(hs, t + 1, p / 100) < 0.01)[0]
+        if not below.size or hs[below[0]] + t > n:
+            break
+        best = s[n - t]
+    return best
+
+
 def test_endpoints_figures_equal_an_independent_recomputation(run_dir: Path) -> None:
     summary = json.loads((run_dir / "result_summary.json").read_text())
     assert summary["metric_convention"] == "endpoints"
     doc = json.loads((run_dir / "run.json").read_text())
-    judged = doc.get("judged")
-    lines = _lines(run_dir)
-    if judged:
-        lo, hi = judged["window"]["start"], judged["window"]["end"]
-        lines = [ln for ln in lines if lo <= ln["t"] < hi]
+    lines = _window_lines(run_dir)
     issued = [ln for ln in lines if ln.get("sent_us") is not None]
     ok = [ln for ln in issued if ln["outcome"] == "ok"]
     assert len(ok) > 20
@@ -202,6 +219,7 @@ def test_endpoints_figures_equal_an_independent_recomputation(run_dir: Path) -> 
         assert block["avg"] == pytest.approx(float(np.mean(values)))
         assert block["std_dev"] == pytest.approx(float(np.std(values, ddof=1)))
         assert sum(block["histogram"]["counts"]) == len(values) and len(block["histogram"]["buckets"]) == 30
+        assert list(block["early_stopping_percentiles"]) == [str(p) for p in GRID if p >= 50]
     start = min(ln["t"] for ln in issued)
     end = max(ln["t"] + ln["e2e_us"] / 1e6 for ln in issued if ln.get("e2e_us") is not None)
     assert summary["duration_ns"] == pytest.approx((end - start) * 1e9, abs=2)
@@ -221,6 +239,34 @@ def test_endpoints_figures_equal_an_independent_recomputation(run_dir: Path) -> 
         and usage["endpoints_output_total"] > usage["usage_output_total"]
     )
     assert summary["loadtest"]["notes"] == []
+
+
+@pytest.mark.skipif(
+    scipy_special is None, reason="SciPy is not installed: scipy.special.betainc is the reference here"
+)
+def test_early_stopping_percentiles_equal_their_definition(run_dir: Path) -> None:
+    summary = json.loads((run_dir / "result_summary.json").read_text())
+    ok = _window_lines(run_dir)
+    ok = [ln for ln in ok if ln["outcome"] == "ok" and ln.get("sent_us") is not None]
+    for name, values in (
+        ("ttft", [ln["ttft_us"] * 1000 for ln in ok]),
+        ("latency", [ln["e2e_us"] * 1000 for ln in ok]),
+    ):
+        es = summary[name]["early_stopping_percentiles"]
+        for p in GRID[:8]:
+            assert es[str(p)] == _es_estimate(values, p), (name, p)
+        # with some 80 samples: an estimate at the median, none at p99.9 (too few for t = 1)
+        assert es["50.0"] is not None and es["99.9"] is None
+
+
+def _window_lines(run: Path) -> list[dict[str, Any]]:
+    """The record log's lines scheduled inside run.json's judged window (all of them without one)."""
+    judged = json.loads((run / "run.json").read_text()).get("judged")
+    lines = _lines(run)
+    if judged:
+        lo, hi = judged["window"]["start"], judged["window"]["end"]
+        lines = [ln for ln in lines if lo <= ln["t"] < hi]
+    return lines
 
 
 def _summary_value(text: str, label: str) -> float:
@@ -248,12 +294,7 @@ def test_loadgen_figures_equal_an_independent_recomputation(run_dir: Path) -> No
 def test_the_two_conventions_differ_where_their_rules_do(run_dir: Path) -> None:
     """The same TTFT series read by both rules: the index differs by one wherever ⌊n·p⌋ ≠ ⌊(n−1)·p⌋."""
     summary = json.loads((run_dir / "result_summary.json").read_text())
-    doc = json.loads((run_dir / "run.json").read_text())
-    judged = doc.get("judged")
-    lines = _lines(run_dir)
-    if judged:
-        lo, hi = judged["window"]["start"], judged["window"]["end"]
-        lines = [ln for ln in lines if lo <= ln["t"] < hi]
+    lines = _window_lines(run_dir)
     s = sorted(
         ln["ttft_us"] * 1000 for ln in lines if ln["outcome"] == "ok" and ln.get("sent_us") is not None
     )
@@ -262,3 +303,56 @@ def test_the_two_conventions_differ_where_their_rules_do(run_dir: Path) -> None:
     assert p is not None
     assert summary["ttft"]["percentiles"][str(p)] == s[(n - 1) * round(p * 10) // 1000]
     assert summary["ttft"]["percentiles"][str(p)] <= s[min(math.floor(n * p / 100), n - 1)]
+
+
+class _Report(msgspec.Struct):
+    """The reference client's Report fields and their types (docs/sources.md §2), declared here."""
+
+    version: str
+    git_sha: str | None
+    test_started_at: int
+    n_samples_issued: int
+    n_samples_completed: int
+    n_samples_failed: int
+    duration_ns: int | None
+    state: str
+    complete: bool
+    ttft: dict[str, Any]
+    tpot: dict[str, Any]
+    latency: dict[str, Any]
+    output_sequence_lengths: dict[str, Any]
+    input_sequence_lengths: dict[str, Any]
+    legacy_loadgen_window_duration_ns: int | None
+    qps: float | None
+    tps: float | None
+    finish_reason_counts: dict[str, int]
+    run_config: dict[str, Any] | None
+
+
+def test_result_summary_decodes_as_the_reference_report(run_dir: Path) -> None:
+    report = msgspec.json.decode((run_dir / "result_summary.json").read_bytes(), type=_Report)
+    assert report.test_started_at > 1_600_000_000 * 10**9 and report.complete
+    assert set(report.finish_reason_counts) == {
+        "stop",
+        "length",
+        "tool_calls",
+        "content_filter",
+        "function_call",
+        "other",
+    }
+    for block in (report.ttft, report.tpot, report.latency):
+        hist = block["histogram"]
+        assert all(lo < hi for lo, hi in hist["buckets"]) and len(hist["counts"]) == len(hist["buckets"])
+
+
+def test_a_messages_stream_keeps_each_deltas_characters() -> None:
+    events = [
+        {"type": "message_start", "message": {"usage": {"input_tokens": 3}}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta", "thinking": "So"}},
+        {"type": "content_block_delta", "index": 1, "delta": {"type": "text_delta", "text": "Paris."}},
+        {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 3}},
+        {"type": "message_stop"},
+    ]
+    body = b"".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n".encode() for e in events)
+    s = parse_messages_stream([body], [3])
+    assert s.chunk_chars == [2, 6] and s.first_text == "So" and len(s.chunk_ns) == 2

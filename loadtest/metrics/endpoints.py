@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from loadtest.contracts.record_line import RecordLine
+from loadtest.metrics.early_stopping import estimate_t
 
 # The metric conventions an output can state (docs/metrics.md, "Conventions").
 CONVENTIONS: tuple[str, ...] = ("endpoints", "loadgen", "loadtest")
@@ -55,19 +56,34 @@ def histogram(values: np.ndarray) -> dict[str, list[Any]]:
     }
 
 
-def stat_block(values: Sequence[float] | np.ndarray) -> dict[str, Any]:
-    """A Report stat block: total, min, max, median (P50), avg, std_dev (n − 1), percentiles, histogram;
-    ``{}`` when there is no value (as the reference client writes an empty series)."""
+def early_stopping_percentiles(sorted_values: np.ndarray) -> dict[str, float | None]:
+    """The reference client's early-stopping map: for each grid point from the median up, LoadGen's
+    estimate (confidence 0.99) sorted[n − t] for the largest t ≥ 1 with n ≥ find_min_passing(t) + t;
+    None when n is too small for t = 1."""
+    n = len(sorted_values)
+    out: dict[str, float | None] = {}
+    for p in PERCENTILES:
+        if not 50.0 <= p < 100.0:
+            continue
+        t = estimate_t(n, p / 100) if n else None
+        out[percentile_key(p)] = float(sorted_values[n - t]) if t else None
+    return out
+
+
+def stat_block(values: Sequence[float] | np.ndarray, early_stopping: bool = False) -> dict[str, Any]:
+    """A Report stat block: total, min, max, median (P50), avg, std_dev (n − 1), percentiles (then the
+    early-stopping map, for a latency series), histogram; ``{}`` when there is no value (as the
+    reference client writes an empty series)."""
     arr = np.sort(np.asarray(values, dtype=np.float64))
     if arr.size == 0:
-        return {}
+        return {"early_stopping_percentiles": early_stopping_percentiles(arr)} if early_stopping else {}
     perc = lower_percentiles(arr)
     integral = bool(np.all(arr == np.round(arr)))
 
     def num(v: float) -> float | int:
         return int(v) if integral else float(v)
 
-    return {
+    block: dict[str, Any] = {
         "total": num(float(arr.sum())),
         "min": num(float(arr[0])),
         "max": num(float(arr[-1])),
@@ -75,8 +91,11 @@ def stat_block(values: Sequence[float] | np.ndarray) -> dict[str, Any]:
         "avg": float(arr.mean()),
         "std_dev": float(arr.std(ddof=1)) if arr.size > 1 else 0.0,
         "percentiles": perc,
-        "histogram": histogram(arr),
     }
+    if early_stopping:
+        block["early_stopping_percentiles"] = early_stopping_percentiles(arr)
+    block["histogram"] = histogram(arr)
+    return block
 
 
 def output_tokens(line: RecordLine) -> int:
@@ -250,9 +269,9 @@ def summary_metrics(f: EndpointsFigures) -> dict[str, Any]:
         "tps": f.tps,
         "system_tps": f.tps,
         "tps_per_user": f.tps_per_user,
-        "ttft": stat_block(f.ttft_ns),
-        "tpot": stat_block(f.tpot_ns),
-        "latency": stat_block(f.latency_ns),
+        "ttft": stat_block(f.ttft_ns, early_stopping=True),
+        "tpot": stat_block(f.tpot_ns, early_stopping=True),
+        "latency": stat_block(f.latency_ns, early_stopping=True),
         "output_sequence_lengths": stat_block(f.osl),
         "input_sequence_lengths": stat_block(f.isl),
         "finish_reason_counts": dict(f.finish_reasons),
