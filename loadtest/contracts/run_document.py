@@ -451,6 +451,9 @@ class RunDocument(_OptionalSection):
     histograms: dict[str, str]
     files: Files
     notes: list[str]
+    # The metric convention of every figure in this file (docs/metrics.md, "Conventions"); absent in runs
+    # written before it, whose figures are the same convention.
+    metric_convention: str | None = None
     stopped_early: StoppedEarly | None = None
     lost: Lost | None = None
     tokens: Tokens | None = None
