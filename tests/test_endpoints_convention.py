@@ -279,6 +279,10 @@ def test_loadgen_figures_equal_an_independent_recomputation(run_dir: Path) -> No
     r = run_cli(["report", str(run_dir), "--convention", "loadgen"])
     assert r.returncode == 0, r.stderr
     text = (run_dir / "mlperf_log_summary.txt").read_text()
+    # each file states its convention: LoadGen's rule in the summary, loadtest's in run.json and the report
+    assert "percentile_rule : sorted[floor(n * p)]" in text
+    assert json.loads((run_dir / "run.json").read_text())["metric_convention"] == "loadtest"
+    assert "Metric convention: loadtest" in (run_dir / "report.html").read_text()
     ok = [ln for ln in _lines(run_dir) if ln["outcome"] == "ok"]
     series = {
         "latency": [ln["e2e_us"] * 1000 for ln in ok],
