@@ -360,3 +360,13 @@ def test_a_messages_stream_keeps_each_deltas_characters() -> None:
     body = b"".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n".encode() for e in events)
     s = parse_messages_stream([body], [3])
     assert s.chunk_chars == [2, 6] and s.first_text == "So" and len(s.chunk_ns) == 2
+
+
+def test_the_template_may_come_from_tokenizer_config(tmp_path: Path) -> None:
+    folder = model_folder(tmp_path)
+    template = (folder / "chat_template.jinja").read_text()
+    (folder / "chat_template.jinja").unlink()
+    (folder / "tokenizer_config.json").write_text(json.dumps({"chat_template": template}))
+    tok = Tokenizer(str(folder))
+    assert tok.template_file == "tokenizer_config.json" and tok.assistant.templated
+    assert tok.assistant.count("hi", "think") == len("<think>think</think>hi")
