@@ -201,8 +201,9 @@ class EndpointsFigures:
         if self.completed and self.templated < self.completed:
             out.append(
                 f"output tokens of {self.completed - self.templated} of {self.completed} answers counted by the "
-                "run's client tokenizer: no chat template of the model's own (give --tokenizer a model folder "
-                "with tokenizer.json and its chat template)"
+                "run's client tokenizer, not through the model's chat template (the run's tokenizer had none, or "
+                "the record log predates the count): give --tokenizer a model folder with tokenizer.json and "
+                "its chat template"
             )
         streamed = len(self.ttft_ns)
         if streamed and self.first_counted < streamed:
