@@ -18,12 +18,14 @@ from tokenizers import Tokenizer as HfTokenizer
 from tokenizers import decoders, models, pre_tokenizers, trainers
 
 from loadtest.client.messages_sse import parse_messages_stream
+from loadtest.client.openai import OpenAIClient, PreparedRequest
 from loadtest.client.record import RequestRecord
 from loadtest.client.sse import parse_stream
 from loadtest.contracts.record_line import LINE_DECODER, LINE_ENCODER
 from loadtest.metrics.endpoints import tpot_ns
 from loadtest.tokens.tokenizer import Tokenizer
 from tests.conftest import run_cli, write_profile
+from tests.fault_servers import FaultServer
 
 try:
     import scipy.special as scipy_special
@@ -370,3 +372,19 @@ def test_the_template_may_come_from_tokenizer_config(tmp_path: Path) -> None:
     tok = Tokenizer(str(folder))
     assert tok.template_file == "tokenizer_config.json" and tok.assistant.templated
     assert tok.assistant.count("hi", "think") == len("<think>think</think>hi")
+
+
+def test_a_streamed_tool_call_is_counted_through_the_template(tmp_path: Path) -> None:
+    """The real client against a server streaming a tool call: its name first (a chunk of no characters),
+    then argument fragments that do not parse as JSON, so the template renders them as the string they are."""
+    tok = Tokenizer(str(model_folder(tmp_path)))
+    with FaultServer(["bad_tool_call"]) as srv:
+        client = OpenAIClient(srv.base_url, None, tok)
+        body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+        rec = client.send(PreparedRequest("t-0", "chat", body, 1, 4), 0, 0.0)
+        client.close()
+    args = '{"city": "Paris, Fr'
+    assert rec.tool_calls_text == args and rec.chunk_chars == [0, 7, 6, 2, 4]
+    assert rec.first_chunk_tokens == 0  # the first chunk carried the call's name only
+    assert rec.endpoints_output_tokens == len("<tool>get_weather " + json.dumps(args) + "</tool>")
+    assert rec.completion_tokens_client == len(args)  # loadtest's own count: the arguments' text
