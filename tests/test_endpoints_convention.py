@@ -388,3 +388,15 @@ def test_a_streamed_tool_call_is_counted_through_the_template(tmp_path: Path) ->
     assert rec.first_chunk_tokens == 0  # the first chunk carried the call's name only
     assert rec.endpoints_output_tokens == len("<tool>get_weather " + json.dumps(args) + "</tool>")
     assert rec.completion_tokens_client == len(args)  # loadtest's own count: the arguments' text
+
+
+def test_an_answer_the_template_refuses_is_counted_plainly_and_not_claimed(tmp_path: Path) -> None:
+    folder = model_folder(tmp_path)
+    (folder / "chat_template.jinja").write_text(
+        "{% for m in messages %}{% if m.reasoning_content %}{{ raise_exception('no reasoning here') }}"
+        "{% endif %}<|{{ m.role }}|>{{ m.content }}{% endfor %}"
+    )
+    counter = Tokenizer(str(folder)).assistant
+    assert counter.templated and counter.count("abc") == 3
+    assert counter.templated_count("abc", "why") is None and counter.failed == 1
+    assert counter.count("abc", "why") == len("abc") + len("why")

@@ -35,19 +35,31 @@ class AssistantCounter:
 
     def count(self, content: str, reasoning: str = "", tool_calls: Sequence[dict[str, Any]] = ()) -> int:
         """The answer's tokens; ``tool_calls``: each call's ``name`` and ``arguments`` text (parsed as
-        JSON for the template when it is a JSON object, as the reference client does)."""
-        if self.templated:
-            msg: dict[str, Any] = {"role": "assistant", "content": content}
-            if reasoning:
-                msg["reasoning_content"] = reasoning
-            if tool_calls:
-                msg["tool_calls"] = [_for_template(c) for c in tool_calls]
-            try:
-                return max(0, self._tok.count_rendered([_PREFIX_USER, msg], False) - self._baseline)
-            except (TemplateError, TypeError, ValueError):
-                self.failed += 1
+        JSON for the template when it is a JSON object, as the reference client does). Through the
+        template when there is one and it takes the answer, else the plain count of the texts."""
+        n = self.templated_count(content, reasoning, tool_calls)
+        if n is not None:
+            return n
         args = "".join(str(c.get("arguments") or "") for c in tool_calls)
         return self._tok.count(content + args) + self._tok.count(reasoning)
+
+    def templated_count(
+        self, content: str, reasoning: str = "", tool_calls: Sequence[dict[str, Any]] = ()
+    ) -> int | None:
+        """The answer's tokens through the chat template; None without one, or when the template refuses
+        the answer (counted in ``failed``)."""
+        if not self.templated:
+            return None
+        msg: dict[str, Any] = {"role": "assistant", "content": content}
+        if reasoning:
+            msg["reasoning_content"] = reasoning
+        if tool_calls:
+            msg["tool_calls"] = [_for_template(c) for c in tool_calls]
+        try:
+            return max(0, self._tok.count_rendered([_PREFIX_USER, msg], False) - self._baseline)
+        except (TemplateError, TypeError, ValueError):
+            self.failed += 1
+            return None
 
 
 def _for_template(call: dict[str, Any]) -> dict[str, Any]:

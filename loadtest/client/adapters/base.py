@@ -122,7 +122,9 @@ def keep_answer(
     if counter.templated:
         if not calls and tools:
             calls = ({"name": "", "arguments": tools},)
-        rec.endpoints_output_tokens = counter.count(answer, reasoning, calls)
+        # None when the template refuses the answer: the line then says nothing, and the convention
+        # falls back to the client count with a note
+        rec.endpoints_output_tokens = counter.templated_count(answer, reasoning, calls)
 
 
 def obj_at(obj: Any, key: str) -> dict[str, Any]:
