@@ -8,6 +8,7 @@ import json
 import math
 import re
 import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ import pytest
 from tokenizers import Tokenizer as HfTokenizer
 from tokenizers import decoders, models, pre_tokenizers, trainers
 
+import loadtest
 from loadtest.client.messages_sse import parse_messages_stream
 from loadtest.client.openai import OpenAIClient, PreparedRequest
 from loadtest.client.record import RequestRecord
@@ -337,6 +339,10 @@ class _Report(msgspec.Struct):
 
 def test_result_summary_decodes_as_the_reference_report(run_dir: Path) -> None:
     report = msgspec.json.decode((run_dir / "result_summary.json").read_bytes(), type=_Report)
+    # the commit of the checkout loadtest runs from (None outside a git checkout of its own)
+    root = Path(loadtest.__file__).resolve().parents[1]
+    git = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=False)
+    assert report.git_sha == (git.stdout.strip() if git.returncode == 0 else None)
     assert report.test_started_at > 1_600_000_000 * 10**9 and report.complete
     assert set(report.finish_reason_counts) == {
         "stop",

@@ -85,9 +85,11 @@ def result_summary(run: RunDocument, run_rel: str, figures: EndpointsFigures) ->
         "run_id": run.run_id,
         "verdict": run.verdict.status if run.verdict is not None else None,
         "smoke": bool(run.config.judging is not None and run.config.judging.smoke),
-        "output_tokens_counted_by": "chat template"
-        if figures.templated == figures.completed
-        else "client tokenizer",
+        "output_tokens_counted_by": (
+            "chat template"
+            if figures.completed and figures.templated == figures.completed
+            else "client tokenizer"
+        ),
         "usage_disagreement": figures.usage.to_dict(),
         "notes": figures.notes(),
     }
@@ -104,11 +106,13 @@ def _started_ns(run: RunDocument) -> int:
 
 @lru_cache(maxsize=1)
 def _git_sha() -> str | None:
-    """The commit loadtest runs from, when it runs from a git checkout (None otherwise)."""
+    """The commit of the loadtest checkout this code runs from (None when it is not a git checkout of
+    its own, e.g. an installed package inside some other repository)."""
+    root = Path(__file__).resolve().parents[2]
     try:
         r = subprocess.run(
-            ["git", "rev-parse", "HEAD"],
-            cwd=Path(__file__).parent,
+            ["git", "rev-parse", "--show-toplevel", "HEAD"],
+            cwd=root,
             capture_output=True,
             text=True,
             timeout=10,
@@ -116,8 +120,10 @@ def _git_sha() -> str | None:
         )
     except (OSError, subprocess.SubprocessError):
         return None
-    sha = r.stdout.strip()
-    return sha if r.returncode == 0 and re.fullmatch(r"[0-9a-f]{40}", sha) else None
+    out = r.stdout.split()
+    if r.returncode != 0 or len(out) != 2 or Path(out[0]).resolve() != root:
+        return None
+    return out[1] if re.fullmatch(r"[0-9a-f]{40}", out[1]) else None
 
 
 def point_yaml(run: RunDocument, label: str, offline: bool, figures: EndpointsFigures) -> dict[str, Any]:
