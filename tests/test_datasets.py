@@ -16,10 +16,11 @@ import pytest
 from conftest import read_lines, run_cli, write_profile
 
 from loadtest.contracts.run_document import from_data
+from loadtest.metrics.endpoints import summary_metrics
 from loadtest.profile.loader import SHIPPED_DIR, ProfileError, parse_profile
 from loadtest.report.run_sections import endpoints_window_section
 from loadtest.sim import SimProcess
-from loadtest.sweep.submission import result_summary
+from loadtest.sweep.submission import endpoints_of, result_summary
 from loadtest.tokens.tokenizer import get_tokenizer
 from loadtest.workload.builder import SessionUnit, SingleUnit, Workload
 from loadtest.workload.dataset import DatasetError, conversation_index
@@ -424,12 +425,13 @@ def test_whole_passes_with_replacement_issue_a_multiple_of_the_dataset_drawn_wit
     assert "MLPerf Endpoints reporting window" in html and "insufficient_passes" in html
     # result_summary.json takes the window's figures only when it stands, and says which basis it used
     as_run = from_data(run)
-    assert result_summary(as_run, "run")["reporting_window"]["basis"] == "total"
-    assert (
-        result_summary(as_run, "run")["system_tps"] == as_run.judged_metrics().throughput.output_tokens_per_s
-    )
+    figures = endpoints_of(as_run, tmp_path / "run")
+    total = result_summary(as_run, "run", figures)
+    assert total["reporting_window"]["basis"] == "total"
+    assert total["system_tps"] == summary_metrics(figures)["system_tps"]  # the judged window's figures
     steady = {**window, "status": "windowable", "verdict": "STEADY STATE", "start": 10.0, "end": 20.0}
-    summary = result_summary(from_data({**run, "reporting_window": steady | {"system_tps": 123.5}}), "run")
+    standing = from_data({**run, "reporting_window": steady | {"system_tps": 123.5}})
+    summary = result_summary(standing, "run", endpoints_of(standing, tmp_path / "run"))
     assert summary["system_tps"] == 123.5 and summary["reporting_window"]["basis"] == "window"
     assert summary["reporting_window"]["start_issue_ns"] == 10_000_000_000
     del run["reporting_window"]  # a run.json written before the window still reads

@@ -20,6 +20,15 @@ from tests.conftest import run_cli
 viz_bundle = pytest.importorskip("mlperf_endpoints_visualizer.bundle")
 VIZ = [sys.executable, "-m", "mlperf_endpoints_visualizer.cli"]
 LADDER = (1, 4, 16)
+# The reference client's Report fields (inference_endpoint.metrics.report.Report, docs/sources.md §2)
+REPORT_KEYS = {
+    "version", "git_sha", "test_started_at", "n_samples_issued", "n_samples_completed", "n_samples_failed",
+    "duration_ns", "state", "complete", "ttft", "tpot", "latency", "output_sequence_lengths",
+    "input_sequence_lengths", "legacy_loadgen_window_duration_ns", "qps", "tps", "finish_reason_counts",
+    "run_config",
+}  # fmt: skip
+STAT_KEYS = {"total", "min", "max", "median", "avg", "std_dev", "percentiles", "histogram"}
+GRID = ["99.9", "99.0", "97.0", "95.0", "90.0", "80.0", "75.0", "50.0", "25.0", "10.0", "5.0", "1.0"]
 
 
 @pytest.fixture(scope="module")
@@ -65,11 +74,22 @@ def test_the_tree_has_every_point_and_its_figures(submission: tuple[Path, Path])
         assert sorted(f.name for f in folder.iterdir()) == sorted(POINT_FILES)
         summary = json.loads((folder / "result_summary.json").read_text())
         run = json.loads((sweep / p.dir / "run.json").read_text())
-        m = run["metrics"]
-        assert summary["system_tps"] == m["throughput"]["output_tokens_per_s"] == p.output_tps
-        assert summary["tps_per_user"] == p.tps_per_user and summary["qps"] == p.requests_per_s
-        assert summary["ttft"]["percentiles"]["90.0"] == round(m["latency_ms"]["ttft"]["p90"] * 1e6)
-        assert summary["n_samples_completed"] == m["requests"]["ok"]
+        assert summary["metric_convention"] == "endpoints"
+        assert set(summary) >= REPORT_KEYS, REPORT_KEYS - set(summary)
+        assert summary["system_tps"] == summary["tps"] and summary["tps"] > 0
+        for block in ("ttft", "tpot", "latency"):
+            stats = summary[block]
+            assert list(stats["percentiles"]) == GRID and set(stats) >= STAT_KEYS
+            # method lower: every percentile is one of the samples, ordered by the grid
+            values = list(stats["percentiles"].values())
+            assert (
+                values == sorted(values, reverse=True)
+                and stats["min"] <= values[-1] <= values[0] <= stats["max"]
+            )
+        assert summary["tps_per_user"] == pytest.approx(1e9 / summary["tpot"]["percentiles"]["90.0"])
+        assert summary["n_samples_issued"] >= summary["n_samples_completed"] > 0
+        # the Endpoints count is not the server's usage: both kept, the disagreement in run.json
+        assert run["tokens"]["endpoints"]["answers_with_usage"] == run["metrics"]["tokens"]["usage_reports"]
         point = yaml.safe_load((folder / "point.yaml").read_text())
         assert point["concurrency"] == p.concurrency and point["load_pattern"] == (
             "max_throughput" if p.offline else "concurrency"
@@ -95,8 +115,21 @@ def test_mlperf_viz_loads_it_without_warnings(submission: tuple[Path, Path], tmp
     runs = {run["label"]: run["run"] for run in bundle["runs"]}
     for p in doc.points:
         derived = runs[f"r{p.concurrency}"]["derived_fields"]
-        assert derived["system_tps"] == p.output_tps and derived["tps_per_user"] == p.tps_per_user
-        assert derived["ttft"] == pytest.approx(p.ttft_p90_ms, abs=1e-6)
+        summary = json.loads(
+            (
+                tree
+                / "results"
+                / "loadtest-sim-h100"
+                / "Llama-3.1-8B"
+                / f"r{p.concurrency}"
+                / "result_summary.json"
+            ).read_text()
+        )
+        assert (
+            derived["system_tps"] == summary["system_tps"]
+            and derived["tps_per_user"] == summary["tps_per_user"]
+        )
+        assert derived["ttft"] == pytest.approx(summary["ttft"]["percentiles"]["90.0"] / 1e6, abs=1e-6)
 
 
 def _free_port() -> int:

@@ -143,6 +143,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="YAML",
         help="with --mlperf-endpoints: the system: fields of system_desc.json",
     )
+    rep.add_argument(
+        "--convention",
+        choices=("loadtest", "loadgen", "endpoints"),
+        help="a run folder: recompute one metric convention's file from the record log: loadtest "
+        "(report.html), loadgen (mlperf_log_summary.txt, LoadGen's sorted[floor(n*p)]), endpoints "
+        "(result_summary.json, MLPerf Endpoints v1.0) (docs/metrics.md, Conventions); default: report.html "
+        "and mlperf_log_summary.txt",
+    )
     add_export_parser(sub)  # export
 
     prof = sub.add_parser("profiles", help="list, show or validate traffic profiles (docs/profiles.md)")

@@ -36,6 +36,9 @@ def report_command(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    convention = getattr(args, "convention", None)
+    if convention in ("endpoints", "loadgen"):
+        return _convention(run_dir, convention)
     try:
         report = render_run_report(run_dir)
     except json.JSONDecodeError as e:
@@ -50,6 +53,48 @@ def report_command(args: argparse.Namespace) -> int:
     print(report)
     print(run_dir / SUMMARY_NAME)
     return 0
+
+
+def _convention(run_dir: Path, convention: str) -> int:
+    """One convention's file of a run folder, recomputed from run.json and the record log; the exit code."""
+    from loadtest.contracts.run_document import RunDocumentError, read_run_document
+    from loadtest.results.mlperf_summary import load_samples, write_summary
+    from loadtest.sweep.submission import endpoints_of, result_summary, write_json
+
+    try:
+        run = read_run_document(run_dir)
+    except RunDocumentError as e:
+        print(f"loadtest: error: {e}", file=sys.stderr)
+        return 2
+    try:
+        if convention == "loadgen":
+            print(write_summary(run_dir, run, load_samples(run_dir, run)))
+            return 0
+        figures = endpoints_of(run, run_dir)
+        summary = result_summary(run, str(run_dir.resolve()), figures)
+        path = run_dir / "result_summary.json"
+        write_json(path, summary)
+    except OSError as e:
+        print(f"loadtest: error: cannot write into {run_dir}: {e.strerror or e}", file=sys.stderr)
+        return 1
+    ttft = figures.percentile_ms(figures.ttft_ns, 90.0)
+    tpot = figures.percentile_ms(figures.tpot_ns, 90.0)
+    print(
+        f"endpoints: {figures.completed} of {figures.issued} issued completed; TTFT P90 {_ms(ttft)}, "
+        f"TPOT P90 {_ms(tpot)}, tps_per_user {_num(figures.tps_per_user)}, system_tps {_num(figures.tps)}"
+    )
+    for note in figures.notes():
+        print(f"  note: {note}")
+    print(path)
+    return 0
+
+
+def _ms(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:.3f} ms"
+
+
+def _num(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:.2f}"
 
 
 def _submission(sweep_dir: Path, tree: Path, endpoint_file: str | None) -> int:

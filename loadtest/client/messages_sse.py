@@ -82,6 +82,8 @@ class MessagesStream:
     """What one Messages stream said, with the arrival time of every token-carrying delta."""
 
     chunk_ns: list[int] = field(default_factory=list)
+    chunk_chars: list[int] = field(default_factory=list)  # characters of each chunk_ns delta's fragment
+    first_text: str = ""  # the first token-carrying delta's fragment
     first_token_ns: int = 0
     first_answer_ns: int = 0
     answer_text: str = ""
@@ -170,16 +172,22 @@ def parse_messages_stream(chunks: list[bytes], times: list[int]) -> MessagesStre
         d = ev.delta
         if kind == "content_block_delta" and d is not None:
             if d.text:
-                answer.append(d.text)
+                fragment = d.text
+                answer.append(fragment)
                 res.first_answer_ns = res.first_answer_ns or t
             elif d.thinking:
-                reasoning.append(d.thinking)
+                fragment = d.thinking
+                reasoning.append(fragment)
             elif d.partial_json:
-                tools.append(d.partial_json)  # output tokens are the tool's arguments
+                fragment = d.partial_json
+                tools.append(fragment)  # output tokens are the tool's arguments
                 res.first_answer_ns = res.first_answer_ns or t
             else:
                 continue  # signature_delta, an empty fragment: no token
+            if not res.chunk_ns:
+                res.first_text = fragment
             add_time(t)
+            res.chunk_chars.append(len(fragment))
         elif kind == "message_start" and ev.message is not None and ev.message.usage is not None:
             _usage(res, ev.message.usage, final=False)
         elif kind == "message_delta":

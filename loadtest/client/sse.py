@@ -76,6 +76,9 @@ class StreamResult:
     """What one SSE stream said, with the arrival time of every token-carrying event."""
 
     chunk_ns: list[int] = field(default_factory=list)
+    chunk_chars: list[int] = field(default_factory=list)  # characters of each chunk_ns event's fragments
+    first_text: str = ""  # the first token-carrying event's fragments (reasoning, text, tool-call arguments)
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)  # each call's name and arguments text
     first_token_ns: int = 0
     first_answer_ns: int = 0
     answer_text: str = ""
@@ -294,28 +297,36 @@ def parse_stream(chunks: list[bytes], times: list[int]) -> StreamResult:
     answer: list[str] = []
     reasoning: list[str] = []
     tools: list[str] = []
+    calls: dict[int, list[str]] = {}
     add_answer = answer.append
     add_time = res.chunk_ns.append
+    add_chars = res.chunk_chars.append
     first_answer = 0
+    need_first = True
     for ch, t in zip(decoded, payload_times, strict=True):
         if ch is None:
             continue
         choices = ch.choices
         if choices:
             token = False
+            chars = 0
             for c in choices:
                 d = c.delta
                 if d is not None:
                     content = d.content
                     if content:
                         add_answer(content)
+                        chars += len(content)
                         token = True
                         if not first_answer:
                             first_answer = t
                     if d.reasoning_content or d.reasoning or d.tool_calls:
-                        token = _reasoning_and_tools(d, reasoning, tools, res.off_shape) or token
+                        carried, n = _reasoning_and_tools(d, reasoning, tools, calls, res.off_shape)
+                        token = carried or token
+                        chars += n
                 elif c.text:
                     add_answer(c.text)
+                    chars += len(c.text)
                     token = True
                     if not first_answer:
                         first_answer = t
@@ -323,6 +334,10 @@ def parse_stream(chunks: list[bytes], times: list[int]) -> StreamResult:
                     res.finish_reason = c.finish_reason
             if token:
                 add_time(t)
+                add_chars(chars)
+                if need_first:  # events before it carried nothing: the lists hold its fragments
+                    res.first_text = "".join(reasoning) + "".join(answer) + "".join(tools)
+                    need_first = False
         if ch.usage is not None:
             res.usage = ch.usage
         if ch.error is not None or (ch.message is not None and choices is None):
@@ -331,6 +346,7 @@ def parse_stream(chunks: list[bytes], times: list[int]) -> StreamResult:
             res.error = res.error or (str(msg) or "error frame")
     if res.chunk_ns:
         res.first_token_ns = res.chunk_ns[0]
+    res.tool_calls = [{"name": name, "arguments": "".join(args)} for name, *args in calls.values()]
     res.first_answer_ns = first_answer
     res.answer_text = "".join(answer)
     res.reasoning_text = "".join(reasoning)
@@ -338,19 +354,40 @@ def parse_stream(chunks: list[bytes], times: list[int]) -> StreamResult:
     return res
 
 
-def _reasoning_and_tools(d: _Delta, reasoning: list[str], tools: list[str], off: OffShape) -> bool:
-    """Collect reasoning text and tool-call fragments of one delta; True if any was non-empty."""
+def _reasoning_and_tools(
+    d: _Delta, reasoning: list[str], tools: list[str], calls: dict[int, list[str]], off: OffShape
+) -> tuple[bool, int]:
+    """Collect reasoning text and tool-call fragments of one delta (each call's name and arguments in
+    ``calls``, by its index); whether any was non-empty, and the characters they held."""
     token = False
+    chars = 0
     r = d.reasoning_content or d.reasoning
     if r:
         reasoning.append(r)
+        chars += len(r)
         token = True
     for tc in d.tool_calls or ():
         args, carried = read_tool_call(tc, off)
         if args:
             tools.append(args)  # output tokens are the arguments; the name is a header, like the role
+            chars += len(args)
+        if carried:
+            _add_call(calls, tc, args)
         token = token or carried  # the call's first fragment is the first token the client sees
-    return token
+    return token, chars
+
+
+def _add_call(calls: dict[int, list[str]], tc: dict[str, Any], args: str) -> None:
+    """One streamed tool-call fragment into ``calls``: index → [name, arguments pieces...]."""
+    index = tc.get("index")
+    key = index if isinstance(index, int) else len(calls)
+    fn = tc.get("function")
+    name = fn.get("name") if isinstance(fn, dict) else None
+    call = calls.setdefault(key, [""])
+    if isinstance(name, str) and name:
+        call[0] = name
+    if args:
+        call.append(args)
 
 
 def read_tool_call(tc: Any, off: OffShape) -> tuple[str, bool]:

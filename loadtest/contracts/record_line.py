@@ -53,6 +53,15 @@ class RecordLine(msgspec.Struct):
     # The answer checks an ok answer failed (client/quality.py: empty, finish_reason, length, json,
     # match); written only when one failed.
     quality_failed: list[str] | UnsetType = UNSET
+    # Characters of each token-carrying event's fragments (text, reasoning, tool-call arguments), one per
+    # ``chunks_us`` entry; written only for a streamed answer that had one (docs/metrics.md, "Conventions").
+    chunk_chars: list[int] | UnsetType = UNSET
+    # Tokens of the first output-bearing event's fragments (the run's client tokenizer): the Endpoints TPOT
+    # counts the tokens after it; written only when there was one.
+    first_chunk_tokens: int | UnsetType = UNSET
+    # The answer's MLPerf Endpoints token count: the assistant message (text, reasoning, tool calls) through
+    # the model's chat template (tokens/assistant.py); written only when the run's tokenizer has a template.
+    endpoints_output_tokens: int | UnsetType = UNSET
 
     @property
     def n_inputs(self) -> int:
@@ -63,6 +72,21 @@ class RecordLine(msgspec.Struct):
     def failed_checks(self) -> list[str]:
         """``quality_failed`` as a list (empty when the line has none)."""
         return self.quality_failed if isinstance(self.quality_failed, list) else []
+
+    @property
+    def chunk_lengths(self) -> list[int]:
+        """``chunk_chars`` as a list (empty when the line has none)."""
+        return self.chunk_chars if isinstance(self.chunk_chars, list) else []
+
+    @property
+    def first_tokens(self) -> int | None:
+        """``first_chunk_tokens`` as a number (None when the line has none)."""
+        return self.first_chunk_tokens if isinstance(self.first_chunk_tokens, int) else None
+
+    @property
+    def templated_output_tokens(self) -> int | None:
+        """``endpoints_output_tokens`` as a number (None when the line has none)."""
+        return self.endpoints_output_tokens if isinstance(self.endpoints_output_tokens, int) else None
 
     @property
     def n_merged_gaps(self) -> int:

@@ -277,11 +277,23 @@ class TokenizerInfo(_Section):
     template: str | None
 
 
+class EndpointsTokens(_Section):
+    """The MLPerf Endpoints output count against the server's usage (metrics/endpoints.UsageAgreement)."""
+
+    counted_by: str
+    answers_with_usage: int
+    endpoints_output_total: int
+    usage_output_total: int
+    differing_answers: int
+    relative_difference: float | None
+
+
 class Tokens(_Section):
     counted_by: str | None
     description: str
     tokenizer: TokenizerInfo
     requests_without_usage: int
+    endpoints: EndpointsTokens | None = None  # absent in runs written before it
 
 
 class JudgedWindow(_Section):
@@ -465,6 +477,9 @@ class RunDocument(_OptionalSection):
     histograms: dict[str, str]
     files: Files
     notes: list[str]
+    # The metric convention of every figure in this file (docs/metrics.md, "Conventions"); absent in runs
+    # written before it, whose figures are the same convention.
+    metric_convention: str | None = None
     stopped_early: StoppedEarly | None = None
     lost: Lost | None = None
     tokens: Tokens | None = None

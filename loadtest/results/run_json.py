@@ -44,4 +44,5 @@ def build_run_document(
         "histograms": {n: hdr.encode(h) for n, h in aggregates.all.hists.items() if h.get_total_count()},
         "files": {"records": record_files, "report": "report.html"},
         "notes": notes or [],
+        "metric_convention": "loadtest",
     }

@@ -16,6 +16,7 @@ from loadtest.contracts.record_line import RecordLine
 from loadtest.economics.cost import endpoint_record, run_economics
 from loadtest.economics.spec import EndpointSpec
 from loadtest.locust.settings import RunSettings
+from loadtest.metrics.endpoints import UsageAgreement
 from loadtest.metrics.judged import record_from_line
 from loadtest.metrics.recorder import Recorder
 from loadtest.metrics.slo import AnySlo, QualitySlo
@@ -62,9 +63,15 @@ class TokensProvider(Provider):
 
     def __init__(self, settings: RunSettings, workload: Workload) -> None:
         self.settings, self.workload = settings, workload
+        self._endpoints = UsageAgreement()
+
+    def add(self, lines: Sequence[RecordLine]) -> None:
+        for line in lines:
+            self._endpoints.add(line)
 
     def contribute(self, doc: Mapping[str, Any]) -> Contribution:
         section, note = tokens_section(doc["metrics"], self.settings, self.workload)
+        section["endpoints"] = self._endpoints.to_dict()
         return Contribution(sections={"tokens": section}, notes=[note] if note else [])
 
 

@@ -146,6 +146,7 @@ def finalize(run: FinishedRun) -> Finalized:
         scan.add(batch)
         failures.add(batch)
         samples.add(batch)
+        tokens.add(batch)
         for p in extras:
             p.add(batch)
     judged = scan.window()

@@ -3,24 +3,33 @@
 from __future__ import annotations
 
 import json
+import math
 import re
+import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from loadtest.contracts.run_document import Metrics, ReportingWindow, RunDocument, Summary
+from loadtest.contracts.run_document import ReportingWindow, RunDocument
 from loadtest.contracts.sweep_document import SweepDocument
+from loadtest.metrics.endpoints import (
+    JUDGED_TTFT_PERCENTILE,
+    EndpointsFigures,
+    endpoints_figures,
+    percentile_key,
+    summary_metrics,
+)
 from loadtest.metrics.window import stands
+from loadtest.results.record_log import read_lines, record_files
 from loadtest.sweep.model import read_run_json, sweep_root
 
 FORMAT_VERSION = "1.0"
 POINT_FILES = ("point.yaml", "result_summary.json", "accuracy_results.json", "system_desc.json")
-# result_summary.json's percentile keys, as the MLPerf Endpoints client writes them ("90.0"), and
-# run.json's Summary fields holding them (ms)
-_PERCENTILES = (("50.0", "p50"), ("90.0", "p90"), ("95.0", "p95"), ("99.0", "p99"), ("99.9", "p99_9"))
 _SLUG = re.compile(r"[^A-Za-z0-9._-]+")
 
 
@@ -43,24 +52,17 @@ def slug(text: str) -> str:
     return _SLUG.sub("-", text).strip("-") or "unknown"
 
 
-def _stat_block(s: Summary | None, count: int) -> dict[str, Any]:
-    """An Endpoints stat block in ns: min, max, avg, total (avg × the completed samples), percentiles."""
-    if s is None or not s.count:
-        return {"total": 0, "percentiles": {}}
-
-    def ns(ms: float | None) -> int | None:
-        return None if ms is None else round(ms * 1e6)
-
-    avg = ns(s.mean)
-    return {
-        "min": ns(s.min),
-        "max": ns(s.max),
-        "avg": avg,
-        "total": (avg or 0) * count,
-        "percentiles": {
-            key: ns(getattr(s, attr)) for key, attr in _PERCENTILES if getattr(s, attr) is not None
-        },
-    }
+def endpoints_of(run: RunDocument, run_dir: Path) -> EndpointsFigures:
+    """The point's ``endpoints`` figures from its record log: over the reporting window when it stands,
+    else over the judged window when it had one."""
+    standing = endpoints_window(run)
+    judged = run.judged
+    window: tuple[float, float] | None = None
+    if standing is not None and standing.start is not None and standing.end is not None:
+        window = (standing.start, math.nextafter(standing.end, math.inf))  # the window is [start, end]
+    elif judged is not None:
+        window = (judged.window.start, judged.window.end)
+    return endpoints_figures(read_lines(record_files(run_dir)), window)
 
 
 def endpoints_window(run: RunDocument) -> ReportingWindow | None:
@@ -89,62 +91,90 @@ def _window_block(run: RunDocument, used: ReportingWindow | None) -> dict[str, A
     return block
 
 
-def result_summary(run: RunDocument, run_rel: str) -> dict[str, Any]:
-    """``result_summary.json``: the Endpoints client's Report fields from run.json's judged metrics, with
-    the figures the visualizer reads (``system_tps``, ``tps_per_user``, ``qps``, the ttft block);
-    ``system_tps`` and ``tps_per_user`` from the reporting window when it stands (``reporting_window.basis``)."""
-    m: Metrics = run.judged_metrics()
-    req, thr, tokens = m.requests, m.throughput, m.tokens
-    lat = m.latency_ms
-    ok = req.ok
+def result_summary(run: RunDocument, run_rel: str, figures: EndpointsFigures) -> dict[str, Any]:
+    """``result_summary.json`` in the reference client's ``Report`` schema, every figure in the
+    ``endpoints`` convention (``metric_convention``; docs/metrics.md, "Conventions"), with the figures
+    the visualizer reads (``system_tps``, ``tps_per_user``, ``qps``, the ttft block) and loadtest's notes;
+    ``figures``: over the reporting window when it stands, else the judged window (``endpoints_of``), and
+    ``system_tps`` / ``tps_per_user`` the window's own when it stands (``reporting_window.basis``)."""
     judging = run.config.profile_resolved.get("judging") or {}
     window = endpoints_window(run)
-    return {
+    out: dict[str, Any] = {
         "version": f"{run.tool.name} {run.tool.version}",
+        "git_sha": _git_sha(),
+        "test_started_at": _started_ns(run),
+        "metric_convention": "endpoints",
         "state": "complete" if run.status == "completed" else run.status,
         "complete": run.status == "completed",
-        "n_samples_issued": req.completed,
-        "n_samples_completed": ok,
-        "n_samples_failed": req.failed + req.cancelled,
-        "duration_ns": round(m.window.duration_s * 1e9),
-        "qps": thr.requests_per_s,
-        "system_tps": window.system_tps if window is not None else thr.output_tokens_per_s,
-        "tps_per_user": window.tps_per_user if window is not None else thr.tps_per_user,
-        "reporting_window": _window_block(run, window),
-        "ttft": _stat_block(lat.get("ttft"), ok),
-        "tpot": _stat_block(lat.get("tpot"), ok),
-        "latency": _stat_block(lat.get("e2e"), ok),
-        "output_sequence_lengths": {
-            "total": tokens.counted_output_total,
-            "avg": round(tokens.counted_output_total / ok, 3) if ok else None,
-        },
-        "input_sequence_lengths": {
-            "total": tokens.counted_input_total,
-            "avg": round(tokens.counted_input_total / ok, 3) if ok else None,
-        },
-        "run_config": {
-            "type": "offline" if "offline" in run.config.profile else "concurrency",
-            "concurrency": run.config.load.concurrency,
-            "min_duration_ms": round(float(judging.get("min_duration_s") or 0) * 1000),
-            "duration_ms": round(float(run.config.duration_s or 0) * 1000),
-            "seed": run.config.seed,
-        },
-        "loadtest": {
-            "run": run_rel,
-            "run_id": run.run_id,
-            "verdict": run.verdict.status if run.verdict is not None else None,
-            "smoke": bool(run.config.judging is not None and run.config.judging.smoke),
-            "tokens_counted_by": tokens.counted_by,
-        },
     }
+    out.update(summary_metrics(figures))
+    if window is not None and window.system_tps is not None:
+        out["tps"] = out["system_tps"] = window.system_tps
+        if window.tps_per_user is not None:
+            out["tps_per_user"] = window.tps_per_user
+    out["reporting_window"] = _window_block(run, window)
+    out["legacy_loadgen_window_duration_ns"] = None
+    out["judged_ttft_percentile"] = percentile_key(JUDGED_TTFT_PERCENTILE)
+    out["run_config"] = {
+        "type": "offline" if "offline" in run.config.profile else "concurrency",
+        "concurrency": run.config.load.concurrency,
+        "min_duration_ms": round(float(judging.get("min_duration_s") or 0) * 1000),
+        "duration_ms": round(float(run.config.duration_s or 0) * 1000),
+        "seed": run.config.seed,
+    }
+    out["loadtest"] = {
+        "run": run_rel,
+        "run_id": run.run_id,
+        "verdict": run.verdict.status if run.verdict is not None else None,
+        "smoke": bool(run.config.judging is not None and run.config.judging.smoke),
+        "output_tokens_counted_by": (
+            "chat template"
+            if figures.completed and figures.templated == figures.completed
+            else "client tokenizer"
+        ),
+        "usage_disagreement": figures.usage.to_dict(),
+        "notes": figures.notes(),
+    }
+    return out
 
 
-def point_yaml(run: RunDocument, label: str, offline: bool, stands: str = "none") -> dict[str, Any]:
-    """``point.yaml``: the point's configuration and the model and dataset it ran; ``offline``: how this
-    point stands as the Offline point (dedicated, elected or none); the offline point's reported
-    concurrency is its dataset's size (docs/sources.md §2)."""
-    m = run.judged_metrics()
-    ok = m.requests.ok
+def _started_ns(run: RunDocument) -> int:
+    """The run's start (epoch ns): run.json's ``created``."""
+    try:
+        return round(datetime.fromisoformat(run.created).timestamp() * 1e9)
+    except ValueError:
+        return 0
+
+
+@lru_cache(maxsize=1)
+def _git_sha() -> str | None:
+    """The commit of the loadtest checkout this code runs from (None when it is not a git checkout of
+    its own, e.g. an installed package inside some other repository)."""
+    root = Path(__file__).resolve().parents[2]
+    try:
+        r = subprocess.run(
+            ["git", "rev-parse", "--show-toplevel", "HEAD"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    out = r.stdout.split()
+    if r.returncode != 0 or len(out) != 2 or Path(out[0]).resolve() != root:
+        return None
+    return out[1] if re.fullmatch(r"[0-9a-f]{40}", out[1]) else None
+
+
+def point_yaml(
+    run: RunDocument, label: str, offline: bool, figures: EndpointsFigures, stands: str = "none"
+) -> dict[str, Any]:
+    """``point.yaml``: the point's configuration and the model and dataset it ran (token averages in the
+    ``endpoints`` convention); ``offline``: how this point stands as the Offline point (dedicated, elected
+    or none); the offline point's reported concurrency is its dataset's size (docs/sources.md §2)."""
+    ok = figures.completed
     datasets = run.workload.datasets or {}
     size = sum(d.conversations for d in datasets.values())
     return {
@@ -153,8 +183,8 @@ def point_yaml(run: RunDocument, label: str, offline: bool, stands: str = "none"
         "offline": stands,
         "model_name": run.config.model or "unknown",
         "dataset_name": run.config.profile,
-        "input_token_average": round(m.tokens.counted_input_total / ok, 3) if ok else None,
-        "output_token_average": round(m.tokens.counted_output_total / ok, 3) if ok else None,
+        "input_token_average": round(sum(figures.isl) / ok, 3) if ok else None,
+        "output_token_average": round(sum(figures.osl) / ok, 3) if ok else None,
         "run_date": run.created,
         "duration_s": run.config.duration_s,
         "seed": run.config.seed,
@@ -258,13 +288,14 @@ def write_submission(
         stands = (
             doc.offline if doc.offline and doc.offline != "none" and index == doc.offline_point else "none"
         )
-        point = point_yaml(run, label, offline, stands)
+        figures = endpoints_of(run, root / rel)
+        point = point_yaml(run, label, offline, figures, stands)
         if offline and stands == "none" and doc.offline_reason:
             point["offline_note"] = doc.offline_reason
         (folder / "point.yaml").write_text(yaml.safe_dump(point, sort_keys=False))
-        _write_json(folder / "result_summary.json", result_summary(run, run_rel))
-        _write_json(folder / "accuracy_results.json", accuracy_results(run))
-        _write_json(folder / "system_desc.json", system_desc(run, system, system_name, doc.endpoint.embedded))
+        write_json(folder / "result_summary.json", result_summary(run, run_rel, figures))
+        write_json(folder / "accuracy_results.json", accuracy_results(run))
+        write_json(folder / "system_desc.json", system_desc(run, system, system_name, doc.endpoint.embedded))
         written.points.append(folder)
     readme = out / "src" / "loadtest" / "README.md"
     readme.parent.mkdir(parents=True, exist_ok=True)
@@ -288,5 +319,5 @@ def _default_system(doc: SweepDocument) -> str:
     return ep.url.split("//", 1)[-1].split("/", 1)[0] or "endpoint"
 
 
-def _write_json(path: Path, data: Mapping[str, Any]) -> None:
+def write_json(path: Path, data: Mapping[str, Any]) -> None:
     path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")

@@ -17,6 +17,8 @@ from jinja2.exceptions import TemplateError
 from jinja2.ext import loopcontrols
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+from loadtest.tokens.assistant import AssistantCounter
+
 # Tokenizer families bundled by quicktok (no download, works offline).
 TOKENIZER_ALIASES: dict[str, str] = {
     "llama3": "llama3",
@@ -46,6 +48,7 @@ class Tokenizer:
         self._hf: Any = None
         self._template: Any = None
         self._special: dict[str, str] = {}
+        self._assistant: AssistantCounter | None = None
         self.template_file: str | None = None
         if key is not None:
             self.name = key
@@ -185,6 +188,27 @@ class Tokenizer:
 
     def _render_hf(self, messages: Sequence[dict[str, Any]]) -> str:
         return self._template.render(messages=list(messages), add_generation_prompt=True, **self._special)
+
+    @property
+    def has_template(self) -> bool:
+        """Whether this tokenizer came with the model's own chat template (an HF folder that has one)."""
+        return self._template is not None
+
+    def count_rendered(self, messages: Sequence[dict[str, Any]], add_generation_prompt: bool) -> int:
+        """Tokens of the messages rendered through the model's own chat template (``has_template`` must be
+        true); a template that refuses them raises ``jinja2.TemplateError``."""
+        text = self._template.render(
+            messages=list(messages), add_generation_prompt=add_generation_prompt, **self._special
+        )
+        return len(self._hf.encode(text, add_special_tokens=False).ids)
+
+    @property
+    def assistant(self) -> AssistantCounter:
+        """The MLPerf Endpoints counter of an answer's tokens through this tokenizer's chat template."""
+        counter = self._assistant
+        if counter is None:
+            counter = self._assistant = AssistantCounter(self)
+        return counter
 
 
 def _read_json(path: Path) -> dict[str, Any]:

@@ -3,6 +3,7 @@ and content-coding checks, context-length detection, the server's error message,
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
@@ -96,12 +97,34 @@ def openai_body(client: OpenAIClient, req: PreparedRequest) -> dict[str, Any]:
     return body
 
 
-def keep_answer(client: OpenAIClient, rec: RequestRecord, answer: str, tools: str, reasoning: str) -> None:
+def keep_answer(
+    client: OpenAIClient,
+    rec: RequestRecord,
+    answer: str,
+    tools: str,
+    reasoning: str,
+    first: str | None = None,
+    calls: Sequence[dict[str, Any]] = (),
+) -> None:
     """An answer's texts on its record, and the client's token counts of them: the output is the
-    answer, the tool-call arguments and the reasoning; the reasoning's share also on its own."""
+    answer, the tool-call arguments and the reasoning; the reasoning's share also on its own.
+
+    ``first``: a streamed answer's first output-bearing event's fragments, counted for the Endpoints
+    TPOT; ``calls``: the tool calls (name, arguments text). With the model's chat template the answer is
+    also counted the MLPerf Endpoints way (``Tokenizer.assistant``; docs/metrics.md, "Conventions")."""
     rec.answer_text, rec.tool_calls_text, rec.reasoning_text = answer, tools, reasoning
-    rec.reasoning_tokens_client = client.tokenizer.count(reasoning) if reasoning else 0
-    rec.completion_tokens_client = client.tokenizer.count(answer + tools) + rec.reasoning_tokens_client
+    tok = client.tokenizer
+    rec.reasoning_tokens_client = tok.count(reasoning) if reasoning else 0
+    rec.completion_tokens_client = tok.count(answer + tools) + rec.reasoning_tokens_client
+    if first is not None:
+        rec.first_chunk_tokens = tok.count(first)
+    counter = tok.assistant
+    if counter.templated:
+        if not calls and tools:
+            calls = ({"name": "", "arguments": tools},)
+        # None when the template refuses the answer: the line then says nothing, and the convention
+        # falls back to the client count with a note
+        rec.endpoints_output_tokens = counter.templated_count(answer, reasoning, calls)
 
 
 def obj_at(obj: Any, key: str) -> dict[str, Any]:

@@ -60,11 +60,13 @@ def classify_choices_stream(client: OpenAIClient, rec: RequestRecord, resp: Resp
         return
     s = parse_stream(resp.chunks, resp.times)
     rec.chunk_ns = s.chunk_ns
+    rec.chunk_chars = s.chunk_chars
     rec.first_token_ns = s.first_token_ns
     rec.first_answer_ns = s.first_answer_ns
     rec.finish_reason = s.finish_reason
     rec.done_ns = done_time(resp)
-    keep_answer(client, rec, s.answer_text, s.tool_text, s.reasoning_text)
+    first = s.first_text if s.chunk_ns else None
+    keep_answer(client, rec, s.answer_text, s.tool_text, s.reasoning_text, first, s.tool_calls)
     if s.usage is not None:
         u = s.usage
         rec.prompt_tokens_server = u.prompt_tokens
@@ -110,16 +112,20 @@ def classify_choices_object(client: OpenAIClient, rec: RequestRecord, resp: Resp
         rec.error = f"not an OpenAI completion object: {snippet(resp.body)}"
         return
     text, reasoning, tools = "", "", ""
+    calls: list[dict[str, Any]] = []
     off = OffShape()
     for c in obj["choices"]:
         msg = obj_at(c, "message")
         text += text_at(msg, "content") + text_at(c, "text")
         reasoning += text_at(msg, "reasoning_content") or text_at(msg, "reasoning")
-        tools += "".join(read_tool_call(call, off)[0] for call in list_at(msg, "tool_calls"))
+        for call in list_at(msg, "tool_calls"):
+            args = read_tool_call(call, off)[0]
+            tools += args
+            calls.append({"name": text_at(obj_at(call, "function"), "name"), "arguments": args})
         rec.finish_reason = text_at(c, "finish_reason") or rec.finish_reason
     rec.first_token_ns = rec.done_ns
     rec.first_answer_ns = rec.done_ns
-    keep_answer(client, rec, text, tools, reasoning)
+    keep_answer(client, rec, text, tools, reasoning, calls=calls)
     usage = obj_at(obj, "usage")
     rec.prompt_tokens_server = count_at(usage, "prompt_tokens")
     rec.completion_tokens_server = count_at(usage, "completion_tokens")

@@ -99,10 +99,11 @@ def _stream(client: OpenAIClient, rec: RequestRecord, resp: Response) -> None:
         rec.error = f"expected an SSE stream (text/event-stream), got content-type {ct}: {snippet(resp.body)}"
         return
     s = parse_messages_stream(resp.chunks, resp.times)
-    rec.chunk_ns = s.chunk_ns
+    rec.chunk_ns, rec.chunk_chars = s.chunk_ns, s.chunk_chars
     rec.first_token_ns, rec.first_answer_ns = s.first_token_ns, s.first_answer_ns
     rec.finish_reason = finish_reason(s.stop_reason)
-    keep_answer(client, rec, s.answer_text, s.tool_text, s.reasoning_text)
+    first = s.first_text if s.chunk_ns else None
+    keep_answer(client, rec, s.answer_text, s.tool_text, s.reasoning_text, first)
     _usage(rec, s.usage)
     _stream_outcome(rec, resp, s)
 

@@ -139,6 +139,7 @@ def _stream(client: OpenAIClient, rec: RequestRecord, resp: Response) -> None:
     answer: list[str] = []
     reasoning: list[str] = []
     complete, error, malformed = None, "", 0
+    first: str | None = None
     for obj, t in ev.items:
         if obj is None:
             malformed += 1
@@ -148,7 +149,10 @@ def _stream(client: OpenAIClient, rec: RequestRecord, resp: Response) -> None:
             delta = obj.get("delta")
             if not isinstance(delta, str) or not delta:
                 continue
+            if not rec.chunk_ns:
+                first = delta
             rec.chunk_ns.append(t)
+            rec.chunk_chars.append(len(delta))
             rec.first_token_ns = rec.first_token_ns or t
             if kind in _TEXT_DELTAS:
                 rec.first_answer_ns = rec.first_answer_ns or t
@@ -160,7 +164,7 @@ def _stream(client: OpenAIClient, rec: RequestRecord, resp: Response) -> None:
         elif kind in ("error", "response.failed"):
             err = obj.get("message") or obj_at(obj_at(obj, "response"), "error").get("message")
             error = str(err or kind)
-    keep_answer(client, rec, "".join(answer), "", "".join(reasoning))
+    keep_answer(client, rec, "".join(answer), "", "".join(reasoning), first)
     if complete is not None:
         rec.finish_reason = _finish_reason(complete)
         _usage(rec, complete.get("usage"))
