@@ -15,9 +15,10 @@ from loadtest.contracts.record_line import LINE_DECODER
 from loadtest.metrics import early_stopping as es
 from loadtest.metrics import hdr
 from loadtest.metrics.samples import LatencySamples
+from loadtest.results.mlperf_detail import DETAIL_NAME
 from loadtest.results.mlperf_summary import OWN_SECTION, SUMMARY_NAME
 from tests.conftest import run_cli
-from tests.loadgen_summary import RULE, LoadGenSummary, parse_summary
+from tests.loadgen_summary import RULE, LoadGenSummary, compare_details, parse_summary, read_detail
 
 pytest.importorskip("mlperf_loadgen")
 SUT = Path(__file__).with_name("loadgen_sut.py")
@@ -85,6 +86,18 @@ def check_consistent(s: LoadGenSummary) -> None:
         assert es_form(block) or ss_form(block), block
 
 
+def check_detail(ours_dir: Path, real_dir: Path, summary: LoadGenSummary) -> dict[str, object]:
+    """Our mlperf_log_detail.txt read as LoadGen's parsers read it, against LoadGen's own for the
+    scenario; its values by key."""
+    ours = read_detail((ours_dir / DETAIL_NAME).read_text())
+    compare_details(ours, read_detail((real_dir / "mlperf_log_detail.txt").read_text()))
+    values = {m["key"]: m["value"] for m in ours}
+    assert values["result_validity"] == summary.results["Result is"]
+    assert values["effective_scenario"] == summary.results["Scenario"]
+    assert values["result_min_duration_met"] == (summary.results["Min duration satisfied"] == "Yes")
+    return values
+
+
 def exact_samples(run_dir: Path) -> LatencySamples:
     samples = LatencySamples()
     samples.add(
@@ -114,6 +127,10 @@ def test_server_summary_reads_like_loadgens(tmp_path: Path) -> None:
     check_consistent(ours)
     check_consistent(real)
     assert real.rest == [""] and ours.rest[:4] == ["", RULE, OWN_SECTION, RULE]
+    detail = check_detail(out, tmp_path / "loadgen-Server", ours)
+    assert detail["result_completed_samples_per_sec"] == pytest.approx(
+        float(ours.results["Completed samples per second"]), abs=0.01
+    )
     # A 5 s run of an MLPerf profile is not valid: LoadGen's 600 s minimum
     assert ours.results["Result is"] == "INVALID" and ours.results["Min duration satisfied"] == "NO"
     assert ours.params["min_duration (ms)"] == "600000" and ours.params["min_query_count"] == "100"
@@ -154,6 +171,10 @@ def test_offline_summary_reads_like_loadgens(tmp_path: Path) -> None:
     check_consistent(ours)
     check_consistent(real)
     assert float(ours.results["Samples per second"]) > 0 and float(ours.results["Tokens per second"]) > 0
+    detail = check_detail(out, tmp_path / "loadgen-Offline", ours)
+    assert detail["result_samples_per_second"] == pytest.approx(
+        float(ours.results["Samples per second"]), rel=1e-5
+    )
 
 
 def trace_latencies(trace: str, event: str) -> np.ndarray:
@@ -281,12 +302,15 @@ def score_as_test04(text: str) -> float:
 
 def test_single_stream_summary_reads_like_loadgens(tmp_path: Path) -> None:
     out = tmp_path / "ours"
-    args = ["run", "--profile", "mlperf-llama3.1-8b-server", "--duration", "4", "--concurrency", "1"]
-    proc = run_cli([*args, "--engine-speedup", "40", "--out", str(out)], timeout=120)
+    args = ["run", "--profile", "mlperf-llama3.1-8b-server", "--duration", "6", "--concurrency", "1"]
+    proc = run_cli([*args, "--engine-speedup", "100", "--out", str(out)], timeout=120)
     assert proc.returncode in (0, 10, 11), proc.stderr[-2000:]
     text = (out / SUMMARY_NAME).read_text()
     real_text = loadgen_summary(tmp_path, "SingleStream", 200, 1, 0.2, 4, min_ms=1000)
     ours, real = parse_summary(text), parse_summary(real_text)
+    samples = exact_samples(out)
+    n = samples.count("ttft")
+    assert n >= 64, "the run is too short to give an estimate"
     assert ours.results["Scenario"] == real.results["Scenario"] == "SingleStream"
     assert list(ours.results) == list(real.results)
     assert list(ours.stats) == list(real.stats) and list(ours.params) == list(real.params)
@@ -294,9 +318,6 @@ def test_single_stream_summary_reads_like_loadgens(tmp_path: Path) -> None:
     assert list(ours.early_stopping) == list(real.early_stopping) == ["TTFT", "TPOT"]
     check_consistent(ours)
     check_consistent(real)
-    samples = exact_samples(out)
-    n = samples.count("ttft")
-    assert n >= 64, "the run is too short to give an estimate"
     for label, metric in (("TTFT", "ttft"), ("TPOT", "tpot")):
         assert ss_form(ours.early_stopping[label]) and ss_form(real.early_stopping[label])
         assert ours.early_stopping[label][2].endswith(f": {round(samples.estimate(metric, 0.9) * 1000)}")
@@ -307,3 +328,6 @@ def test_single_stream_summary_reads_like_loadgens(tmp_path: Path) -> None:
     # TEST04 reads both files the same way: the TPOT block's p90 estimate, our own section not mistaken for it
     assert score_as_test04(text) == 1e9 / round(samples.estimate("tpot", 0.9) * 1000)
     assert score_as_test04(real_text) > 0
+    detail = check_detail(out, tmp_path / "loadgen-SingleStream", ours)
+    assert detail["early_stopping_latency_ss"] == round(samples.estimate("ttft", 0.9) * 1000)
+    assert detail["early_stopping_ttft_result"] == " ".join(ours.early_stopping["TTFT"])

@@ -102,7 +102,7 @@ def _limit(slos: dict[str, float | None], metric: str) -> tuple[int, str]:
     return 0, "n/a"
 
 
-class _Dist:
+class Distribution:
     """One metric's distribution in ns: the record log's exact samples, else the run.json histogram."""
 
     def __init__(self, metric: str, samples: LatencySamples | None, hist: HdrHistogram | None) -> None:
@@ -146,7 +146,7 @@ class _Dist:
         return None if est_h is None else est_h * 1000
 
 
-def _stat_lines(dist: _Dist, labels: tuple[str, str, str]) -> list[str]:
+def _stat_lines(dist: Distribution, labels: tuple[str, str, str]) -> list[str]:
     stats = dist.stats_ns()
     lo_label, mean_label, p_label = labels
     if stats is None:
@@ -209,7 +209,7 @@ def _count_line(n: int, one: str, many: str, none: str) -> str:
     )
 
 
-def _ss_early_stopping(dist: _Dist) -> tuple[bool, list[str], int | None, int | None]:
+def _ss_early_stopping(dist: Distribution) -> tuple[bool, list[str], int | None, int | None]:
     """LoadGen's SingleStream early-stopping lines for one metric (``PerformanceSummary::EarlyStopping``):
     (met, lines, the p90 estimate, the p99 estimate) in ns."""
     n, floor = dist.n, es.min_queries_for_percentile(SS_PERCENTILE)
@@ -250,7 +250,7 @@ class LoadGenResult:
     samples: LatencySamples | None
     scenario: str
     hists: dict[str, HdrHistogram | None]
-    dists: dict[str, _Dist]
+    dists: dict[str, Distribution]
     perf_ok: bool
     duration_ok: bool
     queries_ok: bool
@@ -288,7 +288,7 @@ def loadgen_result(run: RunDocument, samples: LatencySamples | None = None) -> L
     interrupted = run.status == "interrupted"
     duration = run.metrics.window.duration_s
     hists = {name: decode(run, name) for name in ("e2e", "ttft", "tpot", "itl")}
-    dists = {name: _Dist(name, samples, hists[name]) for name in ("e2e", "ttft", "tpot")}
+    dists = {name: Distribution(name, samples, hists[name]) for name in ("e2e", "ttft", "tpot")}
     perf_ok = True if ss else _passed(run, lambda c: c.kind == "slo")
     duration_ok = _passed(run, lambda c: c.name == "min_duration")
     queries_ok = _passed(run, lambda c: c.name == "min_queries")
@@ -491,13 +491,13 @@ def render_summary(r: LoadGenResult) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _pct_ns(dist: _Dist, p: float) -> int:
+def _pct_ns(dist: Distribution, p: float) -> int:
     """LoadGen's p-th percentile (p a fraction) of the metric, ns (0 without samples)."""
     value = dist.percentile_ns(p * 100)
     return 0 if value is None else value
 
 
-def _mean_s(dist: _Dist) -> float:
+def _mean_s(dist: Distribution) -> float:
     stats = dist.stats_ns()
     return 0.0 if stats is None else stats[2] / 1e9
 
@@ -516,7 +516,7 @@ def _per_s(n: int, seconds: float) -> float:
 def _own_section(
     run: RunDocument,
     hists: dict[str, HdrHistogram | None],
-    dists: dict[str, _Dist],
+    dists: dict[str, Distribution],
     warnings: list[str],
     failed: dict[str, int],
 ) -> list[str]:
@@ -548,7 +548,7 @@ def _own_section(
                 lines.append(f" * p{p:g} early-stopping estimate: not enough queries (needs {need})")
             else:
                 lines.append(f" * p{p:g} early-stopping estimate (ns): {est}")
-    lines += ["", *_stat_lines(_Dist("itl", None, hists["itl"]), _ITL_STATS), ""]
+    lines += ["", *_stat_lines(Distribution("itl", None, hists["itl"]), _ITL_STATS), ""]
     lines += [
         f"load_shape : {load_shape(run)}",
         f"target_concurrency : {load.concurrency if load.concurrency is not None else 0}",
@@ -585,13 +585,3 @@ def load_samples(run_dir: Path, run: RunDocument, batch: int = 20_000) -> Latenc
     while part := list(islice(lines, batch)):
         samples.add(part)
     return samples
-
-
-def write_summary(run_dir: Path, run: RunDocument, samples: LatencySamples | None = None) -> Path:
-    """Write ``run_dir/mlperf_log_summary.txt`` (exact from the record log when the folder has it:
-    ``samples`` when the caller read it already, else read here) and return its path."""
-    path = Path(run_dir) / SUMMARY_NAME
-    if samples is None:
-        samples = load_samples(run_dir, run)
-    path.write_text(format_summary(run, samples), encoding="utf-8")
-    return path

@@ -32,6 +32,7 @@ RUN_FILES = (
     "run.json",
     "report.html",
     "mlperf_log_summary.txt",
+    "mlperf_log_detail.txt",
     "records*.jsonl",
     "*.records.jsonl",
     "engine.log",
