@@ -396,7 +396,11 @@ def _params(r: LoadGenResult) -> list[tuple[str, str, int | float | str]]:
 
 
 def loadgen_seeds(run: RunDocument) -> tuple[int, int, int]:
-    """(qsl, sample index, schedule) seeds: the run's one seed drives all three."""
+    """(qsl, sample index, schedule) seeds: a seed set's (its sample index seed also picks the samples),
+    else the run's one seed for all three."""
+    seeds = run.config.seed_set
+    if seeds is not None:
+        return seeds.sample_index_rng_seed, seeds.sample_index_rng_seed, seeds.scheduler_rng_seed
     return run.config.seed, run.config.seed, run.config.seed
 
 

@@ -25,6 +25,7 @@ from loadtest.profile.schema import Profile
 from loadtest.run.options import EndpointOptions, RunOptions
 from loadtest.traces import TraceFormatError
 from loadtest.workload.builder import Workload
+from loadtest.workload.seed_set import SeedSetError, load_seed_set
 
 MIN_FREE_BYTES = 64 * 2**20  # refuse to start a run on a (nearly) full disk
 # What a run writes into its folder: a folder holding any of these holds a run.
@@ -37,6 +38,21 @@ RUN_FILES = (
     "*.records.jsonl",
     "engine.log",
 )
+
+
+def apply_seed_set(settings: RunSettings, options: RunOptions) -> None:
+    """--seed-set: the set's sample-index seed becomes the run's seed, its scheduler seed the arrivals'."""
+    if options.seed is not None:
+        raise UsageError("--seed and --seed-set both given; fix: one of them (a seed set has its own seeds)")
+    assert options.seed_set is not None
+    try:
+        seeds = load_seed_set(options.seed_set)
+    except SeedSetError as e:
+        raise UsageError(str(e)) from e
+    settings.seed = seeds.sample_index_rng_seed
+    settings.schedule_seed = seeds.scheduler_rng_seed
+    settings.model_seed = seeds.model_seed
+    settings.seed_set = seeds.record()
 
 
 @dataclass
@@ -121,9 +137,13 @@ def prepare_settings(options: RunOptions, profile_path: Path, *, host: str = "")
     _apply_client_policy(settings, profile, options)
     settings.capture = capture_rule(profile, options)
     settings.seed = profile.seed if options.seed is None else options.seed
+    if options.seed_set:
+        apply_seed_set(settings, options)
     try:
         # checks the tokenizer and reads any trace now; the run nonce is the one every worker gets
-        workload = Workload(profile, settings.seed, run_nonce=settings.run_nonce)
+        workload = Workload(
+            profile, settings.seed, run_nonce=settings.run_nonce, schedule_seed=settings.schedule_seed
+        )
         workload.request(0)  # the first unit built: what every request needs (files, images, lengths)
     except (ValueError, OSError, TraceFormatError) as e:
         raise UsageError(f"{profile_path}: {e}") from e

@@ -436,6 +436,7 @@ def run_config(settings: RunSettings, profile: Profile, workload: Workload) -> d
         "run_salt": describe_run_salt(profile.run_salt, settings.run_nonce, settings.seed),
         "duration_s": settings.duration_s,
         "seed": settings.seed,
+        "seed_set": settings.seed_set,
         "processes": settings.processes,
         "model": settings.model,
         "api": profile.api,

@@ -134,9 +134,12 @@ class Workload:
         seed: int | None = None,
         tokenizer: str | None = None,
         run_nonce: int | None = None,
+        schedule_seed: int | None = None,
     ) -> None:
         self.profile = profile
         self.seed = profile.seed if seed is None else seed
+        # the arrival schedule's seed: a seed set's scheduler_rng_seed, else the one seed
+        self.schedule_seed = self.seed if schedule_seed is None else schedule_seed
         self.tokenizer: Tokenizer = get_tokenizer(tokenizer or profile.tokenizer)
         self.nonce: int | None = resolve_nonce(profile.run_salt, run_nonce, self.seed)
         self.scenarios = list(profile.scenarios)
@@ -192,10 +195,10 @@ class Workload:
             return trace_offsets([r.timestamp_s for r in self.trace])
         if load.stages:
             stages = [(st.duration_s, float(st.rate or 0.0), st.ramp) for st in load.stages]
-            return stage_offsets(stages, self.seed, load.arrival, load.cv or 1.0)
+            return stage_offsets(stages, self.schedule_seed, load.arrival, load.cv or 1.0)
         if load.rate is None:
             raise ValueError("closed-loop profile: no arrival schedule")
-        return arrival_offsets(load.rate, self.seed, load.arrival, load.cv or 1.0)
+        return arrival_offsets(load.rate, self.schedule_seed, load.arrival, load.cv or 1.0)
 
     @property
     def schedule_span_s(self) -> float | None:
