@@ -88,6 +88,11 @@ def test_schedule_and_samples_follow_their_own_seeds() -> None:
     assert list(islice(split.arrival_offsets(), 200)) != list(islice(one_index.arrival_offsets(), 200))
     for i in range(20):
         assert split.request(i).body == one_index.request(i).body
+    # The model seed goes out as the OpenAI `seed` of chat requests; without one no body carries a seed
+    seeded = Workload(profile, INDEX, run_nonce=1, schedule_seed=SCHED, model_seed=42)
+    assert seeded.request(0).body["seed"] == 42 and "seed" not in split.request(0).body
+    as_messages = Workload(profile.model_copy(update={"api": "messages"}), INDEX, run_nonce=1, model_seed=42)
+    assert "seed" not in as_messages.request(0).body
     # Without a seed set nothing moves: the one seed drives both, the fingerprint is the sample seed's
     assert split.fingerprint() == one_index.fingerprint()
     plain = Workload(profile, 42, run_nonce=1)
@@ -113,8 +118,15 @@ def test_run_records_the_set_and_loadgen_files_carry_it(seedset: Path, tmp_path:
         "sample_index_rng_seed": INDEX,
         "model_seed": 42,
     }
-    params = parse_summary((out / SUMMARY_NAME).read_text()).params
+    summary = parse_summary((out / SUMMARY_NAME).read_text())
+    params = summary.params
+    assert "model_seed : 42" in summary.rest
+    assert (
+        f"seed_set : seedset.yaml cohort v1.0 set set1 (sha256 {cfg['seed_set']['sha256']})" in summary.rest
+    )
     assert params["schedule_rng_seed"] == str(SCHED) and params["sample_index_rng_seed"] == str(INDEX)
+    records = [json.loads(ln) for ln in (out / "records.jsonl").read_text().splitlines() if ln]
+    assert records and all(r["outcome"] == "ok" for r in records)  # bodies with `seed` were answered
     detail = {m["key"]: m["value"] for m in read_detail((out / DETAIL_NAME).read_text())}
     assert (
         detail["effective_schedule_rng_seed"] == SCHED and detail["effective_sample_index_rng_seed"] == INDEX

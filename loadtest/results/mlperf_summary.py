@@ -565,6 +565,7 @@ def _own_section(
         f"tool : {run.tool.name or 'loadtest'} {run.tool.version or ''}".rstrip(),
         f"endpoint : {endpoint.url or 'n/a'}",
         f"run_id : {run.run_id or 'n/a'}",
+        *_seed_set_lines(run),
         "",
     ]
     if warnings:
@@ -575,6 +576,17 @@ def _own_section(
         what = ", ".join(f"{o} {n}" for o, n in failed.items())
         lines.append(f"{total} error{'s' if total != 1 else ''} encountered during test: {what}.")
     return lines
+
+
+def _seed_set_lines(run: RunDocument) -> list[str]:
+    """The seed set the run's seeds came from (--seed-set), for our section; none without one."""
+    ss = run.config.seed_set
+    if ss is None:
+        return []
+    return [
+        f"seed_set : {Path(ss.file).name} cohort {ss.cohort} set {ss.set} (sha256 {ss.sha256})",
+        f"model_seed : {ss.model_seed}",
+    ]
 
 
 def load_samples(run_dir: Path, run: RunDocument, batch: int = 20_000) -> LatencySamples | None:

@@ -142,7 +142,11 @@ def prepare_settings(options: RunOptions, profile_path: Path, *, host: str = "")
     try:
         # checks the tokenizer and reads any trace now; the run nonce is the one every worker gets
         workload = Workload(
-            profile, settings.seed, run_nonce=settings.run_nonce, schedule_seed=settings.schedule_seed
+            profile,
+            settings.seed,
+            run_nonce=settings.run_nonce,
+            schedule_seed=settings.schedule_seed,
+            model_seed=settings.model_seed,
         )
         workload.request(0)  # the first unit built: what every request needs (files, images, lengths)
     except (ValueError, OSError, TraceFormatError) as e:

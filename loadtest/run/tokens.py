@@ -64,7 +64,11 @@ def settle_tokenizer(
         try:
             new_profile = profile.model_copy(update={"tokenizer": choice.name})
             new_workload = Workload(
-                new_profile, settings.seed, run_nonce=settings.run_nonce, schedule_seed=settings.schedule_seed
+                new_profile,
+                settings.seed,
+                run_nonce=settings.run_nonce,
+                schedule_seed=settings.schedule_seed,
+                model_seed=settings.model_seed,
             )
         except (ValueError, OSError) as e:
             print(

@@ -135,11 +135,14 @@ class Workload:
         tokenizer: str | None = None,
         run_nonce: int | None = None,
         schedule_seed: int | None = None,
+        model_seed: int | None = None,
     ) -> None:
         self.profile = profile
         self.seed = profile.seed if seed is None else seed
         # the arrival schedule's seed: a seed set's scheduler_rng_seed, else the one seed
         self.schedule_seed = self.seed if schedule_seed is None else schedule_seed
+        # a seed set's model_seed: sent as the OpenAI `seed` of single-turn chat and completions requests
+        self.model_seed = model_seed
         self.tokenizer: Tokenizer = get_tokenizer(tokenizer or profile.tokenizer)
         self.nonce: int | None = resolve_nonce(profile.run_salt, run_nonce, self.seed)
         self.scenarios = list(profile.scenarios)
@@ -261,6 +264,8 @@ class Workload:
         api = sc.api or self.profile.api
         body: dict[str, Any] = {"max_tokens": n_out}
         _length_controls(body, n_out, sc)
+        if self.model_seed is not None:
+            body["seed"] = self.model_seed
         system = self._system[sc.name] if api == "chat" else ""
         messages: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
         budget = max(1, n_in - (self._chat_overhead(sc, messages) if api == "chat" else 0))
