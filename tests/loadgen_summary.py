@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
+from typing import Any
 
 RULE = "=" * 48
 
@@ -71,3 +73,43 @@ def parse_summary(text: str) -> LoadGenSummary:
         raise ValueError(f"expected the warnings and errors lines, got {lines[i + 1 : i + 4]!r}")
     out.rest = lines[i + 4 :]
     return out
+
+
+MLLOG = ":::MLLOG"
+OWN_DETAIL_KEYS = {"loadtest_version", "warning_generic_message"}
+
+
+def read_detail(text: str) -> list[dict[str, Any]]:
+    """A LoadGen detail log's messages, read as MLCommons' submission log parser reads them (the marker
+    on the first line, every marked line strict JSON)."""
+    lines = text.rstrip("\n").split("\n")
+    if not lines[0].startswith(MLLOG):
+        raise ValueError(f"marker not found in the first line: {lines[0]!r}")
+    return [json.loads(ln[len(MLLOG) :]) for ln in lines if ln.startswith(MLLOG)]
+
+
+def _kind(v: object) -> str:
+    return "bool" if isinstance(v, bool) else "number" if isinstance(v, int | float) else type(v).__name__
+
+
+def result_keys(messages: list[dict[str, Any]]) -> list[str]:
+    """The keys of LoadGen's results block (from ``result_validity`` on), its conditional ones left out."""
+    keys = [m["key"] for m in messages]
+    return [
+        k
+        for k in keys[keys.index("result_validity") :]
+        if k not in ("result_invalid_reason", "error_runtime")
+    ]
+
+
+def compare_details(ours: list[dict[str, Any]], real: list[dict[str, Any]]) -> None:
+    """Our detail log against LoadGen's for the same scenario: LoadGen's message shape, only LoadGen's keys
+    (besides our own), its results block in its order, each shared key's value of the same kind."""
+    for m in ours:
+        assert set(m) == set(real[0]) and set(m["metadata"]) == set(real[0]["metadata"]), m
+    theirs = {m["key"]: m["value"] for m in real}
+    mine = {m["key"]: m["value"] for m in ours}
+    assert set(mine) - OWN_DETAIL_KEYS <= set(theirs) | {"error_runtime", "result_invalid_reason"}
+    assert result_keys(ours) == result_keys(real)
+    for key in set(mine) & set(theirs):
+        assert _kind(mine[key]) == _kind(theirs[key]), (key, mine[key], theirs[key])

@@ -33,10 +33,11 @@ def main(argv: list[str]) -> None:
             threading.Thread(target=answer, args=(q.id,), daemon=True).start()
 
     settings = lg.TestSettings()
-    settings.scenario = lg.TestScenario.Server if scenario == "Server" else lg.TestScenario.Offline
+    settings.scenario = getattr(lg.TestScenario, scenario)
     settings.mode = lg.TestMode.PerformanceOnly
     settings.server_target_qps = float(qps)
     settings.offline_expected_qps = float(qps)
+    settings.single_stream_expected_latency_ns = int(1e9 / float(qps))
     settings.min_duration_ms = int(min_ms)
     settings.min_query_count = int(min_q)
     settings.use_token_latencies = True

@@ -360,7 +360,8 @@ def test_summary_text_fields(mix_run: Path) -> None:
         for k, _, v in (ln.partition(":") for ln in text.splitlines() if " : " in ln or ": " in ln)
     )
     assert text.startswith("=" * 48 + "\nMLPerf Results Summary\n")
-    assert fields["Scenario"] == "Concurrency (6 streams)"
+    # LoadGen has no closed-loop scenario: a concurrency point is written in its Server form
+    assert fields["Scenario"] == "Server" and fields["load_shape"] == "Concurrency (6 streams)"
     assert fields["Mode"] == "PerformanceOnly"
     assert fields["SUT name"].startswith(f"{run['config']['model']} @ {run['endpoint']['url']}")
     assert fields["Result is"] == ("VALID" if run["verdict"]["status"] == "pass" else "INVALID")
@@ -384,7 +385,7 @@ def test_summary_text_fields(mix_run: Path) -> None:
     assert fields["ttft_latency (ns)"] == "2000000000" and fields["tpot_latency (ns)"] == "100000000"
     assert fields["target_concurrency"] == "6" and fields["schedule_rng_seed"] == str(run["config"]["seed"])
     assert fields["workload_fingerprint"] == run["workload"]["fingerprint"]
-    assert "TTFT Early Stopping Result:" in text and "Early stopping 90th percentile estimate (ns)" in text
+    assert "TTFT Early Stopping Result:" in text and "p90 early-stopping estimate (ns)" in text
     failed = run["metrics"]["requests"]["failed"]
     assert f"{failed} errors encountered during test" in text
 

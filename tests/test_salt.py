@@ -15,12 +15,14 @@ import pytest
 from loadtest.client.openai import OpenAIClient
 from loadtest.client.record import RequestRecord
 from loadtest.locust.settings import RunSettings
+from loadtest.profile.loader import load_profile
 from loadtest.profile.schema import Profile
 from loadtest.sim import SimProcess
 from loadtest.tokens.tokenizer import get_tokenizer
 from loadtest.workload.builder import Workload
-from loadtest.workload.salt import SALT_TOKENS, describe_run_salt, salt_text
+from loadtest.workload.salt import SALT_BITS, SALT_TOKENS, describe_run_salt, salt_text
 from loadtest.workload.sessions import AgentSession
+from loadtest.workload.text import TOKEN_PIECES
 from tests.conftest import read_lines, run_cli, write_profile
 
 FIXED = {"dist": "fixed", "value": 8}
@@ -337,3 +339,40 @@ def test_salt_values_do_not_collide_across_runs() -> None:
     salts = {salt_text(0, i, n) for n in nonces for i in range(20)}
     assert len(salts) == 1000
     assert salt_text(5, 3) == salt_text(5, 3, None)  # no nonce: MLPerf's per-query salt as before
+
+
+MLPERF_PROFILES = sorted(
+    p.stem for p in (Path(__file__).parents[1] / "traffic_profiles").glob("mlperf-*.yaml")
+)
+
+
+def decode_salt(text: str) -> int:
+    """The salt's value read back from its words (salt_text writes base-len(TOKEN_PIECES) digits, low first)."""
+    words = [" " + w for w in text.split(" ")[1:]]
+    assert len(words) == SALT_TOKENS and all(w in TOKEN_PIECES for w in words), text
+    base = len(TOKEN_PIECES)
+    return sum(TOKEN_PIECES.index(w) * base**k for k, w in enumerate(words))
+
+
+@pytest.mark.parametrize("name", MLPERF_PROFILES)
+def test_mlperf_profiles_salt_each_query_between_system_prompt_and_user_context(name: str) -> None:
+    """MLPerf Endpoints (docs/sources.md §2): a per-query salt of ≥ 64 bits after the system prompt, before
+    the user context: the prompt's first user words decode to the query's own 64-bit salt."""
+    assert len(MLPERF_PROFILES) >= 8
+    profile, _ = load_profile(name)
+    assert all(sc.salt for sc in profile.scenarios) and profile.run_salt == "per_run"
+    assert len(TOKEN_PIECES) ** SALT_TOKENS >= 2**SALT_BITS >= 2**64
+    w = Workload(profile, profile.seed, run_nonce=0xC0FFEE)
+    values = set()
+    for i in range(40):
+        messages = w.request(i).body["messages"]
+        users = [k for k, m in enumerate(messages) if m["role"] == "user"]
+        system = [k for k, m in enumerate(messages) if m["role"] == "system"]
+        assert users and all(k < users[0] for k in system)  # any system prompt comes first
+        salt = salt_text(profile.seed, i, 0xC0FFEE)
+        content = messages[users[0]]["content"]
+        assert content.startswith(salt) and all(salt not in m["content"] for m in messages[: users[0]])
+        values.add(decode_salt(content[: len(salt)]))
+        assert w.tokenizer.count(salt) == SALT_TOKENS  # one token a word: the salt is in the prompt's tokens
+    assert len(values) == 40  # distinct per query
+    assert max(values).bit_length() > 56  # drawn from the full 64-bit range, not a counter

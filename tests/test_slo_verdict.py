@@ -63,14 +63,14 @@ def ref_min_passing(t: int, p: float) -> int:
 
 
 def ref_estimate(sorted_values: list, p: float):
-    """Scan t = 0, 1, ... while n ≥ min_passing(t) + t; the estimate is sorted[min(n − t, n − 1)]."""
+    """Scan t = 1, 2, ... while n ≥ min_passing(t) + t; the estimate is sorted[n − t]."""
     n = len(sorted_values)
-    if n < ref_min_passing(0, p):
+    if n < ref_min_passing(1, p) + 1:
         return None
-    t = 0
+    t = 1
     while n >= ref_min_passing(t + 1, p) + t + 1:
         t += 1
-    return sorted_values[min(n - t, n - 1)]
+    return sorted_values[n - t]
 
 
 # ---------------------------------------------------------------- early stopping
@@ -112,7 +112,9 @@ def test_find_min_passing_known_values() -> None:
     # t = 0: p^h < 0.01  ⇔  h > ln 0.01 / ln p.
     for p in PS:
         assert es.find_min_passing(0, p) == math.floor(math.log(0.01) / math.log(p)) + 1
-    assert [es.min_queries_for_percentile(p) for p in PS] == [44, 459, 4603]
+    assert [es.server_min_queries(p) for p in PS] == [44, 459, 4603]
+    # LoadGen's estimate floor, find_min_passing(1, p) + 1 (tests/test_loadgen_summary.py: LoadGen's own)
+    assert [es.min_queries_for_percentile(p) for p in PS[:2]] == [64, 662]
 
 
 @requires_scipy
@@ -143,9 +145,10 @@ def test_percentile_estimate_is_conservative() -> None:
     for p in (0.9, 0.99):
         est = es.percentile_estimate(values, p)
         assert est is not None and est >= values[int(len(values) * p)]
-    # t = 0 gives the largest sample.
+    # At the floor t = 1 gives the largest sample; one below it, no estimate.
     n = es.min_queries_for_percentile(0.99)
     assert es.percentile_estimate(list(range(n)), 0.99) == n - 1
+    assert es.percentile_estimate(list(range(n - 1)), 0.99) is None
 
 
 @pytest.mark.parametrize("p", PS)
@@ -448,7 +451,7 @@ def test_reasons_are_short_one_per_cause_each_with_its_fix() -> None:
     assert "fix: --duration 600s or longer" in v.reasons[0]
     # 200 samples in 40 s: 5 a second, so 300 queries take 60 s and the 459 samples a p99 needs 92 s.
     assert "fix: run ≥ 300 requests (about 60 s at this run's 5.0 req/s: --duration 60s)" in v.reasons[1]
-    need = es.min_queries_for_percentile(0.99)
+    need = es.server_min_queries(0.99)
     assert f"200 samples, early stopping needs ≥ {need}" in v.reasons[2]
     assert f"fix: run ≥ {need} requests (about {math.ceil(need / 5)} s" in v.reasons[2]
     assert sum(r.count("early stopping") for r in v.reasons) == 1

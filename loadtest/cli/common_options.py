@@ -56,6 +56,12 @@ def workload_parent(what: str) -> SuggestingParser:
     )
     p.add_argument("--seed", type=int, metavar="N", help="workload and arrival seed (default: the profile's)")
     p.add_argument(
+        "--seed-set",
+        metavar="FILE:COHORT[:SET]",
+        help="an MLCommons seed set: its scheduler_rng_seed drives the arrivals, sample_index_rng_seed the "
+        "workload, model_seed is recorded (docs/profiles.md, Seeds); not with --seed",
+    )
+    p.add_argument(
         "--slo",
         metavar="SPEC",
         help="SLOs to judge, e.g. ttft_p99=2s,tpot_p99=80ms,error_rate=0.5%% (merged over the profile's; "

@@ -58,7 +58,7 @@ def report_command(args: argparse.Namespace) -> int:
 def _convention(run_dir: Path, convention: str) -> int:
     """One convention's file of a run folder, recomputed from run.json and the record log; the exit code."""
     from loadtest.contracts.run_document import RunDocumentError, read_run_document
-    from loadtest.results.mlperf_summary import load_samples, write_summary
+    from loadtest.results.mlperf_detail import write_loadgen_logs
     from loadtest.sweep.submission import endpoints_of, result_summary, write_json
 
     try:
@@ -68,7 +68,7 @@ def _convention(run_dir: Path, convention: str) -> int:
         return 2
     try:
         if convention == "loadgen":
-            print(write_summary(run_dir, run, load_samples(run_dir, run)))
+            print("\n".join(str(path) for path in write_loadgen_logs(run_dir, run)))
             return 0
         figures = endpoints_of(run, run_dir)
         summary = result_summary(run, str(run_dir.resolve()), figures)

@@ -121,6 +121,7 @@ def run_options(args: argparse.Namespace, **given: Any) -> RunOptions:
         "concurrency": getattr(args, "concurrency", None),
         "rate": getattr(args, "rate", None),
         "seed": getattr(args, "seed", None),
+        "seed_set": getattr(args, "seed_set", None),
         "duration": getattr(args, "duration", None),
         "tokenizer": getattr(args, "tokenizer", None),
         "dataset": getattr(args, "dataset", None),

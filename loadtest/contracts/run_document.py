@@ -69,6 +69,18 @@ class JudgingConfig(_Section):
     smoke: bool = False
 
 
+class SeedSetRecord(_Section):
+    """``--seed-set``: the file (and its sha256), the cohort and set, and the seeds it gave."""
+
+    file: str
+    sha256: str
+    cohort: str
+    set: str
+    scheduler_rng_seed: int
+    sample_index_rng_seed: int
+    model_seed: int
+
+
 class RunConfig(_OptionalSection):
     profile: str
     profile_path: str | None
@@ -89,6 +101,7 @@ class RunConfig(_OptionalSection):
     tls_verify: bool
     judging: JudgingConfig | None = None
     slos: dict[str, float | None] | None = None
+    seed_set: SeedSetRecord | None = None
 
 
 # ---- endpoint ------------------------------------------------------------------------------------

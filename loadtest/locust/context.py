@@ -102,7 +102,13 @@ class RunContext:
         self.worker_index = worker_index
         self.n_workers = max(1, n_workers)
         self.profile, self.profile_path = settings.profile()
-        self.workload = Workload(self.profile, settings.seed, run_nonce=settings.run_nonce)
+        self.workload = Workload(
+            self.profile,
+            settings.seed,
+            run_nonce=settings.run_nonce,
+            schedule_seed=settings.schedule_seed,
+            model_seed=settings.model_seed,
+        )
         self.recorder = Recorder(
             per_scenario=len(self.profile.scenarios) > 1,
             per_endpoint=len(settings.hosts or ()) > 1,  # the live metrics' per-endpoint split

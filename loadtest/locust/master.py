@@ -167,7 +167,9 @@ class MasterSession:
         """A run's own state: its settings, workload and payload, merged aggregates, record sink, stop signal."""
         self.settings = settings
         self.profile, path = settings.profile()
-        self.workload = Workload(self.profile, settings.seed)
+        self.workload = Workload(
+            self.profile, settings.seed, schedule_seed=settings.schedule_seed, model_seed=settings.model_seed
+        )
         self.payload = settings_payload(settings, self.profile, path, self.workload)
         self.total = RunAggregates()
         self.out = Path(settings.out_dir)

@@ -53,6 +53,11 @@ class RunSettings:
     tokenizer_source: dict | None = None
     progress_s: float = 10.0  # a progress line on the console every this many seconds (0: none)
     max_requests: int | None = None  # --max-requests: units issued in all (split over the processes)
+    # --seed-set: the arrival schedule's own seed (``seed`` then being the sample-index seed), the model
+    # seed and the set's record for run.json (workload/seed_set.py); None: ``seed`` drives everything
+    schedule_seed: int | None = None
+    model_seed: int | None = None
+    seed_set: dict | None = None
 
     def profile(self) -> tuple[Profile, Path]:
         """The profile as this run uses it: the file, with the command line's overrides applied."""

@@ -114,19 +114,27 @@ def server_passes(queries_issued: int, t_over: int, p: float, confidence: float 
     return queries_issued >= find_min_passing(t_over, p, confidence) + t_over
 
 
-def min_queries_for_percentile(p: float, confidence: float = DEFAULT_CONFIDENCE) -> int:
-    """The smallest sample count that gives any percentile estimate (t = 0): find_min_passing(0, p)."""
+def server_min_queries(p: float, confidence: float = DEFAULT_CONFIDENCE) -> int:
+    """Queries a Server run needs to pass early stopping when none is over the limit: find_min_passing(0, p)
+    (p90 44, p99 459)."""
     return find_min_passing(0, p, confidence)
 
 
-def estimate_t(n: int, p: float, confidence: float = DEFAULT_CONFIDENCE) -> int | None:
-    """The largest t with n ≥ find_min_passing(t, p) + t (None when even t = 0 needs more than n).
+def min_queries_for_percentile(p: float, confidence: float = DEFAULT_CONFIDENCE) -> int:
+    """The smallest sample count that gives a percentile estimate: find_min_passing(1, p) + 1 (p90 64,
+    p99 662), LoadGen's "Need to process at least N queries for early stopping"."""
+    return find_min_passing(1, p, confidence) + 1
 
+
+def estimate_t(n: int, p: float, confidence: float = DEFAULT_CONFIDENCE) -> int | None:
+    """The largest t ≥ 1 with n ≥ find_min_passing(t, p) + t (None below ``min_queries_for_percentile``).
+
+    LoadGen's SingleStream search starts at t = 1 and stops at the first t that no longer passes;
     find_min_passing(t, p) + t grows strictly with t, so this is a binary search over t.
     """
-    if n < find_min_passing(0, p, confidence):
+    if n < min_queries_for_percentile(p, confidence):
         return None
-    lo, hi = 0, n  # find_min_passing(n, p) + n > n always, so t = n never passes
+    lo, hi = 1, n  # find_min_passing(n, p) + n > n always, so t = n never passes
     while hi - lo > 1:
         mid = (lo + hi) // 2
         if n >= find_min_passing(mid, p, confidence) + mid:
@@ -137,18 +145,15 @@ def estimate_t(n: int, p: float, confidence: float = DEFAULT_CONFIDENCE) -> int 
 
 
 def estimate_index(n: int, t: int) -> int:
-    """The 0-based index into ascending samples for an estimate with t: min(n − t, n − 1).
-
-    This is LoadGen's ``sample_latencies[queries_issued - t]`` (the t-th largest sample) for t ≥ 1;
-    LoadGen starts its search at t = 1, while here t = 0 is allowed and gives the largest sample.
-    """
-    return min(n - t, n - 1)
+    """The 0-based index into ascending samples for an estimate with t ≥ 1: n − t, LoadGen's
+    ``sample_latencies[queries_issued - t]`` (t = 1: the largest sample)."""
+    return n - t
 
 
 def percentile_estimate(
     sorted_values: Sequence[T], p: float, confidence: float = DEFAULT_CONFIDENCE
 ) -> T | None:
-    """Early-stopping percentile estimate: sorted[min(n − t, n − 1)] (0-based) for the largest passing t.
+    """Early-stopping percentile estimate: sorted[n − t] (0-based) for the largest passing t ≥ 1.
 
     ``sorted_values`` must be ascending; p is a fraction (0.99 for p99). None when n is below
     ``min_queries_for_percentile(p)``. The true p-quantile is at most the estimate with the given
@@ -166,7 +171,7 @@ def percentile_estimate_from_histogram(
 ) -> int | None:
     """The same estimate from an HdrHistogram, in the histogram's units.
 
-    The sample at 0-based rank min(n − t, n − 1) is located by walking the recorded buckets; its
+    The sample at 0-based rank n − t is located by walking the recorded buckets; its
     value is the bucket's highest equivalent value (as ``hdr.percentiles`` reports), so the
     estimate is exact up to the histogram's 3-significant-figure resolution and never below it.
     """

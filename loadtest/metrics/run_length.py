@@ -17,7 +17,7 @@ SPREAD_SIGMAS = 2.0
 
 def evidence_requests(p: float) -> int:
     """Requests early stopping needs to prove percentile ``p`` when none is over its limit (p99: 459)."""
-    return es.min_queries_for_percentile(p)
+    return es.server_min_queries(p)
 
 
 def judged_seconds_for(need: int, rate: float, cv: float = 1.0, sigmas: float = SPREAD_SIGMAS) -> float:

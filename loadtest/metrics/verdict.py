@@ -360,7 +360,7 @@ def describe_judging(slos: Sequence[AnySlo], rate: float | None, judged_s: float
     if rate and judged_s > 0:
         for s in slos:
             if isinstance(s, Slo):
-                need = es.min_queries_for_percentile(s.p)
+                need = es.server_min_queries(s.p)
                 if rate * judged_s < need:
                     lines.append(
                         f"warning: {s.key} needs ≥ {need} requests to be proven (early stopping); "

@@ -22,7 +22,7 @@ from loadtest.report import charts, facts
 from loadtest.report import run_sections as sections
 from loadtest.report.quality import load_samples, quality_sections
 from loadtest.results.log_stats import LogSummary, summarize_log
-from loadtest.results.mlperf_summary import write_summary
+from loadtest.results.mlperf_detail import write_loadgen_logs
 from loadtest.results.record_log import record_files
 
 REPORT_NAME = "report.html"
@@ -304,5 +304,5 @@ def render_run_report(run_dir: Path) -> Path:
     out = run_dir / Path(run.files.report or REPORT_NAME).name
     judged = sections.judged_samples(run, log_paths(run_dir, run))
     out.write_text(render_html(run, log, info, load_samples(run_dir), judged), encoding="utf-8")
-    write_summary(run_dir, run, log.samples if log is not None else None)
+    write_loadgen_logs(run_dir, run, log.samples if log is not None else None)
     return out

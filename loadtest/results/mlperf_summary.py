@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
 
@@ -19,6 +20,7 @@ SUMMARY_NAME = "mlperf_log_summary.txt"
 RULE = "=" * 48
 PERCENTILES: tuple[float, ...] = (50.0, 90.0, 95.0, 97.0, 99.0, 99.9)
 ESTIMATE_PERCENTILES: tuple[float, ...] = (90.0, 99.0, 99.9)
+SS_PERCENTILE = 0.9  # LoadGen's SingleStream target latency percentile (test_settings.h)
 OWN_SECTION = "loadtest Additional Results"
 # LoadGen's labels, spacing included (mlcommons-loadgen 6.0.17, PerformanceSummary::LogSummary):
 # (histogram, min/max/mean label, percentile label)
@@ -44,6 +46,11 @@ _ITL_STATS = (
     "{} Inter-token latency (ns)               : ",
     "{} percentile inter-token latency (ns)   : ",
 )
+_DURATION_ADVICE = {
+    "Offline": "Increase expected QPS so the loadgen pre-generates a larger (coalesced) query.",
+    "Server": "Increase the target QPS so the loadgen pre-generates more queries.",
+    "SingleStream": "Decrease the expected latency so the loadgen pre-generates more queries.",
+}
 _MORE_QUERIES = " with the run being successful if every additional\n query were under latency."
 
 
@@ -56,8 +63,8 @@ def _two(v: float) -> str:
     return f"{v:.2f}"
 
 
-def scenario_name(run: RunDocument) -> str:
-    """The LoadGen scenario the run's load corresponds to (Server, Offline, SingleStream), or our own name."""
+def load_shape(run: RunDocument) -> str:
+    """The run's load in words (Server, Offline, SingleStream, Concurrency (n streams), …)."""
     load = run.config.load
     if load.mode == "open" and load.rate is not None:
         return "Server" if load.arrival in (None, "poisson") else f"Server ({load.arrival} arrivals)"
@@ -71,6 +78,12 @@ def scenario_name(run: RunDocument) -> str:
     if load.stages:
         return "Stages"
     return load.mode or "unknown"
+
+
+def scenario_name(run: RunDocument) -> str:
+    """The LoadGen form the run is written in: SingleStream (one stream), Offline, else Server."""
+    shape = load_shape(run)
+    return shape if shape in ("SingleStream", "Offline") else "Server"
 
 
 def _checks(run: RunDocument) -> list[Check]:
@@ -89,7 +102,7 @@ def _limit(slos: dict[str, float | None], metric: str) -> tuple[int, str]:
     return 0, "n/a"
 
 
-class _Dist:
+class Distribution:
     """One metric's distribution in ns: the record log's exact samples, else the run.json histogram."""
 
     def __init__(self, metric: str, samples: LatencySamples | None, hist: HdrHistogram | None) -> None:
@@ -117,6 +130,11 @@ class _Dist:
         pcts = [int(v or 0) * 1000 for v in hdr.fast_percentiles(self.hist, PERCENTILES)]
         return int(lo) * 1000, int(hi) * 1000, int(float(mean) * 1000), pcts
 
+    def percentile_ns(self, p: float) -> int | None:
+        """LoadGen's p-th percentile (p in PERCENTILES, percent), ns; None without samples."""
+        stats = self.stats_ns()
+        return None if stats is None else stats[3][PERCENTILES.index(p)]
+
     def estimate_ns(self, p: float) -> int | None:
         """The early-stopping estimate of the p-th percentile (p in percent), ns."""
         if self.exact is not None:
@@ -128,7 +146,7 @@ class _Dist:
         return None if est_h is None else est_h * 1000
 
 
-def _stat_lines(dist: _Dist, labels: tuple[str, str, str]) -> list[str]:
+def _stat_lines(dist: Distribution, labels: tuple[str, str, str]) -> list[str]:
     stats = dist.stats_ns()
     lo_label, mean_label, p_label = labels
     if stats is None:
@@ -160,12 +178,11 @@ def _early_stopping_result(run: RunDocument, metric: str) -> list[str]:
     return [""]
 
 
-def _recommendations(
-    run: RunDocument, offline: bool, perf_ok: bool, duration_ok: bool, queries_ok: bool
-) -> list[str]:
+def _recommendations(r: LoadGenResult) -> list[str]:
+    """LoadGen's recommendation lines for an invalid result, in its order."""
     out = []
-    if not perf_ok:
-        slo_failed = [c.name for c in _checks(run) if c.kind == "slo" and not c.passed]
+    if not r.perf_ok:
+        slo_failed = [c.name for c in _checks(r.run) if c.kind == "slo" and not c.passed]
         ttft = any(name.startswith("ttft_") for name in slo_failed)
         tpot = any(name.startswith("tpot_") for name in slo_failed)
         if ttft:
@@ -174,13 +191,9 @@ def _recommendations(
             out.append(" * TPOT constrain not met: Reduce target QPS to improve latency.")
         if not ttft and not tpot:
             out.append(" * Reduce target QPS to improve latency.")
-    if not duration_ok:
-        out.append(
-            " * Increase expected QPS so the loadgen pre-generates a larger (coalesced) query."
-            if offline
-            else " * Increase the target QPS so the loadgen pre-generates more queries."
-        )
-    if not queries_ok:
+    if not r.duration_ok:
+        out.append(" * " + _DURATION_ADVICE[r.scenario])
+    if not r.queries_ok:
         out += [
             " * The test exited early, before enough queries were issued.",
             "   See the detailed log for why this may have occurred.",
@@ -196,21 +209,104 @@ def _count_line(n: int, one: str, many: str, none: str) -> str:
     )
 
 
-def format_summary(run: RunDocument, samples: LatencySamples | None = None) -> str:
-    """The summary text for a run.json document; ``samples``: the record log's exact values (the
-    histograms' otherwise)."""
+def _ss_early_stopping(dist: Distribution) -> tuple[bool, list[str], int | None, int | None]:
+    """LoadGen's SingleStream early-stopping lines for one metric (``PerformanceSummary::EarlyStopping``):
+    (met, lines, the p90 estimate, the p99 estimate) in ns."""
+    n, floor = dist.n, es.min_queries_for_percentile(SS_PERCENTILE)
+    if n < floor:
+        return (
+            False,
+            [
+                f" * Only processed {n} queries.",
+                f" * Need to process at least {floor} queries for early stopping.",
+            ],
+            None,
+            None,
+        )
+    t = es.estimate_t(n, SS_PERCENTILE) or 1
+    est = dist.estimate_ns(SS_PERCENTILE * 100)
+    lines = [
+        f" * Processed at least {floor} queries ({n}).",
+        f" * Would discard {t - 1} highest latency queries.",
+        f" * Early stopping {SS_PERCENTILE * 100:.1f}th percentile estimate: {est}",
+    ]
+    est99 = dist.estimate_ns(99.0)
+    if est99 is None:
+        lines += [
+            " * Not enough queries processed for 99.0th percentile",
+            " early stopping estimate (would need to process at",
+            f" least {es.min_queries_for_percentile(0.99)} total queries).",
+        ]
+    else:
+        lines.append(f" * Early stopping 99.0th percentile estimate: {est99}")
+    return True, lines, est, est99
+
+
+@dataclass
+class LoadGenResult:
+    """What LoadGen's summary and detail logs say of a run, computed once for both files."""
+
+    run: RunDocument
+    samples: LatencySamples | None
+    scenario: str
+    hists: dict[str, HdrHistogram | None]
+    dists: dict[str, Distribution]
+    perf_ok: bool
+    duration_ok: bool
+    queries_ok: bool
+    es_ok: bool
+    valid: bool
+    recommendations: list[str]
+    es_blocks: dict[str, list[str]]
+    es_latency_ss: int | None
+    es_latency_ms: int | None
+    completed: int
+    duration_s: float
+    tokens: int
+    tokens_per_s: float
+    rate: float  # Server: scheduled samples/s; SingleStream: QPS with the generator's overhead
+    issue_span_s: float  # from the first to the last scheduled query (the window without the record log)
+    params: list[tuple[str, str, int | float | str]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    failed: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def offline(self) -> bool:
+        return self.scenario == "Offline"
+
+    @property
+    def single_stream(self) -> bool:
+        return self.scenario == "SingleStream"
+
+
+def loadgen_result(run: RunDocument, samples: LatencySamples | None = None) -> LoadGenResult:
+    """The run's LoadGen figures and flags; ``samples``: the record log's exact values (the histograms'
+    otherwise)."""
     req, thr = run.metrics.requests, run.metrics.throughput
-    cfg, load, endpoint = run.config, run.config.load, run.endpoint
     scenario = scenario_name(run)
-    offline = scenario == "Offline"
+    offline, ss = scenario == "Offline", scenario == "SingleStream"
     interrupted = run.status == "interrupted"
     duration = run.metrics.window.duration_s
     hists = {name: decode(run, name) for name in ("e2e", "ttft", "tpot", "itl")}
-    dists = {name: _Dist(name, samples, hists[name]) for name in ("e2e", "ttft", "tpot")}
-    perf_ok = _passed(run, lambda c: c.kind == "slo")
+    dists = {name: Distribution(name, samples, hists[name]) for name in ("e2e", "ttft", "tpot")}
+    perf_ok = True if ss else _passed(run, lambda c: c.kind == "slo")
     duration_ok = _passed(run, lambda c: c.name == "min_duration")
     queries_ok = _passed(run, lambda c: c.name == "min_queries")
-    es_ok = _passed(run, lambda c: c.name.startswith("early_stopping."))
+    es_latency_ss = es_latency_ms = None
+    if ss:  # LoadGen evaluates TPOT first and TTFT only when TPOT met its floor
+        tpot_ok, tpot_lines, _, _ = _ss_early_stopping(dists["tpot"])
+        ttft_ok, ttft_lines, es_latency_ss, es_latency_ms = (
+            _ss_early_stopping(dists["ttft"]) if tpot_ok else (False, [""], None, None)
+        )
+        es_ok = tpot_ok and ttft_ok
+        es_blocks = {"TTFT": ttft_lines, "TPOT": tpot_lines}
+    else:
+        es_ok = _passed(run, lambda c: c.name.startswith("early_stopping."))
+        es_blocks = (
+            {}
+            if offline
+            else {"TTFT": _early_stopping_result(run, "ttft"), "TPOT": _early_stopping_result(run, "tpot")}
+        )
     # LoadGen's validity: duration, queries, constraints and early stopping (a smoke run's minimums are
     # reported, not applied, by the verdict: LoadGen applies them); a run that is not a pass or was
     # interrupted is not valid either.
@@ -218,10 +314,111 @@ def format_summary(run: RunDocument, samples: LatencySamples | None = None) -> s
         run.verdict is not None
         and run.verdict.status == "pass"
         and not interrupted
+        and es_ok
         and _passed(run, lambda c: c.kind == "validity")
     )
     completed = req.completed
     tokens_per_s = thr.output_tokens_per_s or 0.0
+    tokens = run.metrics.tokens.output_total
+    span = _issue_span(samples) or duration
+    rate = (
+        (samples.issued - 1) / span
+        if samples is not None and _issue_span(samples)
+        else _per_s(completed, duration)
+    )
+    warnings = [c.detail for c in _checks(run) if not c.passed and not c.blocking]
+    warnings += run.notes
+    if interrupted:
+        warnings.insert(0, f"the run was interrupted ({run.interrupted_reason or 'unknown reason'})")
+    out = LoadGenResult(
+        run=run,
+        samples=samples,
+        scenario=scenario,
+        hists=hists,
+        dists=dists,
+        perf_ok=perf_ok,
+        duration_ok=duration_ok,
+        queries_ok=queries_ok,
+        es_ok=es_ok,
+        valid=valid,
+        recommendations=[],
+        es_blocks=es_blocks,
+        es_latency_ss=es_latency_ss,
+        es_latency_ms=es_latency_ms,
+        completed=completed,
+        duration_s=duration,
+        tokens=tokens,
+        tokens_per_s=tokens_per_s,
+        rate=rate,
+        issue_span_s=span,
+        warnings=warnings,
+        failed={o: n for o, n in req.by_outcome.items() if n and o != "ok"},
+    )
+    out.recommendations = [] if valid else _recommendations(out)
+    out.params = _params(out)
+    return out
+
+
+def _params(r: LoadGenResult) -> list[tuple[str, str, int | float | str]]:
+    """LoadGen's test parameters: (summary label, detail key suffix, value)."""
+    cfg, load = r.run.config, r.run.config.load
+    slos = cfg.slos or {}
+    judging = cfg.profile_resolved.get("judging") or {}
+    min_queries = int(judging.get("min_queries") or 0)
+    qsl_seed, index_seed, schedule_seed = loadgen_seeds(r.run)
+    if r.single_stream:
+        target_qps: float = r.rate
+    else:
+        target_qps = load.rate if load.rate is not None else 0
+    return [
+        ("samples_per_query : ", "samples_per_query", r.completed if r.offline else 1),
+        ("target_qps : ", "target_qps", target_qps),
+        ("ttft_latency (ns): ", "server_ttft_latency", _limit(slos, "ttft")[0]),
+        ("tpot_latency (ns): ", "server_tpot_latency", _limit(slos, "tpot")[0]),
+        ("max_async_queries : ", "max_async_queries", 1 if r.offline or r.single_stream else 0),
+        ("min_duration (ms): ", "min_duration_ms", round(float(judging.get("min_duration_s") or 0) * 1000)),
+        ("max_duration (ms): ", "max_duration_ms", round(float(cfg.duration_s or 0) * 1000)),
+        ("min_query_count : ", "min_query_count", max(min_queries, 1) if r.offline else min_queries),
+        ("max_query_count : ", "max_query_count", 0),
+        ("qsl_rng_seed : ", "qsl_rng_seed", qsl_seed),
+        ("sample_index_rng_seed : ", "sample_index_rng_seed", index_seed),
+        ("schedule_rng_seed : ", "schedule_rng_seed", schedule_seed),
+        ("accuracy_log_rng_seed : ", "accuracy_log_rng_seed", 0),
+        ("accuracy_log_probability : ", "accuracy_log_probability", 0),
+        ("accuracy_log_sampling_target : ", "accuracy_log_sampling_target", 0),
+        ("print_timestamps : ", "print_timestamps", 0),
+        ("performance_issue_unique : ", "performance_issue_unique", 0),
+        ("performance_issue_same : ", "performance_issue_same", 0),
+        ("performance_issue_same_index : ", "performance_issue_same_index", 0),
+        ("performance_sample_count : ", "performance_sample_count", r.completed),
+        ("accuracy_sample_count : ", "accuracy_sample_count", 0),
+    ]
+
+
+def loadgen_seeds(run: RunDocument) -> tuple[int, int, int]:
+    """(qsl, sample index, schedule) seeds: a seed set's (its sample index seed also picks the samples),
+    else the run's one seed for all three."""
+    seeds = run.config.seed_set
+    if seeds is not None:
+        return seeds.sample_index_rng_seed, seeds.sample_index_rng_seed, seeds.scheduler_rng_seed
+    return run.config.seed, run.config.seed, run.config.seed
+
+
+def _fmt(v: int | float | str) -> str:
+    return f"{v:g}" if isinstance(v, float) else str(v)
+
+
+def format_summary(run: RunDocument, samples: LatencySamples | None = None) -> str:
+    """The summary text for a run.json document; ``samples``: the record log's exact values (the
+    histograms' otherwise)."""
+    return render_summary(loadgen_result(run, samples))
+
+
+def render_summary(r: LoadGenResult) -> str:
+    """LoadGen's summary form of the result (``PerformanceSummary::LogSummary``), then our own section."""
+    run, dists = r.run, r.dists
+    cfg, endpoint = run.config, run.endpoint
+    completed, duration, tokens_per_s = r.completed, r.duration_s, r.tokens_per_s
     sut = f"{cfg.model or 'unknown model'} @ {endpoint.url or 'unknown endpoint'}"
     if endpoint.embedded:
         sut += " (embedded simulator)"
@@ -230,102 +427,100 @@ def format_summary(run: RunDocument, samples: LatencySamples | None = None) -> s
         "MLPerf Results Summary",
         RULE,
         f"SUT name : {sut}",
-        f"Scenario : {scenario}",
+        f"Scenario : {r.scenario}",
         "Mode     : PerformanceOnly",
     ]
-    if offline:
+    if r.offline:
         lines += [
             f"Samples per second: {completed / duration if duration else 0.0:.6g}",
             f"Tokens per second: {tokens_per_s:.6g}",
+        ]
+    elif r.single_stream:
+        pct = f"{SS_PERCENTILE * 100:.1f}th"
+        lines += [
+            f"{pct} percentile latency (ns) : {_pct_ns(dists['e2e'], SS_PERCENTILE)}",
+            f"{pct} first token percentile latency (ns) : {_pct_ns(dists['ttft'], SS_PERCENTILE)}",
         ]
     else:  # (n − 1) completed over the time to the last completion (LoadGen: one sample opens the range)
         lines += [
             f"Completed samples per second    : {_two((completed - 1) / duration if duration and completed else 0.0)}",
             f"Completed tokens per second: {_two(tokens_per_s)}",
         ]
-    lines.append(f"Result is : {'VALID' if valid else 'INVALID'}")
-    if not offline:
-        lines.append(f"  Performance constraints satisfied : {_yes(perf_ok)}")
+    lines.append(f"Result is : {'VALID' if r.valid else 'INVALID'}")
+    if r.scenario == "Server":
+        lines.append(f"  Performance constraints satisfied : {_yes(r.perf_ok)}")
     lines += [
-        f"  Min duration satisfied : {_yes(duration_ok)}",
-        f"  Min queries satisfied : {_yes(queries_ok)}",
-        f"  Early stopping satisfied: {_yes(es_ok)}",
+        f"  Min duration satisfied : {_yes(r.duration_ok)}",
+        f"  Min queries satisfied : {_yes(r.queries_ok)}",
+        f"  Early stopping satisfied: {_yes(r.es_ok)}",
     ]
-    if not valid:
-        lines += ["Recommendations:", *_recommendations(run, offline, perf_ok, duration_ok, queries_ok)]
-    if not offline:
-        lines += ["TTFT Early Stopping Result:", *_early_stopping_result(run, "ttft")]
-        lines += ["TPOT Early Stopping Result:", *_early_stopping_result(run, "tpot")]
+    if not r.valid:
+        lines += ["Recommendations:", *r.recommendations]
+    for label, block in r.es_blocks.items():
+        lines += [f"{label} Early Stopping Result:", *block]
     lines += ["", RULE, "Additional Stats", RULE]
-    if not offline:
-        lines.append(f"Scheduled samples per second : {_two(_scheduled_rate(samples, completed, duration))}")
+    if r.single_stream:
+        mean_s = _mean_s(dists["e2e"])
+        lines += [
+            f"QPS w/ loadgen overhead         : {_two(r.rate)}",
+            f"QPS w/o loadgen overhead        : {_two(1 / mean_s if mean_s else 0.0)}",
+            "",
+        ]
+    elif not r.offline:
+        lines.append(f"Scheduled samples per second : {_two(r.rate)}")
     lines += _stat_lines(dists["e2e"], _LOADGEN_STATS["e2e"])
     lines.append("")
-    if offline:
+    if r.offline:
         lines.append("")
     else:
-        lines.append(f"{'Completed tokens per second':<44}: {_two(tokens_per_s)}")
+        if r.single_stream:
+            mean_s = _mean_s(dists["e2e"])
+            lines += [
+                f"TPS w/ loadgen overhead         : {_two(r.tokens / r.issue_span_s if r.issue_span_s else 0.0)}",
+                f"TPS w/o loadgen overhead        : {_two(r.tokens / (mean_s * completed) if mean_s and completed else 0.0)}",
+            ]
+        else:
+            lines.append(f"{'Completed tokens per second':<44}: {_two(tokens_per_s)}")
         lines += _stat_lines(dists["ttft"], _LOADGEN_STATS["ttft"])
         lines.append("")
         lines += _stat_lines(dists["tpot"], _LOADGEN_STATS["tpot"])
         lines.append("")
-    slos = cfg.slos or {}
-    judging = cfg.profile_resolved.get("judging") or {}
-    min_queries = int(judging.get("min_queries") or 0)
-    seed = cfg.seed
-    lines += [
-        RULE,
-        "Test Parameters Used",
-        RULE,
-        f"samples_per_query : {completed if offline else 1}",
-        f"target_qps : {load.rate if load.rate is not None else 0:g}",
-        f"ttft_latency (ns): {_limit(slos, 'ttft')[0]}",
-        f"tpot_latency (ns): {_limit(slos, 'tpot')[0]}",
-        f"max_async_queries : {1 if offline else 0}",
-        f"min_duration (ms): {round(float(judging.get('min_duration_s') or 0) * 1000)}",
-        f"max_duration (ms): {round(float(cfg.duration_s or 0) * 1000)}",
-        f"min_query_count : {max(min_queries, 1) if offline else min_queries}",
-        "max_query_count : 0",
-        f"qsl_rng_seed : {seed}",
-        f"sample_index_rng_seed : {seed}",
-        f"schedule_rng_seed : {seed}",
-        "accuracy_log_rng_seed : 0",
-        "accuracy_log_probability : 0",
-        "accuracy_log_sampling_target : 0",
-        "print_timestamps : 0",
-        "performance_issue_unique : 0",
-        "performance_issue_same : 0",
-        "performance_issue_same_index : 0",
-        f"performance_sample_count : {completed}",
-        "accuracy_sample_count : 0",
-        "",
-    ]
-    warnings = [c.detail for c in _checks(run) if not c.passed and not c.blocking]
-    warnings += run.notes
-    if interrupted:
-        warnings.insert(0, f"the run was interrupted ({run.interrupted_reason or 'unknown reason'})")
-    failed = {o: n for o, n in req.by_outcome.items() if n and o != "ok"}
-    lines.append(_count_line(len(warnings), "warning", "warnings", "No warnings encountered during test."))
+    lines += [RULE, "Test Parameters Used", RULE]
+    lines += [label + _fmt(value) for label, _, value in r.params]
     lines.append("")
-    lines.append(_count_line(sum(failed.values()), "ERROR", "ERRORS", "No errors encountered during test."))
-    lines += _own_section(run, hists, dists, warnings, failed)
+    lines.append(_count_line(len(r.warnings), "warning", "warnings", "No warnings encountered during test."))
+    lines.append("")
+    lines.append(_count_line(sum(r.failed.values()), "ERROR", "ERRORS", "No errors encountered during test."))
+    lines += _own_section(run, r.hists, dists, r.warnings, r.failed)
     return "\n".join(lines) + "\n"
 
 
-def _scheduled_rate(samples: LatencySamples | None, completed: int, duration: float) -> float:
-    """LoadGen's scheduled samples per second: (n − 1) over the last query's scheduled time (from the
-    record log); without the log, completed over the run's window."""
-    if samples is not None and samples.issued > 1 and samples.first_scheduled is not None:
-        span = (samples.last_scheduled or 0.0) - samples.first_scheduled
-        if span > 0:
-            return (samples.issued - 1) / span
-    return completed / duration if duration else 0.0
+def _pct_ns(dist: Distribution, p: float) -> int:
+    """LoadGen's p-th percentile (p a fraction) of the metric, ns (0 without samples)."""
+    value = dist.percentile_ns(p * 100)
+    return 0 if value is None else value
+
+
+def _mean_s(dist: Distribution) -> float:
+    stats = dist.stats_ns()
+    return 0.0 if stats is None else stats[2] / 1e9
+
+
+def _issue_span(samples: LatencySamples | None) -> float:
+    """Seconds from the first to the last scheduled query of the record log (0 without it)."""
+    if samples is None or samples.issued < 2 or samples.first_scheduled is None:
+        return 0.0
+    return max((samples.last_scheduled or 0.0) - samples.first_scheduled, 0.0)
+
+
+def _per_s(n: int, seconds: float) -> float:
+    return n / seconds if seconds else 0.0
 
 
 def _own_section(
     run: RunDocument,
     hists: dict[str, HdrHistogram | None],
-    dists: dict[str, _Dist],
+    dists: dict[str, Distribution],
     warnings: list[str],
     failed: dict[str, int],
 ) -> list[str]:
@@ -354,13 +549,12 @@ def _own_section(
             est = dist.estimate_ns(p)
             if est is None:
                 need = es.min_queries_for_percentile(p / 100.0)
-                lines.append(
-                    f" * Early stopping {p:g}th percentile estimate: not enough queries (needs {need})"
-                )
+                lines.append(f" * p{p:g} early-stopping estimate: not enough queries (needs {need})")
             else:
-                lines.append(f" * Early stopping {p:g}th percentile estimate (ns): {est}")
-    lines += ["", *_stat_lines(_Dist("itl", None, hists["itl"]), _ITL_STATS), ""]
+                lines.append(f" * p{p:g} early-stopping estimate (ns): {est}")
+    lines += ["", *_stat_lines(Distribution("itl", None, hists["itl"]), _ITL_STATS), ""]
     lines += [
+        f"load_shape : {load_shape(run)}",
         f"target_concurrency : {load.concurrency if load.concurrency is not None else 0}",
         f"arrival : {load.arrival or 'n/a'}",
         f"ttft_percentile : {_limit(cfg.slos or {}, 'ttft')[1]}",
@@ -371,6 +565,7 @@ def _own_section(
         f"tool : {run.tool.name or 'loadtest'} {run.tool.version or ''}".rstrip(),
         f"endpoint : {endpoint.url or 'n/a'}",
         f"run_id : {run.run_id or 'n/a'}",
+        *_seed_set_lines(run),
         "",
     ]
     if warnings:
@@ -381,6 +576,17 @@ def _own_section(
         what = ", ".join(f"{o} {n}" for o, n in failed.items())
         lines.append(f"{total} error{'s' if total != 1 else ''} encountered during test: {what}.")
     return lines
+
+
+def _seed_set_lines(run: RunDocument) -> list[str]:
+    """The seed set the run's seeds came from (--seed-set), for our section; none without one."""
+    ss = run.config.seed_set
+    if ss is None:
+        return []
+    return [
+        f"seed_set : {Path(ss.file).name} cohort {ss.cohort} set {ss.set} (sha256 {ss.sha256})",
+        f"model_seed : {ss.model_seed}",
+    ]
 
 
 def load_samples(run_dir: Path, run: RunDocument, batch: int = 20_000) -> LatencySamples | None:
@@ -395,13 +601,3 @@ def load_samples(run_dir: Path, run: RunDocument, batch: int = 20_000) -> Latenc
     while part := list(islice(lines, batch)):
         samples.add(part)
     return samples
-
-
-def write_summary(run_dir: Path, run: RunDocument, samples: LatencySamples | None = None) -> Path:
-    """Write ``run_dir/mlperf_log_summary.txt`` (exact from the record log when the folder has it:
-    ``samples`` when the caller read it already, else read here) and return its path."""
-    path = Path(run_dir) / SUMMARY_NAME
-    if samples is None:
-        samples = load_samples(run_dir, run)
-    path.write_text(format_summary(run, samples), encoding="utf-8")
-    return path

@@ -25,6 +25,7 @@ from loadtest.profile.schema import Profile
 from loadtest.run.options import EndpointOptions, RunOptions
 from loadtest.traces import TraceFormatError
 from loadtest.workload.builder import Workload
+from loadtest.workload.seed_set import SeedSetError, load_seed_set
 
 MIN_FREE_BYTES = 64 * 2**20  # refuse to start a run on a (nearly) full disk
 # What a run writes into its folder: a folder holding any of these holds a run.
@@ -32,10 +33,26 @@ RUN_FILES = (
     "run.json",
     "report.html",
     "mlperf_log_summary.txt",
+    "mlperf_log_detail.txt",
     "records*.jsonl",
     "*.records.jsonl",
     "engine.log",
 )
+
+
+def apply_seed_set(settings: RunSettings, options: RunOptions) -> None:
+    """--seed-set: the set's sample-index seed becomes the run's seed, its scheduler seed the arrivals'."""
+    if options.seed is not None:
+        raise UsageError("--seed and --seed-set both given; fix: one of them (a seed set has its own seeds)")
+    assert options.seed_set is not None
+    try:
+        seeds = load_seed_set(options.seed_set)
+    except SeedSetError as e:
+        raise UsageError(str(e)) from e
+    settings.seed = seeds.sample_index_rng_seed
+    settings.schedule_seed = seeds.scheduler_rng_seed
+    settings.model_seed = seeds.model_seed
+    settings.seed_set = seeds.record()
 
 
 @dataclass
@@ -120,9 +137,17 @@ def prepare_settings(options: RunOptions, profile_path: Path, *, host: str = "")
     _apply_client_policy(settings, profile, options)
     settings.capture = capture_rule(profile, options)
     settings.seed = profile.seed if options.seed is None else options.seed
+    if options.seed_set:
+        apply_seed_set(settings, options)
     try:
         # checks the tokenizer and reads any trace now; the run nonce is the one every worker gets
-        workload = Workload(profile, settings.seed, run_nonce=settings.run_nonce)
+        workload = Workload(
+            profile,
+            settings.seed,
+            run_nonce=settings.run_nonce,
+            schedule_seed=settings.schedule_seed,
+            model_seed=settings.model_seed,
+        )
         workload.request(0)  # the first unit built: what every request needs (files, images, lengths)
         if settings.max_requests is None:  # dataset.passes: the run ends after its whole passes
             settings.max_requests = workload.pass_units

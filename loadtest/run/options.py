@@ -24,6 +24,7 @@ class RunOptions:
     concurrency: int | None = None
     rate: float | None = None
     seed: int | None = None
+    seed_set: str | None = None  # --seed-set FILE:COHORT[:SET] (workload/seed_set.py)
     duration: str | None = None  # 90, 90s, 5m, 1h; None: a self-ending schedule's length, else the profile's
     tokenizer: str | None = None
     dataset: str | None = None  # --dataset: a prompt file sent instead of the profile's scenarios

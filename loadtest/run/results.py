@@ -32,6 +32,7 @@ from loadtest.metrics.verdict import (
 from loadtest.profile.schema import Profile
 from loadtest.report.run_report import VERDICT_LABELS
 from loadtest.results.durable import WriteFailure
+from loadtest.results.mlperf_detail import DETAIL_NAME
 from loadtest.results.mlperf_summary import SUMMARY_NAME
 from loadtest.results.record_log import ReadTally, read_lines
 from loadtest.results.run_json import build_run_document
@@ -306,7 +307,7 @@ def write_files(out: Path, document: RunDocument) -> tuple[Path, WriteFailure | 
     try:
         return render_run_report(out), None
     except OSError as e:
-        for partial in (report, out / SUMMARY_NAME):
+        for partial in (report, out / SUMMARY_NAME, out / DETAIL_NAME):
             partial.unlink(missing_ok=True)
         return report, WriteFailure.of(e.filename or report, e)
 
@@ -437,6 +438,7 @@ def run_config(settings: RunSettings, profile: Profile, workload: Workload) -> d
         "run_salt": describe_run_salt(profile.run_salt, settings.run_nonce, settings.seed),
         "duration_s": settings.duration_s,
         "seed": settings.seed,
+        "seed_set": settings.seed_set,
         "processes": settings.processes,
         "model": settings.model,
         "api": profile.api,

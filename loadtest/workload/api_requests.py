@@ -42,6 +42,7 @@ def _responses(w: Workload, sc: Scenario, index: int) -> PreparedRequest:
     """The chat request of the same index, as a Responses API body (input messages, max_output_tokens)."""
     chat = w._single(sc.model_copy(update={"api": "chat"}), index)
     body: dict[str, Any] = dict(chat.body)
+    body.pop("seed", None)  # a seed set's model seed: the Responses API takes none
     body["input"] = body.pop("messages")
     body["max_output_tokens"] = body.pop("max_tokens")
     effort = body.pop("reasoning_effort", None)
@@ -56,6 +57,7 @@ def _messages(w: Workload, sc: Scenario, index: int) -> PreparedRequest:
     as ``thinking`` with a budget under ``max_tokens`` (as the API wants) but never under its minimum."""
     chat = w._single(sc.model_copy(update={"api": "chat"}), index)
     body: dict[str, Any] = dict(chat.body)
+    body.pop("seed", None)  # a seed set's model seed: the Messages API takes none
     messages = body.pop("messages")
     if messages and messages[0]["role"] == "system":
         body["system"] = messages.pop(0)["content"]

@@ -141,9 +141,15 @@ class Workload:
         seed: int | None = None,
         tokenizer: str | None = None,
         run_nonce: int | None = None,
+        schedule_seed: int | None = None,
+        model_seed: int | None = None,
     ) -> None:
         self.profile = profile
         self.seed = profile.seed if seed is None else seed
+        # the arrival schedule's seed: a seed set's scheduler_rng_seed, else the one seed
+        self.schedule_seed = self.seed if schedule_seed is None else schedule_seed
+        # a seed set's model_seed: sent as the OpenAI `seed` of single-turn chat and completions requests
+        self.model_seed = model_seed
         self.tokenizer: Tokenizer = get_tokenizer(tokenizer or profile.tokenizer)
         self.nonce: int | None = resolve_nonce(profile.run_salt, run_nonce, self.seed)
         self.scenarios = list(profile.scenarios)
@@ -202,10 +208,10 @@ class Workload:
             return trace_offsets([r.timestamp_s for r in self.trace])
         if load.stages:
             stages = [(st.duration_s, float(st.rate or 0.0), st.ramp) for st in load.stages]
-            return stage_offsets(stages, self.seed, load.arrival, load.cv or 1.0)
+            return stage_offsets(stages, self.schedule_seed, load.arrival, load.cv or 1.0)
         if load.rate is None:
             raise ValueError("closed-loop profile: no arrival schedule")
-        return arrival_offsets(load.rate, self.seed, load.arrival, load.cv or 1.0)
+        return arrival_offsets(load.rate, self.schedule_seed, load.arrival, load.cv or 1.0)
 
     @property
     def schedule_span_s(self) -> float | None:
@@ -268,6 +274,8 @@ class Workload:
         api = sc.api or self.profile.api
         body: dict[str, Any] = {"max_tokens": n_out}
         _length_controls(body, n_out, sc)
+        if self.model_seed is not None:
+            body["seed"] = self.model_seed
         system = self._system[sc.name] if api == "chat" else ""
         messages: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
         budget = max(1, n_in - (self._chat_overhead(sc, messages) if api == "chat" else 0))
