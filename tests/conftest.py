@@ -106,3 +106,20 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
         terminalreporter.section(title)
         for line in lines:
             terminalreporter.write_line(line)
+
+
+def byte_level_tokenizer(path: Path) -> Path:
+    """A tokenizer.json at ``path`` with no merges: one token per byte (per ASCII character), built with
+    the tokenizers library (a model whose counts a test can predict)."""
+    from tokenizers import Tokenizer as HfTokenizer
+    from tokenizers import decoders, models, pre_tokenizers, trainers
+
+    tok = HfTokenizer(models.BPE(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=260, special_tokens=["<unk>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
+    tok.train_from_iterator(["a"], trainer)
+    tok.save(str(path))
+    return path

@@ -11,8 +11,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from tokenizers import Tokenizer as HfTokenizer
-from tokenizers import decoders, models, pre_tokenizers, trainers
 
 from loadtest.cli.main import main
 from loadtest.compare import stats
@@ -28,7 +26,7 @@ from loadtest.contracts.sweep_document import (
 from loadtest.report.compare_report import CHANGE_COLOURS
 from loadtest.sweep.model import point_entry
 from tests.browser import ARTIFACTS, CHROMIUM, open_in_chromium
-from tests.conftest import CLI, run_cli, write_profile
+from tests.conftest import CLI, byte_level_tokenizer, run_cli, write_profile
 
 # The engine's own clock (no speed-up): an H100 decode step of Llama 3.1 8B lasts about 5 ms and an H200's
 # 3.4 ms, so a busy machine's scheduling delays (a millisecond or two) cannot hide the difference.
@@ -60,15 +58,7 @@ def _run_together(runs: dict[str, tuple[Any, ...]]) -> dict[str, Path]:
 
 def _verbose_tokenizer(path: Path) -> Path:
     """A byte-level tokenizer with no merges: one token per character, about 4× llama3's count."""
-    tok = HfTokenizer(models.BPE(unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=260, special_tokens=["<unk>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
-    )
-    tok.train_from_iterator(["a"], trainer)
-    tok.save(str(path))
-    return path
+    return byte_level_tokenizer(path)
 
 
 def _point(i: int, conc: int, run_dir: Path, root: Path) -> SweepPoint:

@@ -15,8 +15,6 @@ from typing import Any
 import msgspec
 import numpy as np
 import pytest
-from tokenizers import Tokenizer as HfTokenizer
-from tokenizers import decoders, models, pre_tokenizers, trainers
 
 import loadtest
 from loadtest.client.messages_sse import parse_messages_stream
@@ -26,7 +24,7 @@ from loadtest.client.sse import parse_stream
 from loadtest.contracts.record_line import LINE_DECODER, LINE_ENCODER
 from loadtest.metrics.endpoints import tpot_ns
 from loadtest.tokens.tokenizer import Tokenizer
-from tests.conftest import run_cli, write_profile
+from tests.conftest import byte_level_tokenizer, run_cli, write_profile
 from tests.fault_servers import FaultServer
 
 try:
@@ -44,14 +42,7 @@ def model_folder(where: Path) -> Path:
     folder = where / "endpoints-model"
     folder.mkdir(parents=True, exist_ok=True)
     shutil.copy(MODEL_FILES / "chat_template.jinja", folder)
-    tok = HfTokenizer(models.BPE(unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=260, special_tokens=["<unk>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
-    )
-    tok.train_from_iterator(["a"], trainer)
-    tok.save(str(folder / "tokenizer.json"))
+    byte_level_tokenizer(folder / "tokenizer.json")
     return folder
 
 

@@ -31,7 +31,6 @@ from loadtest.profile.quality import CaptureSpec
 from loadtest.results.capture import CaptureLog, share
 from loadtest.results.durable import WriteFailure
 from loadtest.results.record_log import RecordLog
-from loadtest.workload.builder import Workload
 
 log = logging.getLogger("loadtest")
 _MAX_MESSAGES = 50  # distinct error messages kept per failing streak (bounded memory)
@@ -102,13 +101,7 @@ class RunContext:
         self.worker_index = worker_index
         self.n_workers = max(1, n_workers)
         self.profile, self.profile_path = settings.profile()
-        self.workload = Workload(
-            self.profile,
-            settings.seed,
-            run_nonce=settings.run_nonce,
-            schedule_seed=settings.schedule_seed,
-            model_seed=settings.model_seed,
-        )
+        self.workload = settings.workload(self.profile)
         self.recorder = Recorder(
             per_scenario=len(self.profile.scenarios) > 1,
             per_endpoint=len(settings.hosts or ()) > 1,  # the live metrics' per-endpoint split

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from loadtest.profile.loader import ProfileError, dataset_scenario, load_profile
 from loadtest.profile.schema import Load, Profile
+from loadtest.workload.builder import Workload
 from loadtest.workload.salt import new_run_nonce
 
 
@@ -87,6 +88,16 @@ class RunSettings:
         if self.dataset:
             update["scenarios"] = [dataset_scenario(profile, path, self.dataset)]
         return profile.model_copy(update=update), path
+
+    def workload(self, profile: Profile) -> Workload:
+        """The run's workload of ``profile``: this run's seeds (a seed set's too) and nonce."""
+        return Workload(
+            profile,
+            self.seed,
+            run_nonce=self.run_nonce,
+            schedule_seed=self.schedule_seed,
+            model_seed=self.model_seed,
+        )
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))

@@ -141,13 +141,7 @@ def prepare_settings(options: RunOptions, profile_path: Path, *, host: str = "")
         apply_seed_set(settings, options)
     try:
         # checks the tokenizer and reads any trace now; the run nonce is the one every worker gets
-        workload = Workload(
-            profile,
-            settings.seed,
-            run_nonce=settings.run_nonce,
-            schedule_seed=settings.schedule_seed,
-            model_seed=settings.model_seed,
-        )
+        workload = settings.workload(profile)
         workload.request(0)  # the first unit built: what every request needs (files, images, lengths)
         if settings.max_requests is None:  # dataset.passes: the run ends after its whole passes
             settings.max_requests = workload.pass_units

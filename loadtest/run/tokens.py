@@ -63,13 +63,7 @@ def settle_tokenizer(
     if choice.name != profile.tokenizer:
         try:
             new_profile = profile.model_copy(update={"tokenizer": choice.name})
-            new_workload = Workload(
-                new_profile,
-                settings.seed,
-                run_nonce=settings.run_nonce,
-                schedule_seed=settings.schedule_seed,
-                model_seed=settings.model_seed,
-            )
+            new_workload = settings.workload(new_profile)
         except (ValueError, OSError) as e:
             print(
                 f"loadtest: warning: the model's own tokenizer at {choice.name} does not load ({e}); "
