@@ -17,21 +17,22 @@ import sys
 import time
 
 
-def _spin(core: int) -> None:
-    """The child's work: pin to ``core`` and spin until killed."""
+def _spin(core: int, parent: int) -> None:
+    """The child's work: pin to ``core`` and spin until killed, or until its parent is gone."""
     os.sched_setaffinity(0, {core})
-    while True:
-        pass
+    while os.getppid() == parent:
+        for _ in range(1_000_000):
+            pass
 
 
 def start_loops(cores: list[int]) -> list[int]:
     """One forked busy loop per core; their process ids."""
-    pids = []
+    pids, parent = [], os.getpid()
     for core in cores:
         pid = os.fork()
         if pid == 0:  # the child never returns
             try:
-                _spin(core)
+                _spin(core, parent)
             finally:
                 os._exit(0)
         pids.append(pid)
@@ -56,6 +57,7 @@ def main() -> int:
     if not command:
         parser.error("give the command to run after --")
     cores = [int(c) for c in args.cores.split(",")] if args.cores else sorted(os.sched_getaffinity(0))
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # the loops are stopped on the way out
     pids = start_loops(cores)
     print(f"busy_cores: a busy loop on each of cores {cores} (pids {pids})", file=sys.stderr, flush=True)
     started = time.monotonic()
