@@ -100,16 +100,7 @@ def test_a_disk_that_fills_mid_run_loses_no_finished_request_silently(
     out = small_disk / "run"
     logs = [tmp_path / "cli.log"]
     with SimProcess(speedup=4) as sim:
-        common = [
-            "--profile",
-            str(prof),
-            "--host",
-            sim.base_url,
-            "--out",
-            str(out),
-            "--generator-health",
-            "warn",
-        ]
+        common = _common(prof, sim.base_url, out)
         if mode == "master":
             port = _free_port()
             cli = _start(["master", *common, "--expect-workers", "2", "--master-port", str(port)], logs[0])
@@ -174,16 +165,9 @@ def test_a_killed_workers_requests_in_flight_get_records(tmp_path: Path) -> None
         cli = _start(
             [
                 "run",
-                "--profile",
-                str(prof),
-                "--host",
-                sim.base_url,
-                "--out",
-                str(out),
+                *_common(prof, sim.base_url, out),
                 "--processes",
                 "2",
-                "--generator-health",
-                "warn",
             ],
             log,
         )
@@ -259,14 +243,7 @@ def test_sigterm_stops_the_run_promptly_and_never_passes(tmp_path: Path, mode: s
             ]
         cmd = [
             "master" if mode == "master" else "run",
-            "--profile",
-            str(prof),
-            "--host",
-            sim.base_url,
-            "--out",
-            str(out),
-            "--generator-health",
-            "warn",
+            *_common(prof, sim.base_url, out),
             *extra,
         ]
         try:
@@ -339,14 +316,7 @@ def test_when_run_json_cannot_be_written_the_last_line_says_what_was_lost(
     with SimProcess(speedup=4) as sim:
         cmd = [
             "run",
-            "--profile",
-            str(prof),
-            "--host",
-            sim.base_url,
-            "--out",
-            str(out),
-            "--generator-health",
-            "warn",
+            *_common(prof, sim.base_url, out),
         ]
         cli = _start(cmd, log)
         try:
@@ -388,3 +358,8 @@ def test_a_block_that_does_not_fit_leaves_no_half_line(tmp_path: Path) -> None:
     assert f.lost == 201
     assert len(heard) == 1 and heard[0].cause == "disk full" and heard[0].file == "records.jsonl"
     assert heard[0].describe().startswith("disk full at ")
+
+
+def _common(prof: Path, host: str, out: Path) -> list[str]:
+    """The options every run of these tests takes: the profile, the engine, the run folder, health warned."""
+    return ["--profile", str(prof), "--host", host, "--out", str(out), "--generator-health", "warn"]

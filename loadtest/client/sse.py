@@ -141,11 +141,24 @@ def event_payloads(chunks: list[bytes], times: list[int]) -> tuple[list[bytes], 
     byte-order mark, CR/CRLF endings, ``event:`` lines, comments, multi-line data). ``[DONE]`` is kept."""
     if not chunks:
         return [], [], False
-    if chunks[0].startswith(_BOM):  # WHATWG: one leading byte-order mark is not part of the stream
+    chunks, buf = _body(chunks)
+    return _payloads(chunks, times, buf)
+
+
+def _body(chunks: list[bytes]) -> tuple[list[bytes], bytes]:
+    """The reads without a leading byte-order mark (WHATWG: not part of the stream) and with LF line
+    endings, and the whole body they make."""
+    if chunks[0].startswith(_BOM):
         chunks = [chunks[0][len(_BOM) :], *chunks[1:]]
-    if any(b"\r" in c for c in chunks):
-        chunks = normalize_newlines(chunks)
     buf = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    if b"\r" in buf:
+        chunks = normalize_newlines(chunks)
+        buf = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    return chunks, buf
+
+
+def _payloads(chunks: list[bytes], times: list[int], buf: bytes) -> tuple[list[bytes], list[int], bool]:
+    """``event_payloads`` of reads that ``_body`` prepared (``buf``: their whole body)."""
     parts, ev_times, incomplete = split_events(chunks, times, buf)
     payloads: list[bytes] = []
     payload_times: list[int] = []
@@ -183,18 +196,11 @@ def _general_split(
     res: StreamResult, chunks: list[bytes], times: list[int], buf: bytes
 ) -> tuple[list[_Chunk | None], list[int]]:
     """Any valid SSE: comments, multi-line data, other fields, an unterminated last event, bad JSON."""
-    parts, ev_times, res.incomplete_tail = split_events(chunks, times, buf)
-    payloads: list[bytes] = []
-    payload_times: list[int] = []
-    for part, t in zip(parts, ev_times, strict=True):
-        data = data_of(part)
-        if data is None:
-            continue
-        if data == b"[DONE]":
-            res.saw_done = True
-            break  # the stream's end: anything after it is not part of the answer
-        payloads.append(data)
-        payload_times.append(t)
+    payloads, payload_times, res.incomplete_tail = _payloads(chunks, times, buf)
+    if b"[DONE]" in payloads:  # the stream's end: anything after it is not part of the answer
+        res.saw_done = True
+        end = payloads.index(b"[DONE]")
+        del payloads[end:], payload_times[end:]
     if not payloads:
         return [], []
     try:
@@ -270,12 +276,7 @@ def parse_stream(chunks: list[bytes], times: list[int]) -> StreamResult:
     res = StreamResult()
     if not chunks:
         return res
-    if chunks[0].startswith(_BOM):  # WHATWG: one leading byte-order mark is not part of the stream
-        chunks = [chunks[0][len(_BOM) :], *chunks[1:]]
-    buf = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-    if b"\r" in buf:
-        chunks = normalize_newlines(chunks)
-        buf = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    chunks, buf = _body(chunks)
     decoded: Sequence[_Chunk | None]  # the general path leaves None for a payload that is not JSON
     joined = [buf]
     del buf

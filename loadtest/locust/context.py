@@ -126,9 +126,8 @@ class RunContext:
         self.capture: CaptureLog | None = None  # open_capture: where this process's capture file goes
         self._closed_counter = itertools.count()
         self.env: Environment | None = None
-        self.in_flight = 0
         # The requests in flight (keyed by their record's id()): a worker reports them with each report.
-        self._sending: dict[int, tuple[RequestRecord, str, str, str, int, float]] = {}
+        self._sending: dict[int, tuple[RequestRecord, PreparedRequest, int, float]] = {}
         self.stopping = False  # set at the end of the run: issue nothing new, let in-flight requests finish
         # Set when the end-of-run drain ran out with requests still waiting on the endpoint: those are
         # the endpoint's timeouts (errors), not the generator's cancellations.
@@ -226,17 +225,21 @@ class RunContext:
         log.error("%s: stopping the run, counting every finished request it cannot write", failure.describe())
         self.on_write_failed(failure)
 
+    @property
+    def in_flight(self) -> int:
+        """Requests sent (or about to be) and not yet accounted by ``finish``."""
+        return len(self._sending)
+
     def sending(self, rec: RequestRecord, req: PreparedRequest, sched_ns: int, sched_epoch: float) -> None:
         """``rec`` is about to be sent: in flight until ``finish`` accounts it."""
-        self.in_flight += 1
-        self._sending[id(rec)] = (rec, req.request_id, req.scenario, req.api, sched_ns, sched_epoch)
+        self._sending[id(rec)] = (rec, req, sched_ns, sched_epoch)
 
     def pending(self) -> list[InFlight]:
         """The requests in flight now, as a worker reports them (their sent time once sent)."""
         out = []
-        for rec, request_id, scenario, api, sched_ns, sched_epoch in self._sending.values():
+        for rec, req, sched_ns, sched_epoch in self._sending.values():
             sent = (rec.sent_ns - sched_ns) // 1000 if rec.sent_ns else None
-            out.append(InFlight(request_id, scenario, api, round(sched_epoch, 6), sent))
+            out.append(InFlight(req.request_id, req.scenario, req.api, round(sched_epoch, 6), sent))
         return out
 
     def judge_answer(self, rec: RequestRecord, req: PreparedRequest) -> None:

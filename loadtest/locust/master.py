@@ -517,15 +517,27 @@ def _recover_unshipped(
     missing = [line for line in read_lines([local]) if line.id not in shipped]
     if not missing:
         return 0
-    recorder = Recorder(per_scenario=per_scenario, per_endpoint=per_endpoint)
-    for line in missing:
-        recorder.add(record_from_line(line))
-    total.merge_wire(recorder.take_delta())
-    sink.add_raw(w.index, b"".join(LINE_ENCODER.encode(line) + b"\n" for line in missing))
+    _account_lines(missing, w.index, sink, total, per_scenario, per_endpoint)
     log.warning(
         "%s: %d finished request(s) it had not reported were taken from %s", w.name(), len(missing), local
     )
     return len(missing)
+
+
+def _account_lines(
+    lines: list[RecordLine],
+    index: int,
+    sink: RecordSink,
+    total: RunAggregates,
+    per_scenario: bool,
+    per_endpoint: bool,
+) -> None:
+    """Lines the master writes for a lost worker ``index``: merged into ``total`` and appended to its log."""
+    recorder = Recorder(per_scenario=per_scenario, per_endpoint=per_endpoint)
+    for line in lines:
+        recorder.add(record_from_line(line))
+    total.merge_wire(recorder.take_delta())
+    sink.add_raw(index, b"".join(LINE_ENCODER.encode(line) + b"\n" for line in lines))
 
 
 def _record_in_flight(
@@ -548,11 +560,7 @@ def _record_in_flight(
     ]
     if not lines:
         return 0
-    recorder = Recorder(per_scenario=per_scenario, per_endpoint=per_endpoint)
-    for line in lines:
-        recorder.add(record_from_line(line))
-    total.merge_wire(recorder.take_delta())
-    sink.add_raw(w.index, b"".join(LINE_ENCODER.encode(line) + b"\n" for line in lines))
+    _account_lines(lines, w.index, sink, total, per_scenario, per_endpoint)
     log.warning("%s: %d request(s) in flight when it was lost recorded as cancelled", w.name(), len(lines))
     return len(lines)
 

@@ -56,7 +56,6 @@ def send_and_account(
         mark_unreadable(rec, e, None)  # the process's key is redacted (install_redaction)
         client.close()  # the connection's state is unknown
     finally:
-        ctx.in_flight -= 1
         if not rec.scheduled_ns:  # killed before send() filled anything in
             rec.scheduled_ns, rec.scheduled_epoch = sched_ns, sched_epoch
             rec.scenario, rec.api = req.scenario, req.api
