@@ -61,11 +61,11 @@ def test_tpot_counts_the_tokens_after_the_first_chunk() -> None:
         outcome="ok",
         completion_tokens_client=24,
         chunk_chars=[4] + [1] * 20,
-        first_chunk_tokens=4,
         endpoints_output_tokens=24,
+        endpoints_tpot_tokens=20,
     )
     line = LINE_DECODER.decode(LINE_ENCODER.encode(rec.to_log()))
-    assert line.first_chunk_tokens == 4 and line.endpoints_output_tokens == 24
+    assert line.endpoints_tpot_tokens == 20 and line.endpoints_output_tokens == 24
     assert line.chunk_chars == [4] + [1] * 20
     # v1.0: (complete − first chunk) / the 20 tokens after it; loadtest's own: (E2E − TTFT) / 23
     assert tpot_ns(line) == pytest.approx(100_000_000 / 20)
@@ -73,7 +73,7 @@ def test_tpot_counts_the_tokens_after_the_first_chunk() -> None:
     assert tpot_ns(line) != pytest.approx(line.tpot_us * 1000, rel=0.01)
     back = RequestRecord.from_log(line, base)
     assert (
-        back.first_chunk_tokens == 4
+        back.endpoints_tpot_tokens == 20
         and back.endpoints_output_tokens == 24
         and back.chunk_chars == rec.chunk_chars
     )
@@ -84,9 +84,17 @@ def test_an_older_line_still_decodes_and_writes_none_of_the_new_fields() -> None
     line = LINE_DECODER.decode(old)
     assert line.first_tokens is None and line.templated_output_tokens is None and line.chunk_lengths == []
     fresh = json.loads(LINE_ENCODER.encode(RequestRecord(request_id="x").to_log()))
-    assert not {"chunk_chars", "first_chunk_tokens", "endpoints_output_tokens"} & set(fresh)
-    # without the first chunk's count, TPOT takes 1 token for it (LoadGen's n − 1)
+    assert not {
+        "chunk_chars",
+        "first_chunk_tokens",
+        "endpoints_output_tokens",
+        "endpoints_tpot_tokens",
+    } & set(fresh)
+    # without the tokens after the first chunk, TPOT takes 1 token for the first chunk (LoadGen's n − 1)
     assert tpot_ns(line) == pytest.approx(45_000 / 1)
+    # a line of the version that kept the first chunk's tokens: the output count less them
+    older = LINE_DECODER.decode(old[:-1] + b',"first_chunk_tokens":1,"endpoints_output_tokens":4}')
+    assert tpot_ns(older) == pytest.approx(45_000 / 3)
 
 
 def test_the_parser_keeps_each_chunks_characters_and_the_first_output_bearing_chunk() -> None:
@@ -114,27 +122,52 @@ def test_the_answer_is_counted_through_the_chat_template(tmp_path: Path) -> None
     assert counter.templated
     # the test template renders "<|user|><|end|>\n<|assistant|>{reasoning}{content}{calls}<|end|>\n";
     # one token per character, so each count is the length of what the answer adds
-    assert counter.count("hello") == len("hello")
-    assert counter.count("hi", "think") == len("<think>think</think>hi")
+    assert counter.templated_count("hello") == len("hello")
+    assert counter.templated_count("hi", "think") == len("<think>think</think>hi")
     # the arguments are parsed as JSON before rendering: tojson writes '{"x": 1}', not the raw '{"x":1}'
     call = {"name": "f", "arguments": '{"x":1}'}
-    assert counter.count("", "", [call]) == len('<tool>f {"x": 1}</tool>')
+    assert counter.templated_count("", "", [call]) == len('<tool>f {"x": 1}</tool>')
     # conversation + assistant − conversation + empty assistant, by hand
     full = tok.count_rendered(
         [{"role": "user", "content": ""}, {"role": "assistant", "content": "abc"}], False
     )
     empty = tok.count_rendered([{"role": "user", "content": ""}, {"role": "assistant", "content": ""}], False)
-    assert counter.count("abc") == full - empty == 3
+    assert counter.templated_count("abc") == full - empty == 3
 
 
-def test_without_a_template_the_count_is_the_client_tokenizers(tmp_path: Path) -> None:
+def test_a_text_answer_is_counted_plainly_and_a_structured_one_through_the_template(tmp_path: Path) -> None:
+    """The reference client's two paths (its OslTrigger and TpotTrigger): plain text is tokenized as it
+    is, an answer with reasoning or tool calls is rendered; here a template that trims the content tells
+    them apart."""
+    folder = model_folder(tmp_path)
+    template = (
+        (folder / "chat_template.jinja")
+        .read_text()
+        .replace('{{ m.content or "" }}', '{{ (m.content or "") | trim }}')
+    )
+    (folder / "chat_template.jinja").write_text(template)
+    counter = Tokenizer(str(folder)).assistant
+    # text only: the plain count, spaces kept; the tokens after the first chunk likewise
+    assert counter.endpoints_counts("  two words ", "", [], "  two") == (len("  two words "), len(" words "))
+    # with reasoning: rendered (the content trimmed); the first chunk is the first reasoning fragment
+    total, after = counter.endpoints_counts(" ok ", "let me think", [], "let ")
+    assert total == len("<think>let me think</think>ok")
+    assert after == len("<think>me think</think>ok")
+    # not streamed: no first chunk, no TPOT count
+    assert counter.endpoints_counts("x", "", [], None) == (1, None)
+
+
+def test_without_a_template_a_structured_answer_is_counted_as_the_reference_falls_back(
+    tmp_path: Path,
+) -> None:
     folder = model_folder(tmp_path)
     (folder / "chat_template.jinja").unlink()
     tok = Tokenizer(str(folder))
     assert not tok.assistant.templated
-    assert tok.assistant.count("hello", "hm", [{"name": "f", "arguments": "{}"}]) == len("hello{}") + len(
-        "hm"
-    )
+    call = {"name": "f", "arguments": "{}"}
+    # its parts joined by newlines, the calls as JSON
+    total, _ = tok.assistant.endpoints_counts("hello", "hm", [call], None)
+    assert total == len("hello\nhm\n" + json.dumps([call], separators=(",", ":")))
 
 
 # ---- one run, its figures recomputed here ----
@@ -189,19 +222,19 @@ def test_endpoints_figures_equal_an_independent_recomputation(run_dir: Path) -> 
     ok = [ln for ln in issued if ln["outcome"] == "ok"]
     assert len(ok) > 20
     assert summary["n_samples_issued"] == len(issued) and summary["n_samples_completed"] == len(ok)
-    # every answer counted through the chat template; the first chunk's tokens on every streamed one
-    assert all("endpoints_output_tokens" in ln and "first_chunk_tokens" in ln for ln in ok)
+    # every answer counted the Endpoints way, with the tokens after its first chunk
+    assert all("endpoints_output_tokens" in ln and "endpoints_tpot_tokens" in ln for ln in ok)
     assert all(len(ln["chunk_chars"]) == len(ln["chunks_us"]) for ln in ok)
-    # one token per character: the answer's count is its characters, the first chunk's its characters
+    # one token per character: a text answer's count is its characters, the rest's its later chunks'
     assert all(ln["endpoints_output_tokens"] == sum(ln["chunk_chars"]) for ln in ok)
-    assert all(ln["first_chunk_tokens"] == ln["chunk_chars"][0] for ln in ok)
+    assert all(ln["endpoints_tpot_tokens"] == sum(ln["chunk_chars"][1:]) for ln in ok)
 
     ttft = [ln["ttft_us"] * 1000 for ln in ok]
     latency = [ln["e2e_us"] * 1000 for ln in ok]
     tpot = [
-        (ln["e2e_us"] - ln["ttft_us"]) * 1000 / (ln["endpoints_output_tokens"] - ln["first_chunk_tokens"])
+        (ln["e2e_us"] - ln["ttft_us"]) * 1000 / sum(ln["chunk_chars"][1:])
         for ln in ok
-        if ln["endpoints_output_tokens"] > ln["first_chunk_tokens"]
+        if sum(ln["chunk_chars"][1:])
     ]
     osl = [ln["endpoints_output_tokens"] for ln in ok]
     for name, values in (("ttft", ttft), ("latency", latency), ("tpot", tpot)):
@@ -230,8 +263,7 @@ def test_endpoints_figures_equal_an_independent_recomputation(run_dir: Path) -> 
     # the server's usage stays beside: here the engine counts llama3 tokens, the template counts characters
     usage = doc["tokens"]["endpoints"]
     assert (
-        usage["counted_by"] == "chat_template"
-        and usage["endpoints_output_total"] > usage["usage_output_total"]
+        usage["counted_by"] == "endpoints" and usage["endpoints_output_total"] > usage["usage_output_total"]
     )
     assert summary["loadtest"]["notes"] == []
 
@@ -368,7 +400,7 @@ def test_the_template_may_come_from_tokenizer_config(tmp_path: Path) -> None:
     (folder / "tokenizer_config.json").write_text(json.dumps({"chat_template": template}))
     tok = Tokenizer(str(folder))
     assert tok.template_file == "tokenizer_config.json" and tok.assistant.templated
-    assert tok.assistant.count("hi", "think") == len("<think>think</think>hi")
+    assert tok.assistant.templated_count("hi", "think") == len("<think>think</think>hi")
 
 
 def test_a_streamed_tool_call_is_counted_through_the_template(tmp_path: Path) -> None:
@@ -382,8 +414,9 @@ def test_a_streamed_tool_call_is_counted_through_the_template(tmp_path: Path) ->
         client.close()
     args = '{"city": "Paris, Fr'
     assert rec.tool_calls_text == args and rec.chunk_chars == [0, 7, 6, 2, 4]
-    assert rec.first_chunk_tokens == 0  # the first chunk carried the call's name only
     assert rec.endpoints_output_tokens == len("<tool>get_weather " + json.dumps(args) + "</tool>")
+    # TPOT counts what followed the first delta, which carried the call's name (the reference's rule)
+    assert rec.endpoints_tpot_tokens == len("<tool> " + json.dumps(args) + "</tool>")
     assert rec.completion_tokens_client == len(args)  # loadtest's own count: the arguments' text
 
 
@@ -394,6 +427,8 @@ def test_an_answer_the_template_refuses_is_counted_plainly_and_not_claimed(tmp_p
         "{% endif %}<|{{ m.role }}|>{{ m.content }}{% endfor %}"
     )
     counter = Tokenizer(str(folder)).assistant
-    assert counter.templated and counter.count("abc") == 3
+    assert counter.templated and counter.templated_count("abc") == len("<|assistant|>abc") - len(
+        "<|assistant|>"
+    )
     assert counter.templated_count("abc", "why") is None and counter.failed == 1
-    assert counter.count("abc", "why") == len("abc") + len("why")
+    assert counter.endpoints_counts("abc", "why", [], None)[0] == len("abc\nwhy")

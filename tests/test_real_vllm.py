@@ -64,6 +64,10 @@ def test_every_request_counts_like_the_server(vllm: ServedVllm, tmp_path: Path) 
     for r in ok:
         assert r["prompt_tokens"] == r["usage_prompt_tokens"], r["id"]
         assert r["output_tokens"] == r["usage_completion_tokens"] == r["requested_output_tokens"], r["id"]
+        # the MLPerf Endpoints counts (plain text, as its reference client counts it): the whole answer,
+        # and what followed its first chunk (vLLM streams one token a chunk)
+        assert r["endpoints_output_tokens"] == r["usage_completion_tokens"], r["id"]
+        assert r["endpoints_tpot_tokens"] == r["usage_completion_tokens"] - 1 == len(r["chunk_chars"]) - 1
     assert "tiny-llama" in run["config"]["tokenizer"]  # the model's folder, not the profile's llama3
     assert run["endpoint"]["server"]["engine"] == "vllm"  # what `loadtest serve` started, recorded
     tel = run["telemetry"]

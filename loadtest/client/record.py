@@ -66,8 +66,8 @@ class RequestRecord:
     inputs: int = 0  # embeddings: the number of inputs the request carried
     merged_gaps: int = 0  # token gaps the client could not time: merged_gap_mask (docs/metrics.md)
     chunk_chars: list[int] = field(default_factory=list)  # characters of each chunk_ns event's fragments
-    first_chunk_tokens: int | None = None  # tokens of the first output-bearing event's fragments
-    endpoints_output_tokens: int | None = None  # the answer through the chat template (tokens/assistant.py)
+    endpoints_output_tokens: int | None = None  # the answer's MLPerf Endpoints count (tokens/assistant.py)
+    endpoints_tpot_tokens: int | None = None  # its tokens after the first output-bearing chunk, the same way
     _chunk_times: np.ndarray | None = field(default=None, init=False, repr=False, compare=False)
     # What the server answered (kept in memory for multi-turn sessions; not written to the log).
     answer_text: str = ""
@@ -170,10 +170,10 @@ class RequestRecord:
             merged_gaps=self.merged_gaps or UNSET,
             quality_failed=self.quality_failed or UNSET,  # written only when a check failed
             chunk_chars=self.chunk_chars or UNSET,
-            first_chunk_tokens=UNSET if self.first_chunk_tokens is None else self.first_chunk_tokens,
             endpoints_output_tokens=UNSET
             if self.endpoints_output_tokens is None
             else self.endpoints_output_tokens,
+            endpoints_tpot_tokens=UNSET if self.endpoints_tpot_tokens is None else self.endpoints_tpot_tokens,
         )
 
     @classmethod
@@ -219,8 +219,8 @@ class RequestRecord:
             merged_gaps=line.n_merged_gaps,
             quality_failed=line.failed_checks or None,
             chunk_chars=line.chunk_lengths,
-            first_chunk_tokens=line.first_tokens,
             endpoints_output_tokens=line.templated_output_tokens,
+            endpoints_tpot_tokens=line.tokens_after_first,
         )
 
 

@@ -56,12 +56,15 @@ class RecordLine(msgspec.Struct):
     # Characters of each token-carrying event's fragments (text, reasoning, tool-call arguments), one per
     # ``chunks_us`` entry; written only for a streamed answer that had one (docs/metrics.md, "Conventions").
     chunk_chars: list[int] | UnsetType = UNSET
-    # Tokens of the first output-bearing event's fragments (the run's client tokenizer): the Endpoints TPOT
-    # counts the tokens after it; written only when there was one.
+    # Written by earlier versions only: the first output-bearing event's tokens. A line without
+    # ``endpoints_tpot_tokens`` takes the Endpoints output count less this for its TPOT.
     first_chunk_tokens: int | UnsetType = UNSET
-    # The answer's MLPerf Endpoints token count: the assistant message (text, reasoning, tool calls) through
-    # the model's chat template (tokens/assistant.py); written only when the run's tokenizer has a template.
+    # The answer's MLPerf Endpoints token count as its reference client makes it (tokens/assistant.py): a
+    # text-only answer's plain count, one with reasoning or tool calls through the model's chat template.
     endpoints_output_tokens: int | UnsetType = UNSET
+    # The Endpoints TPOT's denominator: the tokens of what followed the first output-bearing chunk,
+    # counted the same way; written only for a streamed answer with a first chunk.
+    endpoints_tpot_tokens: int | UnsetType = UNSET
 
     @property
     def n_inputs(self) -> int:
@@ -82,6 +85,11 @@ class RecordLine(msgspec.Struct):
     def first_tokens(self) -> int | None:
         """``first_chunk_tokens`` as a number (None when the line has none)."""
         return self.first_chunk_tokens if isinstance(self.first_chunk_tokens, int) else None
+
+    @property
+    def tokens_after_first(self) -> int | None:
+        """``endpoints_tpot_tokens`` as a number (None when the line has none)."""
+        return self.endpoints_tpot_tokens if isinstance(self.endpoints_tpot_tokens, int) else None
 
     @property
     def templated_output_tokens(self) -> int | None:

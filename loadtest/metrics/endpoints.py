@@ -99,20 +99,23 @@ def stat_block(values: Sequence[float] | np.ndarray, early_stopping: bool = Fals
 
 
 def output_tokens(line: RecordLine) -> int:
-    """A line's Endpoints output tokens: the chat-template count, else the client tokenizer's count
-    (never the server's usage)."""
+    """A line's Endpoints output tokens (the reference client's count, made when the answer came), else
+    the client tokenizer's count (an older record log); never the server's usage."""
     n = line.templated_output_tokens
     return n if n is not None else line.output_tokens
 
 
 def tpot_ns(line: RecordLine) -> float | None:
-    """v1.0 TPOT of one streamed answer: (complete − first output-bearing chunk) / tokens after that chunk
-    (the Endpoints output count less the first chunk's tokens; 1 when the line does not say). None when
-    no token followed the first chunk or the answer was not streamed."""
+    """v1.0 TPOT of one streamed answer: (complete − first output-bearing chunk) / the tokens of what
+    followed that chunk (the line's ``endpoints_tpot_tokens``; an older line's output count less its
+    first chunk's tokens, or less 1). None when no token followed the first chunk or the answer was not
+    streamed."""
     if not line.stream or line.ttft_us is None or line.e2e_us is None:
         return None
-    first = line.first_tokens
-    after = output_tokens(line) - (1 if first is None else first)
+    after = line.tokens_after_first
+    if after is None:
+        first = line.first_tokens
+        after = output_tokens(line) - (1 if first is None else first)
     if after <= 0:
         return None
     return (line.e2e_us - line.ttft_us) * 1000 / after
@@ -126,7 +129,7 @@ class UsageAgreement:
     endpoints_total: int = 0
     usage_total: int = 0
     differing: int = 0
-    templated: int = 0  # of the answers, those counted through the chat template
+    templated: int = 0  # of the answers, those the line counts the Endpoints way
 
     def add(self, line: RecordLine) -> None:
         """One line (only an ok answer with usage counts)."""
@@ -143,7 +146,7 @@ class UsageAgreement:
     def to_dict(self) -> dict[str, Any]:
         """run.json ``tokens.endpoints`` and result_summary.json's ``loadtest.usage_disagreement``."""
         return {
-            "counted_by": "chat_template"
+            "counted_by": "endpoints"
             if self.answers and self.templated == self.answers
             else "client_tokenizer",
             "answers_with_usage": self.answers,
@@ -173,8 +176,8 @@ class EndpointsFigures:
     isl: list[int] = field(default_factory=list)
     usage: UsageAgreement = field(default_factory=lambda: UsageAgreement())
     finish_reasons: dict[str, int] = field(default_factory=lambda: dict.fromkeys(FINISH_REASONS, 0))
-    templated: int = 0  # completed answers counted through the chat template
-    first_counted: int = 0  # streamed answers whose first chunk's tokens the line holds
+    templated: int = 0  # completed answers the line counts the Endpoints way
+    first_counted: int = 0  # streamed answers whose line holds the tokens after their first chunk
 
     @property
     def tps(self) -> float | None:
@@ -201,15 +204,14 @@ class EndpointsFigures:
         if self.completed and self.templated < self.completed:
             out.append(
                 f"output tokens of {self.completed - self.templated} of {self.completed} answers counted by the "
-                "run's client tokenizer, not through the model's chat template (the run's tokenizer had none, or "
-                "the record log predates the count): give --tokenizer a model folder with tokenizer.json and "
-                "its chat template"
+                "run's client tokenizer, not as the reference client counts them (the record log predates "
+                "the count)"
             )
         streamed = len(self.ttft_ns)
         if streamed and self.first_counted < streamed:
             out.append(
-                f"{streamed - self.first_counted} streamed answers do not say their first chunk's tokens "
-                "(an older record log): TPOT takes 1 token for it"
+                f"{streamed - self.first_counted} streamed answers do not say their tokens after the first "
+                "chunk (an older record log): TPOT takes the output count less the first chunk's tokens"
             )
         return out
 
@@ -249,7 +251,7 @@ def endpoints_figures(
             f.latency_ns.append(line.e2e_us * 1000)
         if line.stream and line.ttft_us is not None:
             f.ttft_ns.append(line.ttft_us * 1000)
-            f.first_counted += line.first_tokens is not None
+            f.first_counted += line.tokens_after_first is not None
             tp = tpot_ns(line)
             if tp is not None:
                 f.tpot_ns.append(tp)

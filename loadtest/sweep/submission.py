@@ -128,7 +128,7 @@ def result_summary(run: RunDocument, run_rel: str, figures: EndpointsFigures) ->
         "verdict": run.verdict.status if run.verdict is not None else None,
         "smoke": bool(run.config.judging is not None and run.config.judging.smoke),
         "output_tokens_counted_by": (
-            "chat template"
+            "endpoints"
             if figures.completed and figures.templated == figures.completed
             else "client tokenizer"
         ),

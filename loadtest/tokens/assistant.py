@@ -33,15 +33,48 @@ class AssistantCounter:
             except TemplateError:
                 self.templated = False
 
-    def count(self, content: str, reasoning: str = "", tool_calls: Sequence[dict[str, Any]] = ()) -> int:
-        """The answer's tokens; ``tool_calls``: each call's ``name`` and ``arguments`` text (parsed as
-        JSON for the template when it is a JSON object, as the reference client does). Through the
-        template when there is one and it takes the answer, else the plain count of the texts."""
+    def endpoints_counts(
+        self,
+        content: str,
+        reasoning: str,
+        tool_calls: Sequence[dict[str, Any]],
+        first: str | None,
+        plain: int | None = None,
+    ) -> tuple[int, int | None]:
+        """An answer's two MLPerf Endpoints counts, as its reference client makes them: the output tokens,
+        and the tokens after the first output-bearing chunk (TPOT's denominator; None when the answer was
+        not streamed). A text-only answer is counted plainly; one with reasoning or tool calls through the
+        chat template (without one, the plain count of its parts joined by newlines, as the reference
+        falls back). The first chunk is the first reasoning fragment when there is reasoning, else the
+        first text fragment, else the first tool-call delta, whose call name goes with it (``first``: the
+        first output-bearing event's fragments; ``plain``: the content's plain count when the caller
+        has it)."""
+        structured = bool(reasoning or tool_calls)  # decided on the whole answer, for both counts
+        if structured or plain is None:
+            total = self._endpoints_count(structured, content, reasoning, tool_calls)
+        else:
+            total = plain
+        if first is None:
+            return total, None
+        if reasoning:
+            reasoning = _after(reasoning, first)
+        elif content:
+            content = _after(content, first)
+        elif tool_calls:
+            head = {"name": "", "arguments": _after(str(tool_calls[0].get("arguments") or ""), first)}
+            tool_calls = [head, *tool_calls[1:]]
+        return total, self._endpoints_count(structured, content, reasoning, tool_calls)
+
+    def _endpoints_count(
+        self, structured: bool, content: str, reasoning: str, tool_calls: Sequence[dict[str, Any]]
+    ) -> int:
+        if not structured:
+            return self._tok.count(content)
         n = self.templated_count(content, reasoning, tool_calls)
         if n is not None:
             return n
-        args = "".join(str(c.get("arguments") or "") for c in tool_calls)
-        return self._tok.count(content + args) + self._tok.count(reasoning)
+        calls = json.dumps(list(tool_calls), separators=(",", ":")) if tool_calls else ""
+        return self._tok.count("\n".join(p for p in (content, reasoning, calls) if p))
 
     def templated_count(
         self, content: str, reasoning: str = "", tool_calls: Sequence[dict[str, Any]] = ()
@@ -72,3 +105,8 @@ def _for_template(call: dict[str, Any]) -> dict[str, Any]:
     if isinstance(parsed, dict):
         args = parsed
     return {"type": "function", "function": {"name": call.get("name") or "", "arguments": args}}
+
+
+def _after(text: str, first: str) -> str:
+    """What followed the first chunk in one channel: ``text`` less its leading ``first``."""
+    return text[len(first) :] if text.startswith(first) else text

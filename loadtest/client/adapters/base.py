@@ -116,15 +116,15 @@ def keep_answer(
     tok = client.tokenizer
     rec.reasoning_tokens_client = tok.count(reasoning) if reasoning else 0
     rec.completion_tokens_client = tok.count(answer + tools) + rec.reasoning_tokens_client
-    if first is not None:
-        rec.first_chunk_tokens = tok.count(first)
-    counter = tok.assistant
-    if counter.templated:
-        if not calls and tools:
-            calls = ({"name": "", "arguments": tools},)
-        # None when the template refuses the answer: the line then says nothing, and the convention
-        # falls back to the client count with a note
-        rec.endpoints_output_tokens = counter.templated_count(answer, reasoning, calls)
+    if not calls and tools:
+        calls = ({"name": "", "arguments": tools},)
+    rec.endpoints_output_tokens, rec.endpoints_tpot_tokens = tok.assistant.endpoints_counts(
+        answer,
+        reasoning,
+        calls,
+        first,
+        rec.completion_tokens_client,  # a text-only answer's plain count
+    )
 
 
 def obj_at(obj: Any, key: str) -> dict[str, Any]:
