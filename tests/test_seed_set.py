@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from loadtest.client.record import RequestRecord
 from loadtest.profile.loader import load_profile
 from loadtest.results.mlperf_detail import DETAIL_NAME
 from loadtest.results.mlperf_summary import SUMMARY_NAME
@@ -93,6 +94,14 @@ def test_schedule_and_samples_follow_their_own_seeds() -> None:
     assert seeded.request(0).body["seed"] == 42 and "seed" not in split.request(0).body
     as_messages = Workload(profile.model_copy(update={"api": "messages"}), INDEX, run_nonce=1, model_seed=42)
     assert "seed" not in as_messages.request(0).body
+    # and of every turn of a multi-turn chat and an agent session
+    for name in ("chat-agent-mix", "long-context-agent"):
+        sessions = Workload(load_profile(name)[0], 3, run_nonce=1, model_seed=42)
+        for i in range(6):
+            unit, last, turns = sessions.unit(i), None, 0
+            while turns < 3 and (step := unit.next(last)) is not None:
+                assert step.request.body["seed"] == 42, (name, i, turns)
+                last, turns = RequestRecord(request_id="r", outcome="ok", answer_text="Noted."), turns + 1
     # Without a seed set nothing moves: the one seed drives both, the fingerprint is the sample seed's
     assert split.fingerprint() == one_index.fingerprint()
     plain = Workload(profile, 42, run_nonce=1)

@@ -78,8 +78,10 @@ class SessionUnit(Unit):
         scenario: Scenario,
         profile: Profile,
         index: int,
+        model_seed: int | None = None,
     ) -> None:
         self.session = session
+        self._model_seed = model_seed
         self.scenario = scenario.name
         self._profile = profile
         self._scenario = scenario
@@ -95,17 +97,20 @@ class SessionUnit(Unit):
         if call is None:
             return None
         self._calls += 1
-        req = _session_request(call, self._scenario, self._profile, f"{self._index}.{self._calls}")
+        suffix = f"{self._index}.{self._calls}"
+        req = _session_request(call, self._scenario, self._profile, suffix, self._model_seed)
         return Step(req, call.think_before_s)
 
 
-def _session_request(call: SessionCall, sc: Scenario, profile: Profile, suffix: str) -> PreparedRequest:
+def _session_request(
+    call: SessionCall, sc: Scenario, profile: Profile, suffix: str, model_seed: int | None
+) -> PreparedRequest:
     body: dict[str, Any] = {"messages": call.messages, "max_tokens": call.max_tokens}
     if call.tools:
         body["tools"] = call.tools
         if call.answer_in_text:  # a turn ends with the agent's answer to the user, not another call
             body["tool_choice"] = "none"
-    _length_controls(body, call.max_tokens, sc)
+    _length_controls(body, call.max_tokens, sc, model_seed)
     return PreparedRequest(
         request_id=f"{sc.name}-{suffix}",
         api="chat",
@@ -119,7 +124,11 @@ def _session_request(call: SessionCall, sc: Scenario, profile: Profile, suffix: 
     )
 
 
-def _length_controls(body: dict[str, Any], n_out: int, sc: Scenario) -> None:
+def _length_controls(body: dict[str, Any], n_out: int, sc: Scenario, model_seed: int | None) -> None:
+    """What every generated body carries besides its messages: the length controls, the reasoning effort
+    and a seed set's model seed (the OpenAI ``seed``; the Responses and Messages bodies drop it)."""
+    if model_seed is not None:
+        body["seed"] = model_seed
     if sc.ignore_eos:
         body["ignore_eos"] = True
         body["min_tokens"] = n_out
@@ -148,7 +157,7 @@ class Workload:
         self.seed = profile.seed if seed is None else seed
         # the arrival schedule's seed: a seed set's scheduler_rng_seed, else the one seed
         self.schedule_seed = self.seed if schedule_seed is None else schedule_seed
-        # a seed set's model_seed: sent as the OpenAI `seed` of single-turn chat and completions requests
+        # a seed set's model_seed: sent as the OpenAI `seed` of every generated chat and completions request
         self.model_seed = model_seed
         self.tokenizer: Tokenizer = get_tokenizer(tokenizer or profile.tokenizer)
         self.nonce: int | None = resolve_nonce(profile.run_salt, run_nonce, self.seed)
@@ -189,9 +198,9 @@ class Workload:
         if sc.dataset is not None:
             return self._dataset_unit(sc, index)
         if sc.kind == "multi_turn":
-            return SessionUnit(self._chat_session(sc, index), sc, self.profile, index)
+            return SessionUnit(self._chat_session(sc, index), sc, self.profile, index, self.model_seed)
         if sc.kind == "agent":
-            return SessionUnit(self._agent_session(sc, index), sc, self.profile, index)
+            return SessionUnit(self._agent_session(sc, index), sc, self.profile, index, self.model_seed)
         return SingleUnit(self._single(sc, index))
 
     def request(self, index: int) -> PreparedRequest:
@@ -273,9 +282,7 @@ class Workload:
         n_in, n_out, hash_ids = self._lengths(sc, index, rng)
         api = sc.api or self.profile.api
         body: dict[str, Any] = {"max_tokens": n_out}
-        _length_controls(body, n_out, sc)
-        if self.model_seed is not None:
-            body["seed"] = self.model_seed
+        _length_controls(body, n_out, sc, self.model_seed)
         system = self._system[sc.name] if api == "chat" else ""
         messages: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
         budget = max(1, n_in - (self._chat_overhead(sc, messages) if api == "chat" else 0))
@@ -325,14 +332,14 @@ class Workload:
         conv = convs[conversation_index(sc.dataset, self.seed, sc.name, index, len(convs))]
         if len(conv) > 1:
             session = DatasetSession(conv, sc.dataset, self.seed, f"{sc.name}:{index}", sc.reasoning)
-            return SessionUnit(session, sc, self.profile, index)
+            return SessionUnit(session, sc, self.profile, index, self.model_seed)
         return SingleUnit(self._dataset_request(sc, conv[0], index))
 
     def _dataset_request(self, sc: Scenario, r: DatasetRequest, index: int) -> PreparedRequest:
         """A dataset's prompt as it is (no salt: it would change the text; docs/datasets.md)."""
         api = sc.api or self.profile.api
         body: dict[str, Any] = {"max_tokens": r.output_tokens}
-        _length_controls(body, r.output_tokens, sc)
+        _length_controls(body, r.output_tokens, sc, self.model_seed)
         if api == "chat":
             body["messages"] = [dict(m) for m in r.messages]
         else:
