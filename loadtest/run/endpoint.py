@@ -9,13 +9,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from loadtest.client.apis import auth_headers
 from loadtest.client.http import Endpoint as HttpEndpoint
 from loadtest.client.preflight import (
     CHECK_MODELS,
     EndpointError,
     ModelNotServed,
     ServedModel,
+    check_headers,
     require_served,
     served_models,
 )
@@ -104,8 +104,8 @@ def open_endpoint(
             host,
             api_key,
             timeout=connect_timeout or 10.0,
-            verify_tls=prepared.settings.verify_tls,
-            headers=auth_headers(api_key, profile),
+            network=prepared.settings.policy(),
+            headers=check_headers(api_key, profile),
             check=options.endpoint_check if engine_info is None else CHECK_MODELS,
         )
     except EndpointError as e:
@@ -173,8 +173,8 @@ def connect_host(prepared: Prepared, options: EndpointOptions) -> Endpoint:
             settings.host,
             api_key,
             timeout=settings.connect_timeout,
-            verify_tls=settings.verify_tls,
-            headers=auth_headers(api_key, profile),
+            network=settings.policy(),
+            headers=check_headers(api_key, profile),
             check=options.endpoint_check,
         )
     except EndpointError as e:
@@ -192,14 +192,14 @@ def connect_host(prepared: Prepared, options: EndpointOptions) -> Endpoint:
 def check_replicas(prepared: Prepared, options: EndpointOptions, *, connect_timeout: float | None) -> None:
     """``GET /v1/models`` on every replica after the first (``open_endpoint`` checked that one)."""
     settings, api_key = prepared.settings, prepared.api_key
-    headers = auth_headers(api_key, prepared.profile)
+    headers = check_headers(api_key, prepared.profile)
     for host in (settings.hosts or [])[1:]:
         try:
             served = served_models(
                 host,
                 api_key,
                 timeout=connect_timeout or 10.0,
-                verify_tls=settings.verify_tls,
+                network=settings.policy(),
                 headers=headers,
                 check=options.endpoint_check,
             )
