@@ -468,7 +468,7 @@ class Connection:
         self.sock = sock
 
     def _tunnel(self, sock: gsocket.socket, proxy: Proxy) -> None:
-        """HTTP CONNECT through ``proxy`` to the endpoint (RFC 9110 §9.3.6): a 2xx opens the tunnel."""
+        """HTTP CONNECT through ``proxy`` to the endpoint: a 2xx opens the tunnel (docs/sources.md §16)."""
         ep = self.endpoint
         target = f"{ep.host}:{ep.port}"
         head = b""

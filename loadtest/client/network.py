@@ -54,8 +54,8 @@ class NetworkPolicy:
     def from_env(
         cls, *, ca_bundle: str | None = None, verify_tls: bool = True, env: Mapping[str, str] | None = None
     ) -> NetworkPolicy:
-        """The policy of this process's environment (lower-case variables first, as urllib reads them;
-        docs/network.md) with ``--ca-bundle`` and ``--insecure`` applied."""
+        """The policy of this process's environment (lower-case variables first, as urllib reads them:
+        docs/sources.md §16) with ``--ca-bundle`` and ``--insecure`` applied."""
         env = os.environ if env is None else env
         http, http_var = _variable(env, "http_proxy")
         https, https_var = _variable(env, "https_proxy")
