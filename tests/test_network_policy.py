@@ -160,31 +160,43 @@ def test_host_url_templates(host: str, route: str, target: str) -> None:
 # ---- through a forward proxy ----------------------------------------------------------------------
 
 
-def test_every_request_goes_through_the_http_proxy(sim: SimProcess, profile: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("processes", ["1", "2"])
+def test_every_request_goes_through_the_http_proxy(
+    sim: SimProcess, profile: Path, tmp_path: Path, processes: str
+) -> None:
+    before = len(sim.truth())
     with ForwardProxy() as proxy:
-        res = run(
-            [
-                "--profile",
-                str(profile),
-                "--host",
-                sim.base_url,
-                "--duration",
-                "2",
-                "--out",
-                str(tmp_path / "o"),
-            ],
-            clean_env(HTTP_PROXY=proxy.url),
-        )
+        args = [
+            "--profile",
+            str(profile),
+            "--host",
+            sim.base_url,
+            "--duration",
+            "2",
+            "--processes",
+            processes,
+        ]
+        res = run([*args, "--out", str(tmp_path / "o")], clean_env(HTTP_PROXY=proxy.url))
         assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
         doc = load_run(tmp_path / "o")
         targets = [r.target for r in proxy.log]
     assert doc["config"]["network"]["http_proxy"] == proxy.url
     assert f"{sim.base_url}/v1/models" in targets  # the preflight
     posts = [t for t in targets if t.endswith("/v1/chat/completions")]
-    # every load request in absolute form through the proxy: as many as the run counted
-    assert all(t == f"{sim.base_url}/v1/chat/completions" for t in posts)
-    assert len(posts) >= completed(doc) > 0
+    # every load request in absolute form through the proxy (the workers' too), and the engine
+    # served no request that did not come through it
+    assert set(posts) == {f"{sim.base_url}/v1/chat/completions"}
+    assert len(posts) >= completed(doc) > 0 and len(sim.truth()) - before == len(posts)
     assert f"{sim.base_url}/metrics" in targets and doc["telemetry"]["series"]  # the metrics poller
+
+
+def test_the_embedded_engine_is_never_proxied(tmp_path: Path, profile: Path) -> None:
+    with ForwardProxy() as proxy:
+        args = ["--profile", str(profile), "--duration", "1", "--engine-speedup", "20"]
+        res = run([*args, "--out", str(tmp_path / "o")], clean_env(HTTP_PROXY=proxy.url))
+        assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+        assert proxy.log == []
+    assert completed(load_run(tmp_path / "o")) > 0
 
 
 def test_no_proxy_sends_the_endpoint_direct(sim: SimProcess, profile: Path, tmp_path: Path) -> None:

@@ -7,7 +7,7 @@ import os
 import ssl
 import urllib.request
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -76,6 +76,10 @@ class NetworkPolicy:
             ca_dir=env.get(CA_DIR_VARIABLE, ""),
             verify_tls=verify_tls,
         )
+
+    def direct(self) -> NetworkPolicy:
+        """The policy without proxies (the embedded engine, on this host)."""
+        return replace(self, http_proxy="", http_proxy_var="", https_proxy="", https_proxy_var="")
 
     def check(self) -> str:
         """Why this policy cannot be used ("" when it can): a CA bundle that is not a readable file."""

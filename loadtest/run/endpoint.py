@@ -93,6 +93,7 @@ def open_endpoint(
     else:
         started = start_embedded(stack, options.engine, profile, prepared.settings.seed, engine_log)
         host, engine_info = started["url"], started["engine"]
+        prepared.settings.network = prepared.settings.policy().direct()  # on this host: never proxied
     from loadtest.serve.state import server_info_for
 
     try:
