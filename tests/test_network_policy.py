@@ -157,6 +157,34 @@ def test_host_url_templates(host: str, route: str, target: str) -> None:
     assert Endpoint.parse(host).api_path(route) == target
 
 
+def test_raw_replay_keeps_the_host_query_string() -> None:
+    from loadtest.client.adapters import adapter_for
+    from loadtest.client.openai import PreparedRequest
+
+    raw = adapter_for("raw")
+    ep = Endpoint.parse("https://h/openai/v1?api-version=2")
+    req = PreparedRequest("r-0", "raw", {"raw": "{}"}, 0, path="/openai/v1/chat/completions")
+    assert raw.path(ep, req) == "/openai/v1/chat/completions?api-version=2"
+    req.path = "/score?x=1"
+    assert raw.path(ep, req) == "/score?x=1&api-version=2"
+    with pytest.raises(ValueError, match="fragment"):
+        Endpoint.parse("http://h/v1#top")
+
+
+def test_the_policy_crosses_to_workers_in_the_settings() -> None:
+    from loadtest.locust.settings import RunSettings
+
+    policy = NetworkPolicy.from_env(ca_bundle="/c/ca.pem", verify_tls=False, env={"HTTPS_PROXY": "p:3128"})
+    s = RunSettings(
+        run_id="r", profile_ref="p", host="https://h", out_dir="o", duration_s=1, seed=1, network=policy
+    )
+    back = RunSettings.from_json(s.to_json())
+    assert isinstance(back.network, NetworkPolicy) and back.policy() == policy
+    assert RunSettings.from_json(
+        RunSettings("r", "p", "h", "o", 1, 1, verify_tls=False).to_json()
+    ).policy() == (NetworkPolicy(verify_tls=False))
+
+
 # ---- through a forward proxy ----------------------------------------------------------------------
 
 
