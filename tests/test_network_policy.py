@@ -408,6 +408,22 @@ def test_a_refused_preflight_shows_the_server_text(profile: Path, tmp_path: Path
     lines = error_lines(res)
     assert res.returncode == EXIT_COULD_NOT_RUN and len(lines) == 1, res.stderr
     assert "HTTP 400 (anthropic-version: header is required)" in lines[0]
+    prof = write_profile(tmp_path / "m.yaml", api="messages")
+    with HeaderLog(status=400, message="x" * 500) as srv:
+        res = run(
+            ["--profile", str(prof), "--host", srv.url, "--duration", "1", "--out", str(tmp_path / "m")],
+            clean_env(),
+        )
+    lines = error_lines(res)
+    assert len(lines) == 1 and "is this an Anthropic Messages endpoint?" in lines[0], res.stderr
+    assert "x" * 200 + "…)" in lines[0] and "x" * 201 not in lines[0]  # the server's text, bounded
+    key = "sk-preflight-0123456789abcdef"
+    with HeaderLog(status=401, message=f"invalid key {key}") as srv:
+        args = ["--profile", str(profile), "--host", srv.url, "--api-key-env", "K", "--duration", "1"]
+        res = run([*args, "--out", str(tmp_path / "k")], clean_env(K=key))
+    lines = error_lines(res)
+    assert len(lines) == 1 and "HTTP 401 (invalid key ***)" in lines[0], res.stderr
+    assert key[4:12] not in res.stdout + res.stderr  # redacted, not even in part
 
 
 if __name__ == "__main__":

@@ -281,6 +281,7 @@ def _open_host(args: argparse.Namespace, profile: Profile) -> SweepEndpoint:
             network=NetworkPolicy.from_env(ca_bundle=args.ca_bundle, verify_tls=not args.insecure),
             headers=check_headers(key, profile),
             check=args.endpoint_check,
+            api=profile.api,
         )
     except EndpointError as e:
         raise LoadtestError(str(e)) from e

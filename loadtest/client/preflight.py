@@ -27,6 +27,8 @@ CHECK_MODELS, CHECK_NONE = "models", "none"
 
 
 MODELS_SHOWN = 20  # the served models a "not served" error lists
+# what a server of each API is called in a refused check's line (the others: OpenAI-compatible)
+API_SERVERS = {"messages": "an Anthropic Messages", "rerank": "a rerank (Cohere/Jina-shaped)"}
 SERVER_TEXT = 200  # the characters of a server's own error text an error line shows (redacted)
 
 
@@ -62,12 +64,13 @@ def served_models(
     network: NetworkPolicy | None = None,
     headers: Mapping[str, str] | None = None,
     check: str = CHECK_MODELS,
+    api: str = "chat",
 ) -> list[ServedModel]:
     """GET {host}/v1/models and return what it lists, or raise EndpointError saying what is wrong.
 
     ``network``: the run's proxies and TLS policy (client/network.py); ``headers``: what the run's
     requests carry (``check_headers``); without them the key goes as a Bearer token. ``check``: see
-    CHECK_MODELS; "none" and a path return []. The models URL is under the host's API prefix, with the
+    CHECK_MODELS; "none" and a path return []. ``api``: the profile's, named when the server refuses. The models URL is under the host's API prefix, with the
     host's query string (docs/api-surface.md, "Endpoint URLs")."""
     try:
         ep = Endpoint.parse(host)
@@ -76,7 +79,7 @@ def served_models(
     if check == CHECK_NONE:
         return []
     url = f"{ep.origin}{check}" if check != CHECK_MODELS else f"{ep.origin}{ep.api_prefix}/models{ep.query}"
-    body, ctype = _get(url, ep, api_key, timeout, network or NetworkPolicy(), headers)
+    body, ctype = _get(url, ep, api_key, timeout, network or NetworkPolicy(), headers, api)
     if check != CHECK_MODELS:
         return []
     try:
@@ -162,6 +165,7 @@ def _get(
     timeout: float,
     network: NetworkPolicy,
     headers: Mapping[str, str] | None,
+    api: str,
 ) -> tuple[bytes, str]:
     req = urllib.request.Request(url, headers={"Accept": "application/json"})
     if headers is not None:
@@ -189,7 +193,7 @@ def _get(
                 unreachable(proxy, ep.origin, f"HTTP 407 proxy authentication required{said}")
             ) from e
         raise EndpointError(
-            f"{url} answered HTTP {e.code}{said}: is this an OpenAI-compatible endpoint? "
+            f"{url} answered HTTP {e.code}{said}: is this {API_SERVERS.get(api, 'an OpenAI-compatible')} endpoint? "
             "(--endpoint-check none or PATH skips or replaces this check)"
         ) from e
     except (urllib.error.URLError, OSError) as e:

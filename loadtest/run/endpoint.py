@@ -108,6 +108,7 @@ def open_endpoint(
             network=prepared.settings.policy(),
             headers=check_headers(api_key, profile),
             check=options.endpoint_check if engine_info is None else CHECK_MODELS,
+            api=profile.api,
         )
     except EndpointError as e:
         raise LoadtestError(str(e)) from e
@@ -177,6 +178,7 @@ def connect_host(prepared: Prepared, options: EndpointOptions) -> Endpoint:
             network=settings.policy(),
             headers=check_headers(api_key, profile),
             check=options.endpoint_check,
+            api=profile.api,
         )
     except EndpointError as e:
         raise LoadtestError(str(e)) from e
@@ -203,6 +205,7 @@ def check_replicas(prepared: Prepared, options: EndpointOptions, *, connect_time
                 network=settings.policy(),
                 headers=headers,
                 check=options.endpoint_check,
+                api=prepared.profile.api,
             )
         except EndpointError as e:
             raise LoadtestError(f"replica {host}: {e}") from e
