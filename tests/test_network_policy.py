@@ -263,6 +263,18 @@ def test_an_unreachable_proxy_is_named_in_one_line(sim: SimProcess, profile: Pat
     )
 
 
+def test_a_proxy_that_refuses_the_tunnel_is_named_in_one_line(
+    tls: TlsRelay, profile: Path, tmp_path: Path
+) -> None:
+    with ForwardProxy(refuse_connect=True) as proxy:
+        args = ["--profile", str(profile), "--host", tls.url, "--duration", "1", "--insecure"]
+        res = run([*args, "--out", str(tmp_path / "o")], clean_env(HTTPS_PROXY=proxy.url))
+        assert [r.method for r in proxy.log] == ["CONNECT"]
+    lines = error_lines(res)
+    assert res.returncode == EXIT_COULD_NOT_RUN and len(lines) == 1, res.stderr
+    assert f"through proxy {proxy.url} (HTTPS_PROXY)" in lines[0] and "403" in lines[0]
+
+
 def test_the_load_client_names_a_proxy_that_stops_answering() -> None:
     from loadtest.client.http import Connection, HttpFailure
 
