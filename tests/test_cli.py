@@ -23,8 +23,9 @@ from tests.conftest import CLI, interrupt_when
 SHARED = {
     "workload": ("--profile", "--model", "--api-key-env", "--api-key-file", "--tokenizer", "--seed",
                  "--slo", "--warmup", "--cooldown", "--generator-health", "--smoke"),
-    "client": ("--connect-timeout", "--read-timeout", "--total-timeout", "--retries", "--insecure"),
-    "telemetry": ("--no-telemetry", "--metrics-url"),
+    "client": ("--connect-timeout", "--read-timeout", "--total-timeout", "--retries", "--insecure",
+               "--ca-bundle"),
+    "telemetry": ("--no-telemetry", "--metrics-url", "--metrics-api-key-env"),
     "engine": ("--engine-gpu", "--engine-model", "--engine-tp", "--engine-faults", "--engine-speedup",
                "--engine-max-num-seqs"),
 }  # fmt: skip

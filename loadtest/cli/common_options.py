@@ -80,7 +80,8 @@ def workload_parent(what: str) -> SuggestingParser:
 
 
 def client_parent() -> SuggestingParser:
-    """The client policy: --connect-timeout, --read-timeout, --total-timeout, --retries, --insecure."""
+    """The client policy: --connect-timeout, --read-timeout, --total-timeout, --retries, --insecure,
+    --ca-bundle."""
     p = _parent()
     g = p.add_argument_group("client policy (default: the profile's client section; docs/reliability.md)")
     g.add_argument(
@@ -108,7 +109,15 @@ def client_parent() -> SuggestingParser:
         help="resend a 429/503 answer up to N times, each a separate record (default: the profile's, 0)",
     )
     g.add_argument(
-        "--insecure", action="store_true", help="do not verify TLS certificates (recorded in the verdict)"
+        "--insecure",
+        action="store_true",
+        help="do not verify TLS certificates, for every request (recorded in the verdict)",
+    )
+    g.add_argument(
+        "--ca-bundle",
+        metavar="FILE",
+        help="PEM file of the CAs to trust for every request (default: REQUESTS_CA_BUNDLE, CURL_CA_BUNDLE, "
+        "SSL_CERT_FILE, else the system's; docs/network.md)",
     )
     return p
 
@@ -133,14 +142,20 @@ def load_parent(total: str = "") -> SuggestingParser:
 
 
 def telemetry_parent() -> SuggestingParser:
-    """--no-telemetry and --metrics-url."""
+    """--no-telemetry, --metrics-url and --metrics-api-key-env."""
     p = _parent()
     g = p.add_argument_group("server telemetry (docs/telemetry.md)")
     g.add_argument("--no-telemetry", action="store_true", help="do not poll the endpoint's /metrics")
     g.add_argument(
         "--metrics-url",
         metavar="URL",
-        help="Prometheus URL(s) to poll, comma-separated (default: HOST/metrics)",
+        help="Prometheus URL(s) to poll, comma-separated (default: HOST/metrics); the API key goes only "
+        "to those on the endpoint's own origin",
+    )
+    g.add_argument(
+        "--metrics-api-key-env",
+        metavar="NAME",
+        help="environment variable holding a Bearer key for --metrics-url URLs on another origin",
     )
     return p
 

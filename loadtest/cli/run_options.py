@@ -135,6 +135,7 @@ def run_options(args: argparse.Namespace, **given: Any) -> RunOptions:
         "api_key_env": getattr(args, "api_key_env", None),
         "api_key_file": getattr(args, "api_key_file", None),
         "verify_tls": not getattr(args, "insecure", False),
+        "ca_bundle": getattr(args, "ca_bundle", None),
         "connect_timeout": getattr(args, "connect_timeout", None),
         "read_timeout": getattr(args, "read_timeout", None),
         "total_timeout": getattr(args, "total_timeout", None),
@@ -246,10 +247,12 @@ def add_live_metrics_options(parser: argparse.ArgumentParser) -> None:
 
 
 def telemetry_options(args: argparse.Namespace) -> TelemetryOptions:
-    """``--no-telemetry``, ``--metrics-url``, ``--dcgm-url`` and the live metrics' options."""
+    """``--no-telemetry``, ``--metrics-url`` (``--metrics-api-key-env``), ``--dcgm-url`` and the live
+    metrics' options."""
     return TelemetryOptions(
         enabled=not getattr(args, "no_telemetry", False),
         metrics_url=getattr(args, "metrics_url", None),
+        metrics_api_key_env=getattr(args, "metrics_api_key_env", None),
         gpu_metrics_url=getattr(args, "dcgm_url", None),
         prometheus_port=getattr(args, "prometheus_port", None),
         prometheus_bind=getattr(args, "prometheus_bind_host", "127.0.0.1"),

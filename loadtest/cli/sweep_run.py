@@ -198,10 +198,14 @@ def _plan(args: argparse.Namespace) -> SweepPlan:
             run_args += [flag, f"{number:g}"]
     if args.insecure:
         run_args.append("--insecure")
+    if args.ca_bundle:
+        run_args += ["--ca-bundle", args.ca_bundle]
     if args.no_telemetry:
         run_args.append("--no-telemetry")
     if args.metrics_url:
         run_args += ["--metrics-url", args.metrics_url]
+    if args.metrics_api_key_env:
+        run_args += ["--metrics-api-key-env", args.metrics_api_key_env]
     if args.smoke:
         run_args.append("--smoke")
     if args.endpoint_check != "models":
@@ -252,8 +256,14 @@ def _describe(plan: SweepPlan) -> str:
 
 
 def _open_host(args: argparse.Namespace, profile: Profile) -> SweepEndpoint:
-    from loadtest.client.apis import auth_headers
-    from loadtest.client.preflight import EndpointError, ModelNotServed, require_served, served_models
+    from loadtest.client.network import NetworkPolicy
+    from loadtest.client.preflight import (
+        EndpointError,
+        ModelNotServed,
+        check_headers,
+        require_served,
+        served_models,
+    )
     from loadtest.client.secrets import KeySourceError, install_redaction, load_api_key
 
     try:
@@ -268,9 +278,10 @@ def _open_host(args: argparse.Namespace, profile: Profile) -> SweepEndpoint:
             args.host,
             key,
             timeout=args.connect_timeout or 10.0,
-            verify_tls=not args.insecure,
-            headers=auth_headers(key, profile),
+            network=NetworkPolicy.from_env(ca_bundle=args.ca_bundle, verify_tls=not args.insecure),
+            headers=check_headers(key, profile),
             check=args.endpoint_check,
+            api=profile.api,
         )
     except EndpointError as e:
         raise LoadtestError(str(e)) from e

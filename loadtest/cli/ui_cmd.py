@@ -153,6 +153,7 @@ def _serve(
     polling: list[Any] = [None]  # this run's telemetry poller (docs/telemetry.md)
 
     def start_telemetry(st: RunSettings) -> None:
+        from loadtest.client.apis import auth_headers
         from loadtest.telemetry import start_for_run
 
         if polling[0] is not None:
@@ -160,7 +161,13 @@ def _serve(
         polling[0] = None
         if not args.no_telemetry:
             embedded = endpoint.engine_info is not None and st.host == settings.host
-            polling[0] = start_for_run(st.host, override=args.metrics_url, embedded=embedded, api_key=api_key)
+            polling[0] = start_for_run(
+                st.host,
+                override=args.metrics_url,
+                embedded=embedded,
+                headers=auth_headers(api_key, profile),
+                network=st.policy(),
+            )
 
     # every endpoint a run may go to: the UI's own, and each host typed into the start form once checked
     facts_by_host: dict[str, EndpointFacts] = {settings.host: endpoint}

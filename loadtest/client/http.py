@@ -34,6 +34,8 @@ from gevent import ssl as gssl
 from gevent.hub import Waiter
 from gevent.monkey import get_original
 
+from loadtest.client.network import NetworkPolicy, Proxy, unreachable
+
 _os_poll = get_original("select", "poll")  # the OS's poll: a zero-timeout check, no greenlet machinery
 
 # One read's buffer. Not larger: CPython allocates the whole size for every recv, and glibc serves
@@ -100,14 +102,34 @@ class HttpFailure(Exception):
         self.message = message
 
 
+# The paths that end a full API URL: a --host ending with one of them is used as is (docs/api-surface.md,
+# "Endpoint URLs"); "/invocations" is a serving platform's single route (Databricks-style model serving).
+API_ROUTES = (
+    "/chat/completions",
+    "/completions",
+    "/messages",
+    "/responses",
+    "/embeddings",
+    "/rerank",
+    "/invocations",
+)
+
+
 @dataclass(frozen=True, slots=True)
 class Endpoint:
-    """Where requests go: scheme, host, port and the path prefix of the OpenAI API."""
+    """Where requests go: scheme, host, port, the path prefix of the API, and what the host's URL fixes.
+
+    ``fixed_path``: the host's path when it already ends with a full API path (every request goes
+    there); ``query``: the host's query string with its ``?`` (kept on every request);
+    ``target_prefix``: what goes before the path in the request line (the origin, through an HTTP proxy)."""
 
     scheme: str
     host: str
     port: int
     api_prefix: str  # e.g. "/v1"
+    fixed_path: str = ""
+    query: str = ""
+    target_prefix: str = ""
 
     @classmethod
     def parse(cls, url: str) -> Endpoint:
@@ -122,10 +144,19 @@ class Endpoint:
             raise ValueError(f"host {url!r}: scheme must be http or https")
         if not u.hostname:
             raise ValueError(f"host {url!r}: no host name")
+        if u.fragment:
+            raise ValueError(f"host {url!r}: a #fragment is never sent; leave it out")
         path = u.path.rstrip("/")
-        prefix = path if path.endswith("/v1") else f"{path}/v1"
+        route = next((r for r in API_ROUTES if path.endswith(r)), "")
+        fixed = path if route else ""  # a full API path: every request goes there
+        prefix = path.removesuffix(route) if route else path if path.endswith("/v1") else f"{path}/v1"
         port = u.port or (443 if u.scheme == "https" else 80)
-        return cls(u.scheme, u.hostname, port, prefix)
+        return cls(u.scheme, u.hostname, port, prefix, fixed, f"?{u.query}" if u.query else "")
+
+    def api_path(self, route: str) -> str:
+        """The request target of an API route: the host's own path when it fixes one, else the route
+        under the API prefix; the host's query string always kept."""
+        return (self.fixed_path or self.api_prefix + route) + self.query
 
     @property
     def origin(self) -> str:
@@ -342,10 +373,15 @@ class _LoopReads:
 class Connection:
     """One keep-alive HTTP/1.1 connection to an endpoint."""
 
-    def __init__(self, endpoint: Endpoint, connect_timeout: float = 10.0, verify_tls: bool = True) -> None:
+    def __init__(
+        self, endpoint: Endpoint, connect_timeout: float = 10.0, network: NetworkPolicy | None = None
+    ) -> None:
         self.endpoint = endpoint
         self.connect_timeout = connect_timeout
-        self.verify_tls = verify_tls
+        self.network = network or NetworkPolicy()
+        # resolved once: the proxy this endpoint's requests go through (None: direct)
+        self.proxy = self.network.proxy_for(endpoint.origin)
+        self._tls: Any = None  # the TLS context, made at the first TLS connect
         self.sock: gsocket.socket | None = None
         # Set while a request is in flight (read by the watchdog).
         self._reader: _Reader | None = None
@@ -396,34 +432,62 @@ class Connection:
         return bool(readable)
 
     def _connect(self) -> None:
-        ep = self.endpoint
+        ep, proxy = self.endpoint, self.proxy
+        host, port = (proxy.host, proxy.port) if proxy else (ep.host, ep.port)
         try:
-            sock = gsocket.create_connection((ep.host, ep.port), timeout=self.connect_timeout)
+            sock = gsocket.create_connection((host, port), timeout=self.connect_timeout)
         except TimeoutError as e:
+            if proxy:
+                raise HttpFailure("timeout", unreachable(proxy, ep.origin, "connect timed out")) from e
             raise HttpFailure(
                 "timeout", f"connect to {ep.origin} timed out after {self.connect_timeout:g}s"
             ) from e
         except OSError as e:
+            if proxy:
+                raise HttpFailure("connect_error", unreachable(proxy, ep.origin, e.strerror or e)) from e
             raise HttpFailure("connect_error", f"cannot connect to {ep.origin}: {e.strerror or e}") from e
         sock.setsockopt(gsocket.IPPROTO_TCP, gsocket.TCP_NODELAY, 1)
-        sock.settimeout(None)  # blocking for gevent: waits on the watcher, no timer per read
         if SO_TIMESTAMPNS:
             with contextlib.suppress(OSError):
                 sock.setsockopt(gsocket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
         if ep.scheme == "https":
-            ctx = gssl.create_default_context()
-            if not self.verify_tls:
-                ctx.check_hostname = False
-                ctx.verify_mode = _ssl.CERT_NONE
+            if proxy:
+                self._tunnel(sock, proxy)
+            sock.settimeout(None)  # blocking for gevent: waits on the watcher, no timer per read
+            if self._tls is None:
+                self._tls = self.network.ssl_context(gssl.create_default_context)
             try:
-                sock = ctx.wrap_socket(sock, server_hostname=ep.host)
+                sock = self._tls.wrap_socket(sock, server_hostname=ep.host)
             except (OSError, _ssl.SSLError) as e:
                 sock.close()
                 raise HttpFailure("connect_error", f"TLS handshake with {ep.origin} failed: {e}") from e
         else:
+            sock.settimeout(None)
             self._idle_check = _os_poll()
             self._idle_check.register(sock.fileno(), _IDLE_EVENTS)
         self.sock = sock
+
+    def _tunnel(self, sock: gsocket.socket, proxy: Proxy) -> None:
+        """HTTP CONNECT through ``proxy`` to the endpoint: a 2xx opens the tunnel (docs/sources.md §16)."""
+        ep = self.endpoint
+        target = f"{ep.host}:{ep.port}"
+        head = b""
+        try:
+            sock.sendall(f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n".encode("latin-1"))
+            while b"\r\n\r\n" not in head and len(head) < MAX_HEADER_BYTES:
+                data = sock.recv(4096)  # the proxy's answer ends at the blank line: nothing of TLS yet
+                if not data:
+                    break
+                head += data
+        except OSError as e:
+            sock.close()
+            raise HttpFailure("connect_error", unreachable(proxy, ep.origin, e.strerror or e)) from e
+        status_line = head.split(b"\r\n", 1)[0].decode("latin-1", "replace")[:200]
+        parts = status_line.split(" ", 2)
+        if len(parts) < 2 or not parts[1].isdigit() or not 200 <= int(parts[1]) < 300:
+            sock.close()
+            why = f"CONNECT answered {status_line!r}" if status_line else "it closed the connection"
+            raise HttpFailure("connect_error", unreachable(proxy, ep.origin, why))
 
     def request(
         self,
@@ -592,8 +656,8 @@ def is_media_type(content_type: str, media_type: str) -> bool:
 
 
 def build_request(endpoint: Endpoint, method: str, path: str, body: bytes, headers: dict[str, str]) -> bytes:
-    """Serialize an HTTP/1.1 request."""
-    lines = [f"{method} {path} HTTP/1.1", f"Host: {endpoint.host_header}"]
+    """Serialize an HTTP/1.1 request (in absolute form through an HTTP proxy: ``target_prefix``)."""
+    lines = [f"{method} {endpoint.target_prefix}{path} HTTP/1.1", f"Host: {endpoint.host_header}"]
     lines += [f"{k}: {v}" for k, v in headers.items()]
     lines.append(f"Content-Length: {len(body)}")
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import os
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from time import perf_counter_ns
 from typing import Any
 
 from loadtest.client.adapters import adapter_for, response_cap
 from loadtest.client.adapters.base import classify_http, done_time
 from loadtest.client.http import Connection, Endpoint, HttpFailure, Response, build_request
+from loadtest.client.network import NetworkPolicy
 from loadtest.client.record import RequestRecord, count_merged_gaps
 from loadtest.client.secrets import redact_echoes
 from loadtest.client.unreadable import mark_unreadable
@@ -69,14 +70,17 @@ class OpenAIClient:
         api_key: str | None = None,
         timeouts: Timeouts | None = None,
         worker: int = 0,
-        verify_tls: bool = True,
+        network: NetworkPolicy | None = None,
     ) -> None:
-        self.endpoint = Endpoint.parse(base_url)
+        endpoint = Endpoint.parse(base_url)
         self.model = model
         self.tokenizer = tokenizer
         self.timeouts = timeouts or Timeouts()
         self.worker = worker
-        self.conn = Connection(self.endpoint, self.timeouts.connect, verify_tls)
+        self.conn = Connection(endpoint, self.timeouts.connect, network)
+        if self.conn.proxy is not None and endpoint.scheme == "http":  # absolute form through the proxy
+            endpoint = replace(endpoint, target_prefix=f"http://{endpoint.host_header}")
+        self.endpoint = endpoint
         self._headers = {
             "Content-Type": "application/json",
             "Accept": "text/event-stream, application/json",

@@ -9,8 +9,16 @@ import urllib.error
 import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
+from loadtest.client.adapters import adapter_for
+from loadtest.client.apis import auth_headers
 from loadtest.client.http import Endpoint
+from loadtest.client.network import NetworkPolicy, unreachable
+from loadtest.client.secrets import snippet
+
+if TYPE_CHECKING:
+    from loadtest.profile.schema import Profile
 
 # `--endpoint-check`: "models" (GET /v1/models, a JSON model list), "none" (no check at all), or a path
 # such as /health (GET it from the server's root: any 2xx passes). Servers whose /v1/models is not a
@@ -19,6 +27,9 @@ CHECK_MODELS, CHECK_NONE = "models", "none"
 
 
 MODELS_SHOWN = 20  # the served models a "not served" error lists
+# what a server of each API is called in a refused check's line (the others: OpenAI-compatible)
+API_SERVERS = {"messages": "an Anthropic Messages", "rerank": "a rerank (Cohere/Jina-shaped)"}
+SERVER_TEXT = 200  # the characters of a server's own error text an error line shows (redacted)
 
 
 class EndpointError(Exception):
@@ -50,22 +61,25 @@ def served_models(
     host: str,
     api_key: str | None = None,
     timeout: float = 10.0,
-    verify_tls: bool = True,
+    network: NetworkPolicy | None = None,
     headers: Mapping[str, str] | None = None,
     check: str = CHECK_MODELS,
+    api: str = "chat",
 ) -> list[ServedModel]:
     """GET {host}/v1/models and return what it lists, or raise EndpointError saying what is wrong.
 
-    ``headers``: what the run's requests carry (the profile's auth scheme and extra headers); without
-    them the key goes as a Bearer token. ``check``: see CHECK_MODELS; "none" and a path return []."""
+    ``network``: the run's proxies and TLS policy (client/network.py); ``headers``: what the run's
+    requests carry (``check_headers``); without them the key goes as a Bearer token. ``check``: see
+    CHECK_MODELS; "none" and a path return []. ``api``: the profile's, named when the server refuses. The models URL is under the host's API prefix, with the
+    host's query string (docs/api-surface.md, "Endpoint URLs")."""
     try:
         ep = Endpoint.parse(host)
     except ValueError as e:
         raise EndpointError(str(e)) from e
     if check == CHECK_NONE:
         return []
-    url = f"{ep.origin}{check}" if check != CHECK_MODELS else f"{ep.origin}{ep.api_prefix}/models"
-    body, ctype = _get(url, ep, api_key, timeout, verify_tls, headers)
+    url = f"{ep.origin}{check}" if check != CHECK_MODELS else f"{ep.origin}{ep.api_prefix}/models{ep.query}"
+    body, ctype = _get(url, ep, api_key, timeout, network or NetworkPolicy(), headers, api)
     if check != CHECK_MODELS:
         return []
     try:
@@ -110,13 +124,48 @@ def _served(entry: Mapping[str, object]) -> ServedModel:
     )
 
 
+def check_headers(api_key: str | None, profile: Profile) -> dict[str, str]:
+    """What the check sends: the run's auth and extra headers (``apis.auth_headers``), then the
+    headers each of the profile's APIs requires unless the profile names them (Messages:
+    ``anthropic-version``)."""
+    out = auth_headers(api_key, profile)
+    for api in dict.fromkeys([profile.api, *(s.api for s in profile.scenarios if s.api)]):
+        try:
+            defaults = adapter_for(api).default_headers
+        except (KeyError, ValueError):
+            continue
+        have = {h.lower() for h in out}
+        out.update((k, v) for k, v in defaults if k.lower() not in have)
+    return out
+
+
+def server_text(body: bytes) -> str:
+    """A server's own error text, bounded and redacted: the JSON ``error.message`` (or ``message``,
+    ``detail``) when the body has one, else its start; "" when empty."""
+    try:
+        obj = json.loads(body)
+    except (ValueError, RecursionError):
+        obj = None
+    if isinstance(obj, dict):
+        err = obj.get("error")
+        for found in (
+            err.get("message") if isinstance(err, dict) else err,
+            obj.get("message"),
+            obj.get("detail"),
+        ):
+            if isinstance(found, str) and found.strip():
+                return snippet(found.encode(), SERVER_TEXT)
+    return snippet(body, SERVER_TEXT) if body.strip() else ""
+
+
 def _get(
     url: str,
     ep: Endpoint,
     api_key: str | None,
     timeout: float,
-    verify_tls: bool,
+    network: NetworkPolicy,
     headers: Mapping[str, str] | None,
+    api: str,
 ) -> tuple[bytes, str]:
     req = urllib.request.Request(url, headers={"Accept": "application/json"})
     if headers is not None:
@@ -124,28 +173,37 @@ def _get(
             req.add_header(name, value)
     elif api_key:
         req.add_header("Authorization", f"Bearer {api_key}")
-    ctx = None
-    if ep.scheme == "https" and not verify_tls:
-        ctx = ssl.create_default_context()
-        ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+    proxy = network.proxy_for(url)
     try:
-        with urllib.request.urlopen(req, timeout=timeout, context=ctx) as resp:
+        with network.opener(url).open(req, timeout=timeout) as resp:
             return resp.read(1 << 20), resp.headers.get("Content-Type", "")
     except urllib.error.HTTPError as e:
+        try:
+            said = server_text(e.read(1 << 16))
+        except OSError:
+            said = ""
+        said = f" ({said})" if said else ""
         if e.code in (401, 403):
             raise EndpointError(
-                f"{url} answered HTTP {e.code}: check the API key (--api-key-env / --api-key-file) "
+                f"{url} answered HTTP {e.code}{said}: check the API key (--api-key-env / --api-key-file) "
                 "and the profile's request.auth scheme"
             ) from e
+        if e.code == 407 and proxy is not None:
+            raise EndpointError(
+                unreachable(proxy, ep.origin, f"HTTP 407 proxy authentication required{said}")
+            ) from e
         raise EndpointError(
-            f"{url} answered HTTP {e.code}: is this an OpenAI-compatible endpoint? "
+            f"{url} answered HTTP {e.code}{said}: is this {API_SERVERS.get(api, 'an OpenAI-compatible')} endpoint? "
             "(--endpoint-check none or PATH skips or replaces this check)"
         ) from e
     except (urllib.error.URLError, OSError) as e:
         why = getattr(e, "reason", e)
-        hint = (
-            " (the server's TLS certificate is not trusted: fix it, or pass --insecure knowingly)"
-            if isinstance(why, ssl.SSLCertVerificationError)
-            else ""
-        )
-        raise EndpointError(f"cannot reach {ep.origin}: {why}{hint}") from e
+        if isinstance(why, ssl.SSLCertVerificationError):
+            where = f" with {network.ca_file_source} {network.ca_file}" if network.ca_file else ""
+            raise EndpointError(
+                f"cannot reach {ep.origin}: {why} (the server's TLS certificate is not trusted{where}: "
+                "give its CA with --ca-bundle FILE, or pass --insecure knowingly)"
+            ) from e
+        if proxy is not None and not isinstance(why, ssl.SSLError):
+            raise EndpointError(unreachable(proxy, ep.origin, why)) from e
+        raise EndpointError(f"cannot reach {ep.origin}: {why}") from e

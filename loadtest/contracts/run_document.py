@@ -102,6 +102,7 @@ class RunConfig(_OptionalSection):
     judging: JudgingConfig | None = None
     slos: dict[str, float | None] | None = None
     seed_set: SeedSetRecord | None = None
+    network: JsonObject | None = None  # proxies, CA bundle, TLS verification (client/network.describe)
 
 
 # ---- endpoint ------------------------------------------------------------------------------------

@@ -168,7 +168,7 @@ class RunContext:
             api_key=self._api_key,
             timeouts=Timeouts(connect=s.connect_timeout, read=s.read_timeout, total=s.total_timeout),
             worker=self.worker_index,
-            verify_tls=s.verify_tls,
+            network=s.policy(),
         )
 
         configure_client(client, self.profile)  # the profile's auth scheme, headers and extra body fields

@@ -6,6 +6,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from loadtest.client.network import NetworkPolicy
 from loadtest.profile.loader import ProfileError, dataset_scenario, load_profile
 from loadtest.profile.schema import Load, Profile
 from loadtest.workload.builder import Workload
@@ -37,6 +38,8 @@ class RunSettings:
     retries: dict | None = None  # the profile's client.retries (RetrySpec fields), --retries applied
     capture: dict | None = None  # --capture / --capture-rate (CaptureSpec fields) over the profile's capture
     verify_tls: bool = True
+    # proxies, CA bundle, TLS verification: resolved once where the settings are made (client/network.py)
+    network: NetworkPolicy | None = None
     embedded: bool = False
     tokenizer: str | None = None  # overrides the profile's
     dataset: str | None = (
@@ -99,12 +102,19 @@ class RunSettings:
             model_seed=self.model_seed,
         )
 
+    def policy(self) -> NetworkPolicy:
+        """The run's network policy (without one: no proxy, the system's CAs, ``verify_tls``)."""
+        return self.network or NetworkPolicy(verify_tls=self.verify_tls)
+
     def to_json(self) -> str:
         return json.dumps(asdict(self))
 
     @classmethod
     def from_json(cls, text: str) -> RunSettings:
-        return cls(**json.loads(text))
+        data = json.loads(text)
+        if data.get("network") is not None:
+            data["network"] = NetworkPolicy.from_data(data["network"])
+        return cls(**data)
 
     def write(self, path: Path) -> None:
         path.write_text(self.to_json())

@@ -9,13 +9,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from loadtest.client.apis import auth_headers
 from loadtest.client.http import Endpoint as HttpEndpoint
 from loadtest.client.preflight import (
     CHECK_MODELS,
     EndpointError,
     ModelNotServed,
     ServedModel,
+    check_headers,
     require_served,
     served_models,
 )
@@ -93,6 +93,7 @@ def open_endpoint(
     else:
         started = start_embedded(stack, options.engine, profile, prepared.settings.seed, engine_log)
         host, engine_info = started["url"], started["engine"]
+        prepared.settings.network = prepared.settings.policy().direct()  # on this host: never proxied
     from loadtest.serve.state import server_info_for
 
     try:
@@ -104,9 +105,10 @@ def open_endpoint(
             host,
             api_key,
             timeout=connect_timeout or 10.0,
-            verify_tls=prepared.settings.verify_tls,
-            headers=auth_headers(api_key, profile),
+            network=prepared.settings.policy(),
+            headers=check_headers(api_key, profile),
             check=options.endpoint_check if engine_info is None else CHECK_MODELS,
+            api=profile.api,
         )
     except EndpointError as e:
         raise LoadtestError(str(e)) from e
@@ -173,9 +175,10 @@ def connect_host(prepared: Prepared, options: EndpointOptions) -> Endpoint:
             settings.host,
             api_key,
             timeout=settings.connect_timeout,
-            verify_tls=settings.verify_tls,
-            headers=auth_headers(api_key, profile),
+            network=settings.policy(),
+            headers=check_headers(api_key, profile),
             check=options.endpoint_check,
+            api=profile.api,
         )
     except EndpointError as e:
         raise LoadtestError(str(e)) from e
@@ -192,16 +195,17 @@ def connect_host(prepared: Prepared, options: EndpointOptions) -> Endpoint:
 def check_replicas(prepared: Prepared, options: EndpointOptions, *, connect_timeout: float | None) -> None:
     """``GET /v1/models`` on every replica after the first (``open_endpoint`` checked that one)."""
     settings, api_key = prepared.settings, prepared.api_key
-    headers = auth_headers(api_key, prepared.profile)
+    headers = check_headers(api_key, prepared.profile)
     for host in (settings.hosts or [])[1:]:
         try:
             served = served_models(
                 host,
                 api_key,
                 timeout=connect_timeout or 10.0,
-                verify_tls=settings.verify_tls,
+                network=settings.policy(),
                 headers=headers,
                 check=options.endpoint_check,
+                api=prepared.profile.api,
             )
         except EndpointError as e:
             raise LoadtestError(f"replica {host}: {e}") from e

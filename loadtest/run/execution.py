@@ -6,7 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from loadtest.errors import LoadtestError
+from loadtest.client.apis import auth_headers
+from loadtest.client.secrets import KeySourceError, install_redaction, load_api_key
+from loadtest.errors import LoadtestError, UsageError
 from loadtest.run.endpoint import Endpoint
 from loadtest.run.inputs import Prepared
 from loadtest.run.options import MasterOptions, TelemetryOptions
@@ -15,6 +17,18 @@ from loadtest.telemetry import TelemetryPoller, start_for_run
 if TYPE_CHECKING:  # importing locust monkey-patches the process: only where a run happens
     from loadtest.locust.otlp_push import OtlpTarget
     from loadtest.locust.runtime import RunOutcome
+
+
+def metrics_key(telemetry: TelemetryOptions) -> str | None:
+    """The key for metrics URLs on another origin (``--metrics-api-key-env``), redacted from now on."""
+    if not telemetry.metrics_api_key_env:
+        return None
+    try:
+        key = load_api_key(telemetry.metrics_api_key_env, None)
+    except KeySourceError as e:
+        raise UsageError(f"--metrics-api-key-env: {e}") from e
+    install_redaction(key)
+    return key
 
 
 @dataclass
@@ -68,7 +82,9 @@ def execute(
             override=telemetry.metrics_url,
             server=endpoint.server,
             embedded=endpoint.engine_info is not None,
-            api_key=prepared.api_key,
+            headers=auth_headers(prepared.api_key, prepared.profile),
+            metrics_api_key=metrics_key(telemetry),
+            network=settings.policy(),
             gpu_urls=[u.strip() for u in (telemetry.gpu_metrics_url or "").split(",")],
         )
     try:

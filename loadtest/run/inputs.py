@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from loadtest.client.balancer import read_hosts_file
+from loadtest.client.network import NetworkPolicy
 from loadtest.client.secrets import KeySourceError, install_redaction, load_api_key
 from loadtest.economics.spec import EndpointSpecError, spec_from_options
 from loadtest.errors import UsageError
@@ -122,12 +123,16 @@ def prepare_settings(options: RunOptions, profile_path: Path, *, host: str = "")
         api_key_file=str(Path(options.api_key_file).expanduser().resolve()) if options.api_key_file else None,
         processes=options.processes,
         verify_tls=options.verify_tls,
+        network=NetworkPolicy.from_env(ca_bundle=options.ca_bundle, verify_tls=options.verify_tls),
         tokenizer=options.tokenizer,
         dataset=_dataset_path(options.dataset),
         slo=options.slo,
         progress_s=options.progress_s,
         max_requests=options.max_requests,
     )
+    assert settings.network is not None
+    if why := settings.network.check():
+        raise UsageError(why)
     try:
         api_key = load_api_key(settings.api_key_env, settings.api_key_file)
     except KeySourceError as e:

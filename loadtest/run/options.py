@@ -38,6 +38,7 @@ class RunOptions:
     api_key_env: str | None = None  # the name of the variable holding the key
     api_key_file: str | None = None
     verify_tls: bool = True
+    ca_bundle: str | None = None  # --ca-bundle: the CAs every request trusts (client/network.py)
     connect_timeout: float | None = None
     read_timeout: float | None = None
     total_timeout: float | None = None
@@ -71,6 +72,7 @@ class TelemetryOptions:
 
     enabled: bool = True
     metrics_url: str | None = None  # comma-separated; default: HOST/metrics of each endpoint
+    metrics_api_key_env: str | None = None  # the variable holding a key for metrics URLs on another origin
     gpu_metrics_url: str | None = None  # --dcgm-url: NVIDIA dcgm-exporter's /metrics, comma-separated
     prometheus_port: int | None = None  # --prometheus-port: serve the run's live metrics there
     prometheus_bind: str = "127.0.0.1"

@@ -451,6 +451,7 @@ def run_config(settings: RunSettings, profile: Profile, workload: Workload) -> d
         },
         "retries": settings.retries,
         "tls_verify": settings.verify_tls,
+        "network": settings.policy().describe(),
     }
 
 

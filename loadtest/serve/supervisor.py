@@ -16,6 +16,9 @@ from typing import IO
 
 from loadtest.serve.plan import LaunchPlan, ProcSpec
 
+# a server this host started: never through a proxy the environment may name
+_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
 LOG_TAIL_BYTES = 3000
 
 
@@ -44,7 +47,7 @@ def log_tail(path: Path, n: int = LOG_TAIL_BYTES) -> str:
 def http_ok(url: str, timeout: float = 2.0) -> tuple[bool, str]:
     """GET ``url``: (True, body) on 200, else (False, why)."""
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as r:
+        with _DIRECT.open(url, timeout=timeout) as r:
             body = r.read(1 << 20).decode(errors="replace")
             return r.status == 200, body if r.status == 200 else f"HTTP {r.status}"
     except urllib.error.HTTPError as e:

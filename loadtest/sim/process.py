@@ -15,6 +15,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+# a server this host started: never through a proxy the environment may name
+_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
 LISTENING_PREFIX = "LOADTEST_SIM_LISTENING"
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 
@@ -152,7 +155,7 @@ class SimProcess:
         deadline = time.monotonic() + self.startup_timeout_s
         while True:
             try:
-                with urllib.request.urlopen(self.base_url + "/health", timeout=2) as r:
+                with _DIRECT.open(self.base_url + "/health", timeout=2) as r:
                     if r.status == 200:
                         return
             except OSError:
@@ -207,7 +210,7 @@ class SimProcess:
         return self.proc.poll() if self.proc is not None else None
 
     def _get(self, path: str, timeout: float = 10.0) -> bytes:
-        with urllib.request.urlopen(self.base_url + path, timeout=timeout) as r:
+        with _DIRECT.open(self.base_url + path, timeout=timeout) as r:
             return r.read()
 
     def stats(self) -> dict[str, Any]:

@@ -6,6 +6,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from loadtest.client.http import Endpoint
+from loadtest.client.network import NetworkPolicy
 from loadtest.telemetry.energy import energy_block
 from loadtest.telemetry.names import ENGINE_SERIES, SERIES, detect_engine
 from loadtest.telemetry.poller import TelemetryPoller
@@ -21,7 +23,16 @@ def metrics_urls(host: str | Sequence[str], override: str | None, server: dict[s
     if server and server.get("metrics_urls"):
         return list(server["metrics_urls"])
     hosts = [host] if isinstance(host, str) else list(host)
-    return [h.rstrip("/").removesuffix("/v1") + "/metrics" for h in hosts]
+    return [_default_metrics_url(h) for h in hosts]
+
+
+def _default_metrics_url(host: str) -> str:
+    """HOST/metrics: under the host's base path (its ``/v1`` left out); a host whose URL names a full
+    API path or a query string polls its origin's /metrics."""
+    ep = Endpoint.parse(host)
+    if ep.fixed_path or ep.query:
+        return f"{ep.origin}/metrics"
+    return host.rstrip("/").removesuffix("/v1") + "/metrics"
 
 
 def start_for_run(
@@ -31,15 +42,34 @@ def start_for_run(
     server: dict[str, Any] | None = None,
     embedded: bool = False,
     api_key: str | None = None,
+    headers: Mapping[str, str] | None = None,
+    metrics_api_key: str | None = None,
+    network: NetworkPolicy | None = None,
     gpu_urls: Sequence[str] = (),
 ) -> TelemetryPoller:
     """A started poller for a run against ``host`` (the embedded engine is named loadtest-sim);
-    ``gpu_urls``: dcgm-exporter endpoints polled with it (GPU utilization, power, memory, clocks)."""
+    ``gpu_urls``: dcgm-exporter endpoints polled with it (GPU utilization, power, memory, clocks).
+
+    The endpoint's credentials (``headers``: the profile's auth scheme; else ``api_key`` as a Bearer
+    token) go only to metrics URLs on an endpoint's own origin; a URL elsewhere gets
+    ``metrics_api_key`` as a Bearer token, or nothing (docs/network.md). ``network``: proxies, CA, TLS."""
     hint = "loadtest-sim" if embedded else (server or {}).get("engine")
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
+    own = (
+        dict(headers) if headers is not None else {"Authorization": f"Bearer {api_key}"} if api_key else None
+    )
+    other = {"Authorization": f"Bearer {metrics_api_key}"} if metrics_api_key else None
+    hosts = [host] if isinstance(host, str) else list(host)
     gpu = [u for u in gpu_urls if u]
     urls = metrics_urls(host, override, server) + gpu
-    return TelemetryPoller(urls, engine_hint=hint, headers=headers, bare_urls=frozenset(gpu)).start()
+    return TelemetryPoller(
+        urls,
+        engine_hint=hint,
+        headers=own or None,
+        bare_urls=frozenset(gpu),
+        origins=tuple(Endpoint.parse(h).origin for h in hosts),
+        other_headers=other,
+        network=network,
+    ).start()
 
 
 @dataclass

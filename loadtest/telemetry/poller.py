@@ -7,6 +7,7 @@ import threading
 import time
 from typing import Any
 
+from loadtest.client.network import NetworkPolicy, same_origin
 from loadtest.telemetry import histograms as hist
 from loadtest.telemetry.names import SERIES, Delta, Gauge, Ratio, Source, candidates, source_names
 from loadtest.telemetry.scrape import Scrape, ScrapeError, scrape
@@ -83,6 +84,9 @@ class TelemetryPoller:
         engine_hint: str | None = None,
         headers: dict[str, str] | None = None,
         bare_urls: frozenset[str] = frozenset(),
+        origins: tuple[str, ...] = (),
+        other_headers: dict[str, str] | None = None,
+        network: NetworkPolicy | None = None,
     ) -> None:
         self.urls = list(urls)
         self.interval_s = interval_s
@@ -90,6 +94,11 @@ class TelemetryPoller:
         self.engine_hint = engine_hint
         self.headers = headers
         self.bare_urls = set(bare_urls)  # polled without ``headers`` (a GPU exporter never gets the API key)
+        # ``headers`` (the endpoint's credentials) go only to URLs on one of ``origins`` (none given: every
+        # URL); a URL elsewhere gets ``other_headers`` (its own key, --metrics-api-key-env) or nothing
+        self.origins = origins
+        self.other_headers = other_headers
+        self.network = network or NetworkPolicy()
         self.t: list[float] = []
         self.rows: list[dict[str, float | None]] = []
         self.seen: set[str] = set()
@@ -140,7 +149,7 @@ class TelemetryPoller:
         got = []
         for url in self.urls:
             try:
-                got.append(scrape(url, self.timeout_s, self._headers(url)))
+                got.append(scrape(url, self.timeout_s, self._headers(url), self.network))
             except ScrapeError as e:
                 self.errors[url] = str(e)
                 return None
@@ -159,7 +168,7 @@ class TelemetryPoller:
             got, keep = [], []
             for url in self.urls:
                 try:
-                    got.append(scrape(url, self.timeout_s, self._headers(url)))
+                    got.append(scrape(url, self.timeout_s, self._headers(url), self.network))
                 except ScrapeError as e:
                     self.errors[url] = str(e)
                     misses[url] = misses.get(url, 0) + 1
@@ -183,7 +192,11 @@ class TelemetryPoller:
         return None
 
     def _headers(self, url: str) -> dict[str, str] | None:
-        return None if url in self.bare_urls else self.headers
+        if url in self.bare_urls:
+            return None
+        if not self.origins or any(same_origin(url, o) for o in self.origins):
+            return self.headers
+        return self.other_headers
 
     def _next_tick(self, k: int) -> float:
         return max(0.0, self._t0 + k * self.interval_s - time.monotonic())

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from loadtest.client.network import NetworkPolicy
 from loadtest.telemetry.names import HISTOGRAM_BASES, detect_engine, wanted_names
 
 MAX_BYTES = 16 << 20
@@ -40,10 +41,13 @@ class Scrape:
     buckets: dict[str, dict[float, float]] = field(default_factory=dict)
 
 
-def fetch(url: str, timeout: float, headers: dict[str, str] | None = None) -> str:
+def fetch(
+    url: str, timeout: float, headers: dict[str, str] | None = None, network: NetworkPolicy | None = None
+) -> str:
+    """The exposition text at ``url``, through the run's network policy (its proxy, CA and --insecure)."""
     req = urllib.request.Request(url, headers={"Accept": "text/plain", **(headers or {})})
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
+        with (network or NetworkPolicy()).opener(url).open(req, timeout=timeout) as r:
             return r.read(MAX_BYTES).decode("utf-8", errors="replace")
     except urllib.error.HTTPError as e:
         raise ScrapeError(f"HTTP {e.code}", e.code) from e
@@ -98,5 +102,7 @@ def parse(text: str) -> Scrape:
     return out
 
 
-def scrape(url: str, timeout: float, headers: dict[str, str] | None = None) -> Scrape:
-    return parse(fetch(url, timeout, headers))
+def scrape(
+    url: str, timeout: float, headers: dict[str, str] | None = None, network: NetworkPolicy | None = None
+) -> Scrape:
+    return parse(fetch(url, timeout, headers, network))

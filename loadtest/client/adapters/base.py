@@ -34,7 +34,8 @@ class ApiAdapter(Protocol):
     default_headers: tuple[tuple[str, str], ...]
 
     def path(self, endpoint: Endpoint, req: PreparedRequest) -> str:
-        """The request path (with the endpoint's API prefix where the API has one)."""
+        """The request target: ``Endpoint.api_path`` of its route where the API has one (the host's
+        fixed path or the route under its API prefix, with the host's query string)."""
         ...
 
     def streams(self, req: PreparedRequest) -> bool:
@@ -64,7 +65,7 @@ class RoutedAdapter:
     default_headers: tuple[tuple[str, str], ...] = ()
 
     def path(self, endpoint: Endpoint, req: PreparedRequest) -> str:
-        return endpoint.api_prefix + self.route
+        return endpoint.api_path(self.route)
 
     def streams(self, req: PreparedRequest) -> bool:
         return bool(req.stream)

@@ -30,7 +30,10 @@ class RawAdapter:
     default_headers: tuple[tuple[str, str], ...] = ()
 
     def path(self, endpoint: Endpoint, req: PreparedRequest) -> str:
-        return req.path or DEFAULT_PATH  # from the host's root, as recorded
+        path = req.path or DEFAULT_PATH  # from the host's root, as recorded
+        if endpoint.query:  # the host's query string is kept, after the recorded path's own
+            path += ("&" if "?" in path else "?") + endpoint.query[1:]
+        return path
 
     def streams(self, req: PreparedRequest) -> bool:
         return req.stream  # the recorded body's own ``stream``
