@@ -6,6 +6,8 @@ reads on says nothing; an engine that answers 429 to most requests is rate limit
 from __future__ import annotations
 
 import json
+import socket
+import time
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +17,8 @@ from loadtest.metrics import delivery
 from loadtest.metrics.verdict import MERGED_DELIVERY, RATE_LIMITED, OfferedLoad, headline, judge
 from loadtest.sim import SimProcess
 from tests.buffering_proxy import BufferingProxy
-from tests.conftest import run_cli, write_profile
+from tests.conftest import read_lines, run_cli, write_profile
+from tests.fault_servers import FaultServer, _chunk, _delta, _event
 from tests.test_fault_matrix import finish_run, start_run
 
 SLOS = "ttft_p99=30s,itl_p99=5s,tpot_p99=5s,error_rate=50%"
@@ -149,3 +152,47 @@ def test_an_engine_answering_429_is_rate_limited(tmp_path: Path) -> None:
     assert first.startswith("rate limited: ") and "got 429 (Retry-After honoured, up to 1 retries)" in first
     assert "against 20 req/s offered" in first
     assert "rate limited (HTTP 429)" in res.stdout.splitlines()[-1]
+
+
+EVENTS, TOKENS_PER_EVENT = 10, 8
+
+
+class ChunkyServer(FaultServer):
+    """A server that sends EVENTS events of TOKENS_PER_EVENT tokens each, one write every 10 ms (as an
+    engine streaming in batched chunks does): many tokens per event, one event per read. It sets
+    TCP_NODELAY as real servers do: without it, Nagle's algorithm holds the small writes after the
+    head until the client's delayed ACK, and the first read holds the first 40 ms of events."""
+
+    def _b_ok(self, conn: socket.socket, _h: dict[str, str]) -> bool:
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        conn.sendall(self._head(200, "text/event-stream", None))
+        for _ in range(EVENTS):
+            conn.sendall(_chunk(_event(_delta(" hello" * TOKENS_PER_EVENT))))
+            time.sleep(0.01)
+        tail = self._ok_events(0)
+        n = EVENTS * TOKENS_PER_EVENT
+        usage = {"prompt_tokens": 10, "completion_tokens": n, "total_tokens": 10 + n}
+        tail[1] = _event({"object": "chat.completion.chunk", "choices": [], "usage": usage})
+        conn.sendall(b"".join(_chunk(ev) for ev in tail) + b"0\r\n\r\n")
+        return True
+
+
+def test_many_tokens_per_event_is_no_merged_delivery(tmp_path: Path) -> None:
+    prof = write_profile(
+        tmp_path / "p.yaml", output_tokens={"dist": "fixed", "value": EVENTS * TOKENS_PER_EVENT}
+    )
+    out = tmp_path / "out"
+    with ChunkyServer(["ok"]) as srv:
+        res = run_cli(
+            ["run", "--profile", str(prof), "--host", srv.base_url, "--duration", "3", "--out", str(out)]
+            + ["--endpoint-check", "none", "--model", "fault-model", "--slo", "itl_p99=5s"]
+        )
+    assert (out / "run.json").is_file(), res.stdout[-2000:] + res.stderr[-2000:]
+    doc = json.loads((out / "run.json").read_text())
+    lines = [ln for ln in read_lines(sorted(out.glob("records*.jsonl"))) if ln["outcome"] == "ok"]
+    assert lines and all(ln["usage_completion_tokens"] == EVENTS * TOKENS_PER_EVENT for ln in lines)
+    assert all(len(ln["chunks_us"]) == EVENTS for ln in lines)
+    merged = doc["metrics"]["itl_merged"]
+    assert merged["streams"] == len(lines) and merged["merged_streams"] <= len(lines) // 4, merged
+    assert MERGED_DELIVERY not in {c["name"] for c in doc["verdict"]["checks"]}
+    assert "DELIVERY" not in res.stdout
