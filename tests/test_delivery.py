@@ -19,7 +19,7 @@ from loadtest.sim import SimProcess
 from tests.buffering_proxy import BufferingProxy
 from tests.conftest import read_lines, run_cli, write_profile
 from tests.fault_servers import FaultServer, _chunk, _delta, _event
-from tests.test_fault_matrix import finish_run, start_run
+from tests.test_fault_matrix import MODES, finish_run, start_run
 
 SLOS = "ttft_p99=30s,itl_p99=5s,tpot_p99=5s,error_rate=50%"
 TOKENS = 32
@@ -106,7 +106,7 @@ def _run_through(
     return code, logs, json.loads((out / "run.json").read_text()), report, proxy
 
 
-@pytest.mark.parametrize("mode", ["single", "processes2"])
+@pytest.mark.parametrize("mode", MODES)
 def test_a_buffering_proxy_is_named_first_and_itl_tpot_not_measurable(tmp_path: Path, mode: str) -> None:
     code, logs, doc, report, proxy = _run_through(tmp_path, block=65536, mode=mode)
     assert proxy.writes < proxy.reads  # the proxy did hold reads back
@@ -149,7 +149,7 @@ def test_an_engine_answering_429_is_rate_limited(tmp_path: Path) -> None:
     doc = json.loads((out / "run.json").read_text())
     assert res.returncode == 12, res.stdout[-3000:] + res.stderr[-3000:]
     first = doc["verdict"]["reasons"][0]
-    assert first.startswith("rate limited: ") and "got 429 (Retry-After honoured, up to 1 retries)" in first
+    assert first.startswith("rate limited: ") and "got 429 (Retry-After honoured, up to 1 retry)" in first
     assert "against 20 req/s offered" in first
     assert "rate limited (HTTP 429)" in res.stdout.splitlines()[-1]
 

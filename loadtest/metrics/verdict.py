@@ -476,7 +476,7 @@ def _rate_limit_check(
         else "n/a offered"
     )
     honoured = (
-        f"Retry-After honoured, up to {load.retries} retries"
+        f"Retry-After honoured, up to {load.retries} retr{'y' if load.retries == 1 else 'ies'}"
         if load.retries
         else "no retries: --retries N waits as Retry-After asks"
     )
