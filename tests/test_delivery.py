@@ -79,6 +79,11 @@ def test_rate_limited_is_its_own_first_reason() -> None:
     assert v.reasons[0].startswith("rate limited: 40 % of 100 requests got 429 (Retry-After honoured")
     assert "achieved 6 ok req/s against 20 req/s offered" in v.reasons[0]
     assert headline(v.status, v.checks).startswith("rate limited")
+    # Every request refused: rate limited even under an error-rate limit of 100 %.
+    every = _metrics(0, 0, ok=0, failed=50, error_rate=1.0, by_outcome={"http_429": 50})
+    v = judge(every, None, "error_rate=100%")
+    assert v.reasons[0].startswith("rate limited: 100 % of 50 requests got 429 (no retries")
+    assert v.reasons[1].startswith("endpoint failing: no successful requests")
     # 429 among many other failures is not the cause: the error rate says it.
     mixed = {"ok": 60, "http_429": 8, "http_5xx": 32}
     v = judge(_metrics(0, 0, ok=60, failed=40, error_rate=0.4, by_outcome=mixed), None, None)

@@ -450,9 +450,10 @@ class OfferedLoad:
 def _rate_limit_check(
     metrics: Mapping[str, Any], error_slo: ErrorRateSlo | None, load: OfferedLoad
 ) -> Check | None:
-    """The failed ``rate_limited`` check when at least RATE_LIMITED_SHARE of the requests, and at least half
-    of the failed ones, got 429 and the endpoint's error rate is over its limit (None otherwise): the share, the achieved rate (ok requests a
-    second) against the offered one."""
+    """The failed ``rate_limited`` check when at least RATE_LIMITED_SHARE of the requests, and at least
+    half of the failed ones, got 429 and the endpoint failed (its error rate over its limit, or not one
+    request succeeded); None otherwise. Its detail: the share, the achieved rate (ok requests a second)
+    against the offered one."""
     req = metrics.get("requests") or {}
     counted = int(req.get("ok") or 0) + int(req.get("failed") or 0)
     limited = int((req.get("by_outcome") or {}).get("http_429") or 0)
@@ -462,7 +463,7 @@ def _rate_limit_check(
         not counted
         or limited < RATE_LIMITED_SHARE * counted
         or 2 * limited < failed  # 429 is not the endpoint's main failure: the error rate says the rest
-        or float(req.get("error_rate") or 0.0) <= limit
+        or (float(req.get("error_rate") or 0.0) <= limit and int(req.get("ok") or 0) > 0)
     ):
         return None
     share = limited / counted
