@@ -135,8 +135,9 @@ def test_a_buffering_proxy_is_named_first_and_itl_tpot_not_measurable(tmp_path: 
     )
 
 
-def test_a_passing_proxy_gets_no_diagnosis(tmp_path: Path) -> None:
-    code, logs, doc, report, proxy = _run_through(tmp_path, block=0)
+@pytest.mark.parametrize("mode", MODES)
+def test_a_passing_proxy_gets_no_diagnosis(tmp_path: Path, mode: str) -> None:
+    code, logs, doc, report, proxy = _run_through(tmp_path, block=0, mode=mode)
     merged = doc["metrics"]["itl_merged"]
     assert merged["streams"] >= 4, merged
     assert merged["merged_streams"] <= merged["streams"] // 4, merged  # a busy client may merge a few
