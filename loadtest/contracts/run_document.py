@@ -238,6 +238,10 @@ class ItlMerged(_Section):
 
     gaps: int
     share: float | None
+    # Streams with enough token events to judge how they were delivered, and those delivered merged
+    # (metrics/delivery.py; docs/metrics.md "Merged delivery"); 0 in a run.json written before them.
+    streams: int = 0
+    merged_streams: int = 0
 
 
 class Metrics(_OptionalSection):

@@ -11,6 +11,7 @@ from hdrh.histogram import HdrHistogram
 
 from loadtest.client.record import RequestRecord, merged_gap_mask
 from loadtest.metrics import hdr
+from loadtest.metrics.delivery import MIN_EVENTS, merged_delivery
 
 # Histogram names and what they hold (all integers; docs/metrics.md defines each).
 LATENCY_METRICS: dict[str, str] = {
@@ -125,6 +126,7 @@ class Track:
             values.append(("schedule_lag", (rec.sent_ns - rec.scheduled_ns) // 1000))
         inc: dict[str, int] = {}
         merged = 0  # token gaps left out of ITL (merged_gap_mask)
+        inc_delivery = 0  # 1: a stream judged for merged delivery, 2: one delivered merged
         n_out, n_in = rec.output_tokens, rec.input_tokens
         if ok:
             e2e = (rec.done_ns - rec.scheduled_ns) // 1000
@@ -148,6 +150,8 @@ class Track:
                         gaps = gaps[~mask]
                     self._itl_pending.append(gaps)
                     self._pending_n += gaps.size
+                    if times.size >= MIN_EVENTS:  # how the stream was delivered (metrics/delivery.py)
+                        inc_delivery = 1 + bool(merged and merged_delivery(times))
             # output_tokens / input_tokens: the counted tokens every figure uses; client_*: the client
             # tokenizer's own counts, kept as the cross-check (docs/metrics.md).
             inc = {
@@ -159,6 +163,10 @@ class Track:
             }
             if merged:
                 inc["itl_merged_gaps"] = merged
+            if inc_delivery:
+                inc["delivery_streams"] = 1
+                if inc_delivery == 2:
+                    inc["delivery_merged_streams"] = 1
             if rec.completion_tokens_server is not None:
                 inc["usage_reports"] = 1
                 inc["usage_output_tokens"] = rec.completion_tokens_server

@@ -77,7 +77,12 @@ def build_metrics(agg: Aggregate) -> dict[str, Any]:
             "input_mismatched_requests": int(t.get("token_input_mismatch_requests", 0)),
         },
         "latency_ms": latency,
-        "itl_merged": itl_merged(int(t.get("itl_merged_gaps", 0)), latency["itl"]["count"]),
+        "itl_merged": itl_merged(
+            int(t.get("itl_merged_gaps", 0)),
+            latency["itl"]["count"],
+            int(t.get("delivery_streams", 0)),
+            int(t.get("delivery_merged_streams", 0)),
+        ),
         "output_tps_per_request": per_request_tps,
         "series": series,
         "error_samples": agg.error_samples,
@@ -94,11 +99,17 @@ def build_metrics(agg: Aggregate) -> dict[str, Any]:
     }
 
 
-def itl_merged(merged: int, timed: int) -> dict[str, Any]:
+def itl_merged(merged: int, timed: int, streams: int = 0, merged_streams: int = 0) -> dict[str, Any]:
     """Token gaps left out of ITL because their event arrived in one read with another (``gaps``), and
-    their share of all token gaps (null without any); docs/metrics.md, "Merged gaps"."""
+    their share of all token gaps (null without any); the streams judged for merged delivery and those
+    delivered merged (metrics/delivery.py); docs/metrics.md, "Merged gaps" and "Merged delivery"."""
     total = merged + timed
-    return {"gaps": merged, "share": round(merged / total, 6) if total else None}
+    return {
+        "gaps": merged,
+        "share": round(merged / total, 6) if total else None,
+        "streams": streams,
+        "merged_streams": merged_streams,
+    }
 
 
 def _counted_by(ok: int, usage_reports: int) -> str | None:

@@ -11,8 +11,8 @@ from typing import Any, Literal, Protocol
 from hdrh.histogram import HdrHistogram
 
 from loadtest.client.failures import commonest_from_metrics, failing_text, pct
+from loadtest.metrics import delivery, hdr
 from loadtest.metrics import early_stopping as es
-from loadtest.metrics import hdr
 from loadtest.metrics.samples import LatencySamples
 from loadtest.metrics.slo import AnySlo, ErrorRateSlo, Slo, parse_slos
 
@@ -75,6 +75,13 @@ class ValidityRules:
 # The check that fails a run that did not end as planned (a signal, a lost worker, a full disk): an
 # incomplete run proves nothing, whatever its partial figures say (docs/durability.md).
 COMPLETE_RUN = "complete_run"
+# The check that fails a run whose tokens mostly arrived merged (metrics/delivery.py): its ITL and TPOT
+# time a proxy's buffer, not the server.
+MERGED_DELIVERY = "merged_delivery"
+# The check that names rate limiting as the endpoint's failure: at least this share of the requests, and
+# half of the failed ones, answered 429 (docs/reliability.md, "Rate limits").
+RATE_LIMITED = "rate_limited"
+RATE_LIMITED_SHARE = 0.05
 
 
 # MLPerf Inference Server scenario: 600 s minimum duration.
@@ -387,14 +394,19 @@ def _endpoint_checks(
     error_slo: ErrorRateSlo | None,
     failure: str | None,
     stopped_early: str | None,
+    load: OfferedLoad,
 ) -> list[Check]:
-    """Did the endpoint work? Stopped early for failing wholesale, no successful request, error rate."""
+    """Did the endpoint work? Rate limited, stopped early for failing wholesale, no successful request,
+    error rate."""
     req = metrics.get("requests") or {}
     ok = int(req.get("ok") or 0)
     failed = int(req.get("failed") or 0)
     counted = ok + failed
     failure = failure or commonest_from_metrics(metrics)
     out: list[Check] = []
+    limited = _rate_limit_check(metrics, error_slo, load)
+    if limited is not None:
+        out.append(limited)
     if stopped_early:
         out.append(Check("stopped_early", False, stopped_early, "endpoint", float(failed), None))
     if counted == 0:  # nothing reached an answer or a failure: the endpoint was not tried, nothing to judge
@@ -423,6 +435,76 @@ def _endpoint_checks(
     if failed:
         detail += f": {failed} of {counted} requests failed" + (f", most often {failure}" if failure else "")
     out.append(Check("error_rate", passed, detail, "endpoint", rate, limit))
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class OfferedLoad:
+    """What the run asked of the endpoint, for the rate-limit reason: the open-loop rate (None: closed
+    loop) and the retries of a 429 (0: none)."""
+
+    rate: float | None = None
+    retries: int = 0
+
+
+def _rate_limit_check(
+    metrics: Mapping[str, Any], error_slo: ErrorRateSlo | None, load: OfferedLoad
+) -> Check | None:
+    """The failed ``rate_limited`` check when at least RATE_LIMITED_SHARE of the requests, and at least
+    half of the failed ones, got 429 and the endpoint failed (its error rate over its limit, or not one
+    request succeeded); None otherwise. Its detail: the share, the achieved rate (ok requests a second)
+    against the offered one."""
+    req = metrics.get("requests") or {}
+    counted = int(req.get("ok") or 0) + int(req.get("failed") or 0)
+    limited = int((req.get("by_outcome") or {}).get("http_429") or 0)
+    failed = int(req.get("failed") or 0)
+    limit = error_slo.limit if error_slo is not None else DEFAULT_ERROR_RATE
+    if (
+        not counted
+        or limited < RATE_LIMITED_SHARE * counted
+        or 2 * limited < failed  # 429 is not the endpoint's main failure: the error rate says the rest
+        or (float(req.get("error_rate") or 0.0) <= limit and int(req.get("ok") or 0) > 0)
+    ):
+        return None
+    share = limited / counted
+    duration = float(_get(metrics, "window", "duration_s") or 0.0)
+    achieved = f"{int(req.get('ok') or 0) / duration:.3g} ok req/s" if duration > 0 else "n/a"
+    offered = (
+        f"{load.rate:g} req/s offered"
+        if load.rate
+        else f"{counted / duration:.3g} req/s sent (closed loop)"
+        if duration > 0
+        else "n/a offered"
+    )
+    honoured = (
+        f"Retry-After honoured, up to {load.retries} retr{'y' if load.retries == 1 else 'ies'}"
+        if load.retries
+        else "no retries: --retries N waits as Retry-After asks"
+    )
+    return Check(
+        RATE_LIMITED,
+        False,
+        f"{pct(share)} of {counted} requests got 429 ({honoured}); achieved {achieved} against {offered}",
+        "endpoint",
+        share,
+        RATE_LIMITED_SHARE,
+        fix="lower the offered rate or concurrency to the endpoint's quota, or raise the quota",
+    )
+
+
+def _delivery_checks(metrics: Mapping[str, Any], slos: Sequence[AnySlo]) -> list[Check]:
+    """When most streams arrived merged (metrics/delivery.py): the failed ``merged_delivery`` check,
+    and each ITL or TPOT SLO as not measurable (neither passed nor missed on a meaningless value)."""
+    itl_merged = metrics.get("itl_merged") or {}
+    text = delivery.diagnosis(itl_merged)
+    if text is None:
+        return []
+    out = [
+        Check(MERGED_DELIVERY, False, text, "validity", delivery.merged_share(itl_merged), delivery.RUN_SHARE)
+    ]
+    for s in slos:
+        if isinstance(s, Slo) and s.metric in delivery.UNMEASURABLE:
+            out.append(Check(s.key, False, delivery.not_measurable(s.metric), "validity", None, s.limit_ms))
     return out
 
 
@@ -464,6 +546,8 @@ def _reason(c: Check) -> str:
     if c.kind == "quality":
         return quality_reason(c.detail)
     if c.kind == "endpoint":
+        if c.name == RATE_LIMITED:
+            return _with_fix(f"rate limited: {c.detail}", c)
         if c.name == "stopped_early":
             return f"stopped early: {c.detail}"
         if c.name == "error_rate":
@@ -482,6 +566,8 @@ def _reason(c: Check) -> str:
         if c.blocking:
             return f"invalid: {slo_key} meets its limit at the raw percentile but not enough evidence: {c.detail}"
         return f"note: early stopping for {slo_key} also fails: {c.detail}"
+    if c.name == MERGED_DELIVERY:
+        return c.detail
     if c.kind == "validity":
         return _with_fix(f"invalid: {c.name}: {c.detail}", c)
     return f"SLO missed: {c.name}: {c.detail}"
@@ -559,7 +645,7 @@ def _reasons(failed: list[Check]) -> list[str]:
     if dead is None:
         return _grouped_reasons(ranked)
     others = [c.name for c in ranked if c.kind != "endpoint" and c.blocking]
-    out = [_reason(dead)]
+    out = [_reason(c) for c in ranked if c.name == RATE_LIMITED] + [_reason(dead)]
     if others:
         out.append(f"also failed, as consequences of the failing endpoint: {', '.join(others)}")
     return out
@@ -569,9 +655,12 @@ def _cause_phrase(c: CheckLike) -> str:
     """A failed blocking check in a few words, for the headline."""
     if c.kind == "endpoint":
         return {
+            RATE_LIMITED: "rate limited (HTTP 429)",
             "stopped_early": "stopped early: endpoint failing",
             "error_rate": "error rate over limit",
         }.get(c.name, "no successful request")
+    if c.name == MERGED_DELIVERY:
+        return "tokens arrived merged (a buffering proxy?)"
     if c.kind == "quality":
         return "quality gate failed"
     if c.kind == "health":
@@ -598,9 +687,13 @@ def headline(status: str, checks: Sequence[CheckLike]) -> str:
         return "every check passed" + (f"; {flagged} flagged" if flagged else "")
     if any(c.name in ("stopped_early", "successful_requests") and c.kind == "endpoint" for c in failed):
         failed = [c for c in failed if c.kind == "endpoint"]
+    merged = any(c.name == MERGED_DELIVERY for c in failed)
     phrases: dict[str, list[str]] = {}
     for c in failed:
-        phrases.setdefault(_cause_phrase(c), []).append(c.name.split(".", 1)[-1])
+        phrase = _cause_phrase(c)
+        if merged and c.kind == "validity" and c.name.split("_", 1)[0] in delivery.UNMEASURABLE:
+            phrase = "{} not measurable"
+        phrases.setdefault(phrase, []).append(c.name.split(".", 1)[-1])
     return "; ".join(p.format(", ".join(names)) if "{}" in p else p for p, names in phrases.items())
 
 
@@ -617,6 +710,7 @@ def judge(
     notes: Sequence[str] = (),
     samples: LatencySamples | None = None,
     incomplete: str | None = None,
+    load: OfferedLoad | None = None,
 ) -> Verdict:
     """Judge a run from its run.json ``metrics`` dict and its (µs) histograms.
 
@@ -631,6 +725,11 @@ def judge(
     the limit; it passes when n ≥ find_min_passing(t, p) + t. A percentile meeting its limit
     without that evidence makes the run invalid.
 
+    A run whose streams mostly arrived merged (metrics/delivery.py) fails ``merged_delivery``, and its
+    ITL and TPOT SLOs are not measurable (failed, without a value). At least RATE_LIMITED_SHARE of the
+    requests answered 429 with the error rate over its limit: the ``rate_limited`` check leads, with the
+    achieved rate against ``load``'s offered one.
+
     ``incomplete``: why the run did not end as planned (``interrupted: SIGTERM``, ``incomplete: disk full
     at …``); the run is then never a pass, and that sentence is its first reason.
 
@@ -642,14 +741,17 @@ def judge(
     hists = histograms or {}
     parsed = parse_slos(slos) if isinstance(slos, str | Mapping) or slos is None else list(slos)
     error_slo = next((s for s in parsed if isinstance(s, ErrorRateSlo)), None)
+    delivery_checks = _delivery_checks(metrics, parsed)
+    unmeasurable = {c.name for c in delivery_checks}
     checks: list[Check] = [
-        *_endpoint_checks(metrics, error_slo, failure, stopped_early),
+        *_endpoint_checks(metrics, error_slo, failure, stopped_early, load or OfferedLoad()),
+        *delivery_checks,
         *_validity_checks(metrics, rules),
         *_health_checks(metrics, health or {}, rules),
         *([_complete_check(incomplete)] if incomplete is not None else []),
     ]
     for s in parsed:
-        if isinstance(s, Slo):
+        if isinstance(s, Slo) and s.key not in unmeasurable:
             checks.extend(
                 _percentile_checks(s, metrics, hists.get(s.metric), rules.confidence, rules.smoke, samples)
             )

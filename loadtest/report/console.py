@@ -37,6 +37,9 @@ def _latency_table(run: RunDocument) -> list[str]:
     lines = [f"{'Latency (ms)':<14}" + "".join(f"{h:>9}" for _, h in _COLS) + f"{'count':>10}"]
     for key in _CONSOLE_LATENCY:
         s = facts.judged_latency_stats(run, key)
+        if facts.not_measurable(run, key):  # tokens arrived merged: the figures time a proxy's buffer
+            lines.append(f"{labels[key]:<14}{'not measurable (merged delivery)':>45}")
+            continue
         cells = "".join(f"{fmt_ms(facts.stat(s, k), NA):>9}" for k, _ in _COLS)
         lines.append(f"{labels[key]:<14}{cells}{fmt_int(facts.stat(s, 'count') or 0, NA):>10}")
     return lines
@@ -137,11 +140,14 @@ def format_summary(run: RunDocument) -> str:
     req, thr = judged.requests, judged.throughput
     outcomes = [(o, n) for o, n in judged.requests.by_outcome.items() if n]
     duration = run.metrics.window.duration_s
+    merged = facts.delivery_diagnosis(run)
+    per_user = "tok/s per user not measurable" if merged else f"{_sig(thr.tps_per_user)} tok/s per user"
     lines = [
         f"loadtest run {run.run_id or ''}  profile {cfg.profile or NA}",
         *_kv("Status", facts.status_text(run)),
         *_kv("Load", f"{facts.load_text(run)}; model {cfg.model or NA}; {fmt_num(duration, 1, NA)} s"),
         *_kv("Endpoint", facts.endpoint_text(run)),
+        *(_kv("DELIVERY", merged) if merged else []),
         "",
         *textwrap.wrap(facts.judged_label(run) + " (the figures the verdict judged)", WIDTH),
         *_kv(
@@ -155,8 +161,7 @@ def format_summary(run: RunDocument) -> str:
             "Throughput",
             f"{_sig(thr.output_tokens_per_s)} output tok/s  "
             f"{_sig(thr.input_tokens_per_s)} input tok/s  "
-            f"{_sig(thr.requests_per_s)} req/s  "
-            f"{_sig(thr.tps_per_user)} tok/s per user",
+            f"{_sig(thr.requests_per_s)} req/s  {per_user}",
         ),
         *_goodput_lines(run),
         *_quality_lines(run),
@@ -189,10 +194,14 @@ def _goodput_lines(run: RunDocument) -> list[str]:
     gp = run.goodput
     if gp is None:
         return []
-    limits = ", ".join(f"{name} ≤ {v:g} ms" for name, v in facts.goodput_limits(gp.rule))
+    rule = facts.goodput_limits(gp.rule)
+    limits = ", ".join(f"{name} ≤ {v:g} ms" for name, v in rule)
+    # Merged delivery (metrics/delivery.py): a TPOT limit judged a TPOT that times a proxy's buffer.
+    meaningless = any(name == "TPOT" for name, _ in rule) and facts.not_measurable(run, "tpot")
     return _kv(
         "Goodput",
         f"{fmt_pct(gp.attainment, NA)} of requests good ({limits}); "
         f"{_sig(gp.good_requests_per_s)} good req/s, "
-        f"{_sig(gp.good_output_tokens_per_s)} good tok/s",
+        f"{_sig(gp.good_output_tokens_per_s)} good tok/s"
+        + ("; not measurable: its TPOT limit judged merged tokens" if meaningless else ""),
     )

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
+
 from loadtest.contracts.run_document import GoodputRule, JsonObject, RunDocument, Summary
 from loadtest.fmt import fmt_ms
+from loadtest.metrics import delivery
 from loadtest.telemetry.warm import warm_note
 
 # (metric key, label, one-line definition) in the order both reports show them.
@@ -74,6 +77,19 @@ def goodput_limits(rule: GoodputRule) -> list[tuple[str, float]]:
     """(metric label, limit in ms) of the per-request SLO's TTFT and TPOT limits that are set."""
     limits = (("TTFT", rule.ttft_ms), ("TPOT", rule.tpot_ms))
     return [(name, ms) for name, ms in limits if ms is not None]
+
+
+def delivery_diagnosis(run: RunDocument) -> str | None:
+    """The merged-delivery diagnosis of the judged figures (metrics/delivery.py), None when the streams
+    were not mostly delivered merged."""
+    return delivery.diagnosis(msgspec.structs.asdict(run.judged_metrics().itl_merged))
+
+
+def not_measurable(run: RunDocument, key: str) -> str | None:
+    """Why the judged ``key`` latency (itl, tpot) means nothing in this run, or None when it does."""
+    if key not in delivery.UNMEASURABLE or delivery_diagnosis(run) is None:
+        return None
+    return delivery.not_measurable(key)
 
 
 def warm_warning(run: RunDocument) -> str | None:

@@ -72,7 +72,13 @@ def _summary_rows(run: RunDocument) -> list[tuple[str, str, str]]:
         ("Output tokens/s", fmt_num(thr.output_tokens_per_s, 1), ""),
         ("Input tokens/s", fmt_num(thr.input_tokens_per_s, 1), ""),
         ("Requests/s", fmt_num(thr.requests_per_s, 3), "successful requests per second"),
-        ("TPS per user", fmt_num(thr.tps_per_user, 1), "1000 / p90 TPOT (ms)"),
+        (
+            "TPS per user",
+            "not measurable (merged delivery)"
+            if facts.delivery_diagnosis(run)
+            else fmt_num(thr.tps_per_user, 1),
+            "1000 / p90 TPOT (ms)",
+        ),
         ("Total tokens", f"{fmt_int(out_t + in_t)} ({fmt_int(out_t)} output + {fmt_int(in_t)} input)", ""),
         ("Load", facts.load_text(run), ""),
         ("Seed", str(cfg.seed), ""),
@@ -92,12 +98,13 @@ def _latency_rows(run: RunDocument) -> list[dict[str, Any]]:
     rows = []
     for key, label, definition in facts.LATENCY_ROWS:
         s = facts.latency_stats(run, key)
+        unmeasurable = facts.not_measurable(run, key)  # tokens arrived merged: the cells time a buffer
         rows.append(
             {
                 "label": label,
-                "definition": definition,
+                "definition": f"{definition} {unmeasurable}" if unmeasurable else definition,
                 "count": fmt_int(facts.stat(s, "count") or 0),
-                "cells": [fmt_ms(facts.stat(s, k)) for k, _ in _LATENCY_COLS],
+                "cells": ["n/m" if unmeasurable else fmt_ms(facts.stat(s, k)) for k, _ in _LATENCY_COLS],
             }
         )
     return rows
@@ -235,6 +242,9 @@ def tested_rows(run: RunDocument) -> list[tuple[str, str]]:
         ("API", cfg.api or NA),
         ("Date", created_text(run.created)),
     ]
+    merged = facts.delivery_diagnosis(run)
+    if merged:  # what stands between client and server changes what every other figure means
+        rows.insert(1, ("Delivery", merged))
     return rows
 
 

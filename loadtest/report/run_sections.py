@@ -109,7 +109,8 @@ def headline_cards(run: RunDocument) -> list[tuple[str, str, str]]:
 
 def headline_latency(run: RunDocument, samples: LatencySamples | None = None) -> dict[str, Any]:
     """TTFT/TPOT/ITL/E2E at p50/p90/p99/p99.9 of the judged window (run.json's judged figures, the whole
-    run's when no window was set) and the early-stopping estimate, in ms. ``samples``: the judged
+    run's when no window was set) and the early-stopping estimate, in ms; ITL and TPOT ``n/m`` when the
+    tokens arrived merged (metrics/delivery.py). ``samples``: the judged
     window's exact samples, for its estimates (without them, and for ITL, a window has none)."""
     rows = []
     pcts: list[float] = []
@@ -136,6 +137,9 @@ def headline_latency(run: RunDocument, samples: LatencySamples | None = None) ->
                     "needs": needs if count and count < needs else None,
                 }
             )
+        if facts.not_measurable(run, key):  # tokens arrived merged: the cells would time a proxy's buffer
+            label = f"{label} (not measurable: merged delivery)"
+            cells = [{"value": "n/m", "estimate": None, "needs": None} for _ in cells]
         rows.append({"label": label, "count": fmt_int(count), "cells": cells})
     return {"cols": [f"p{p:g}" for p in pcts], "rows": rows}
 

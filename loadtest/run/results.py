@@ -16,12 +16,14 @@ from loadtest.contracts.record_line import RecordLine
 from loadtest.contracts.run_document import RUN_FILE, RunDocument, from_data, write_run_document
 from loadtest.errors import EXIT_COULD_NOT_RUN, EXIT_INTERRUPTED, EXIT_WRITE_FAILED
 from loadtest.locust.settings import RunSettings, load_mode
+from loadtest.metrics import delivery
 from loadtest.metrics.judged_scan import JudgingScan, LineAggregator
 from loadtest.metrics.samples import LatencySamples
 from loadtest.metrics.slo import AnySlo
 from loadtest.metrics.summary import build_metrics
 from loadtest.metrics.verdict import (
     COMPLETE_RUN,
+    OfferedLoad,
     ValidityRules,
     Verdict,
     headline,
@@ -174,9 +176,6 @@ def finalize(run: FinishedRun) -> Finalized:
     failed = failures.note()
     if failed:
         doc["notes"].append(failed)
-    merged = merged_gaps_note(doc["metrics"]["itl_merged"])
-    if merged:
-        doc["notes"].append(merged)
     stop_cause = None
     if outcome.stopped_early:  # the endpoint failed wholesale: the cause leads the notes and the verdict
         stop_cause = stopped_early_text(
@@ -193,6 +192,9 @@ def finalize(run: FinishedRun) -> Finalized:
         metrics, hists = build_metrics(judged_aggregates.all), judged_aggregates.all.hists
         _exact(metrics, judged_samples)
         doc["judged"] = {"window": judged.window.to_dict(), "metrics": metrics}
+    merged = merged_gaps_note(metrics["itl_merged"])  # the judged figures', as the verdict's check
+    if merged:
+        doc["notes"].append(merged)
     doc["config"]["judging"] = {
         **judged.config,
         "generator_health": judging.generator_health,
@@ -240,6 +242,7 @@ def finalize(run: FinishedRun) -> Finalized:
             notes=doc["notes"],
             samples=judged_samples,
             incomplete=incomplete,
+            load=OfferedLoad(profile.load.rate, int((settings.retries or {}).get("max") or 0)),
         )
 
     verdict = decide(incomplete)
@@ -371,7 +374,12 @@ MERGED_GAPS_NOTE_SHARE = 0.05  # merged token gaps above this share of all get a
 
 
 def merged_gaps_note(itl_merged: dict[str, Any]) -> str | None:
-    """The note when many token gaps were merged reads (docs/metrics.md, "Merged gaps")."""
+    """The note when many token gaps were merged reads (docs/metrics.md, "Merged gaps"): the merged
+    delivery diagnosis when it is the run's pattern (metrics/delivery.py), which the verdict's
+    ``merged_delivery`` check gives as its reason too."""
+    diagnosis = delivery.diagnosis(itl_merged)
+    if diagnosis is not None:
+        return diagnosis
     share = itl_merged.get("share")
     if share is None or share < MERGED_GAPS_NOTE_SHARE:
         return None

@@ -1,0 +1,208 @@
+"""Delivery diagnosis and rate limits as verdict causes (docs/metrics.md "Merged delivery", docs/reliability.md
+"Rate limits"): a buffering proxy in front of the embedded engine makes the run not a PASS, its first reason
+names the buffering, its ITL and TPOT SLOs are not measurable and the console says so; the same proxy passing
+reads on says nothing; an engine that answers 429 to most requests is rate limited, not just failing."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from loadtest.metrics import delivery
+from loadtest.metrics.verdict import MERGED_DELIVERY, RATE_LIMITED, OfferedLoad, headline, judge
+from loadtest.sim import SimProcess
+from tests.buffering_proxy import BufferingProxy
+from tests.conftest import read_lines, run_cli, write_profile
+from tests.fault_servers import FaultServer, _chunk, _delta, _event
+from tests.test_fault_matrix import MODES, finish_run, start_run
+
+SLOS = "ttft_p99=30s,itl_p99=5s,tpot_p99=5s,error_rate=50%"
+TOKENS = 32
+
+
+@pytest.mark.parametrize(
+    ("times", "merged"),
+    [
+        (list(range(0, 80, 10)), False),  # one event per read
+        ([0] * 8, True),  # the whole answer in one read
+        ([0] * 5 + [10, 20, 30], True),  # the first read held most of it
+        ([0, 0, 0, 0, 10, 10, 10, 10], True),  # four events a read on average
+        ([0, 10, 10, 10, 20, 30, 40, 50, 60, 70], False),  # one burst: a busy client, not a proxy
+        ([0] * 7, None),  # too few events to judge
+    ],
+)
+def test_merged_delivery_counts_events_against_reads(times: list[int], merged: bool | None) -> None:
+    assert delivery.merged_delivery(np.asarray(times, dtype=np.int64)) is merged
+
+
+def _metrics(streams: int, merged: int, **requests: object) -> dict:
+    req = {"ok": 100, "failed": 0, "error_rate": 0.0, "by_outcome": {"ok": 100}, "completed": 100, **requests}
+    return {
+        "requests": req,
+        "window": {"duration_s": 10.0},
+        "latency_ms": {},
+        "itl_merged": {"gaps": 0, "share": None, "streams": streams, "merged_streams": merged},
+    }
+
+
+def test_merged_delivery_fails_the_verdict_and_itl_tpot_slos_are_not_measurable() -> None:
+    v = judge(_metrics(40, 36), None, "ttft_p99=1s,itl_p99=50ms,tpot_p99=50ms")
+    assert v.status == "invalid"
+    assert v.reasons[0].startswith("merged delivery: 90 % of 40 streamed requests")
+    assert "buffering proxy" in v.reasons[0]
+    by = {c.name: c for c in v.checks}
+    assert not by[MERGED_DELIVERY].passed
+    for key in ("itl_p99", "tpot_p99"):
+        assert not by[key].passed and by[key].value is None and "not measurable" in by[key].detail
+        assert f"early_stopping.{key}" not in by  # no advice to run longer: it can never help
+    assert by["ttft_p99"].detail.startswith("no ttft samples")  # judged as ever, not marked
+    assert not any("--duration" in r for r in v.reasons if "itl" in r or "tpot" in r)
+    assert "tokens arrived merged" in headline(v.status, v.checks)
+    assert "itl_p99, tpot_p99 not measurable" in headline(v.status, v.checks)
+
+
+def test_a_few_merged_streams_are_no_diagnosis() -> None:
+    v = judge(_metrics(40, 10), None, "itl_p99=50ms")
+    assert MERGED_DELIVERY not in {c.name for c in v.checks}
+    assert delivery.diagnosis({"streams": 4, "merged_streams": 2}) is None  # under MIN_STREAMS merged
+
+
+def test_rate_limited_is_its_own_first_reason() -> None:
+    m = _metrics(0, 0, ok=60, failed=40, error_rate=0.4, by_outcome={"ok": 60, "http_429": 40})
+    v = judge(m, None, None, load=OfferedLoad(rate=20.0, retries=2))
+    assert v.status == "error_rate"
+    assert v.reasons[0].startswith("rate limited: 40 % of 100 requests got 429 (Retry-After honoured")
+    assert "achieved 6 ok req/s against 20 req/s offered" in v.reasons[0]
+    assert headline(v.status, v.checks).startswith("rate limited")
+    # Every request refused: rate limited even under an error-rate limit of 100 %.
+    every = _metrics(0, 0, ok=0, failed=50, error_rate=1.0, by_outcome={"http_429": 50})
+    v = judge(every, None, "error_rate=100%")
+    assert v.reasons[0].startswith("rate limited: 100 % of 50 requests got 429 (no retries")
+    assert v.reasons[1].startswith("endpoint failing: no successful requests")
+    # 429 among many other failures is not the cause: the error rate says it.
+    mixed = {"ok": 60, "http_429": 8, "http_5xx": 32}
+    v = judge(_metrics(0, 0, ok=60, failed=40, error_rate=0.4, by_outcome=mixed), None, None)
+    assert RATE_LIMITED not in {c.name for c in v.checks}
+    assert v.reasons[0].startswith("error rate over limit")
+
+
+def _run_through(
+    tmp_path: Path, block: int, mode: str = "single"
+) -> tuple[int, str, dict, str, BufferingProxy]:
+    prof = write_profile(
+        tmp_path / "p.yaml",
+        output_tokens={"dist": "fixed", "value": TOKENS},
+        load={"concurrency": 4},
+        judging={"warmup_s": 0},
+    )
+    out = tmp_path / "out"
+    with SimProcess(speedup=2, seed=5) as sim, BufferingProxy(sim.port, block=block) as proxy:
+        args = ["--profile", str(prof), "--host", proxy.base_url, "--duration", "4", "--slo", SLOS]
+        master, workers = start_run(mode, [*args, "--generator-health", "warn"], out, tmp_path)
+        code, logs = finish_run(master, workers, tmp_path)
+    assert (out / "run.json").is_file(), logs[-3000:]
+    assert "Traceback" not in logs, logs[-3000:]
+    report = (out / "report.html").read_text()
+    return code, logs, json.loads((out / "run.json").read_text()), report, proxy
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_buffering_proxy_is_named_first_and_itl_tpot_not_measurable(tmp_path: Path, mode: str) -> None:
+    code, logs, doc, report, proxy = _run_through(tmp_path, block=65536, mode=mode)
+    assert proxy.writes < proxy.reads  # the proxy did hold reads back
+    merged = doc["metrics"]["itl_merged"]
+    assert merged["streams"] >= 4 and merged["merged_streams"] == merged["streams"], merged
+    verdict = doc["verdict"]
+    assert verdict["status"] == "invalid" and code == 11, logs[-3000:]
+    assert verdict["reasons"][0].startswith("merged delivery:"), verdict["reasons"]
+    assert "a buffering proxy between client and server" in verdict["reasons"][0]
+    by = {c["name"]: c for c in verdict["checks"]}
+    for key in ("itl_p99", "tpot_p99"):
+        assert not by[key]["passed"] and by[key]["value"] is None, by[key]
+        assert by[key]["detail"].startswith("not measurable")
+    assert not any("--duration" in r and ("itl" in r or "tpot" in r) for r in verdict["reasons"])
+    assert "DELIVERY    merged delivery:" in logs  # the console summary's own line
+    assert "not measurable (merged delivery)" in logs
+    assert ">Delivery<" in report  # the first screen's row
+    assert (
+        "ITL (not measurable: merged delivery)" in report
+        and "TPOT (not measurable: merged delivery)" in report
+    )
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_passing_proxy_gets_no_diagnosis(tmp_path: Path, mode: str) -> None:
+    code, logs, doc, report, proxy = _run_through(tmp_path, block=0, mode=mode)
+    merged = doc["metrics"]["itl_merged"]
+    assert merged["streams"] >= 4, merged
+    assert merged["merged_streams"] <= merged["streams"] // 4, merged  # a busy client may merge a few
+    names = {c["name"]: c for c in doc["verdict"]["checks"]}
+    assert MERGED_DELIVERY not in names
+    assert names["itl_p99"]["kind"] == "slo" and names["itl_p99"]["value"] is not None
+    assert "DELIVERY" not in logs and "not measurable" not in logs
+    assert ">Delivery<" not in report
+
+
+def test_an_engine_answering_429_is_rate_limited(tmp_path: Path) -> None:
+    prof = write_profile(tmp_path / "p.yaml", load={"rate": 20}, judging={"warmup_s": 0})
+    out = tmp_path / "out"
+    with SimProcess(speedup=20, seed=3, faults="http_429=60%@0.1") as sim:
+        res = run_cli(
+            ["run", "--profile", str(prof), "--host", sim.base_url, "--duration", "3", "--out", str(out)]
+            + ["--retries", "1"]
+        )
+    doc = json.loads((out / "run.json").read_text())
+    assert res.returncode == 12, res.stdout[-3000:] + res.stderr[-3000:]
+    first = doc["verdict"]["reasons"][0]
+    assert first.startswith("rate limited: ") and "got 429 (Retry-After honoured, up to 1 retry)" in first
+    assert "against 20 req/s offered" in first
+    assert "rate limited (HTTP 429)" in res.stdout.splitlines()[-1]
+
+
+EVENTS, TOKENS_PER_EVENT = 10, 8
+
+
+class ChunkyServer(FaultServer):
+    """A server that sends EVENTS events of TOKENS_PER_EVENT tokens each, one write every 10 ms (as an
+    engine streaming in batched chunks does): many tokens per event, one event per read. It sets
+    TCP_NODELAY as real servers do: without it, Nagle's algorithm holds the small writes after the
+    head until the client's delayed ACK, and the first read holds the first 40 ms of events."""
+
+    def _b_ok(self, conn: socket.socket, _h: dict[str, str]) -> bool:
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        conn.sendall(self._head(200, "text/event-stream", None))
+        for _ in range(EVENTS):
+            conn.sendall(_chunk(_event(_delta(" hello" * TOKENS_PER_EVENT))))
+            time.sleep(0.01)
+        tail = self._ok_events(0)
+        n = EVENTS * TOKENS_PER_EVENT
+        usage = {"prompt_tokens": 10, "completion_tokens": n, "total_tokens": 10 + n}
+        tail[1] = _event({"object": "chat.completion.chunk", "choices": [], "usage": usage})
+        conn.sendall(b"".join(_chunk(ev) for ev in tail) + b"0\r\n\r\n")
+        return True
+
+
+def test_many_tokens_per_event_is_no_merged_delivery(tmp_path: Path) -> None:
+    prof = write_profile(
+        tmp_path / "p.yaml", output_tokens={"dist": "fixed", "value": EVENTS * TOKENS_PER_EVENT}
+    )
+    out = tmp_path / "out"
+    with ChunkyServer(["ok"]) as srv:
+        res = run_cli(
+            ["run", "--profile", str(prof), "--host", srv.base_url, "--duration", "3", "--out", str(out)]
+            + ["--endpoint-check", "none", "--model", "fault-model", "--slo", "itl_p99=5s"]
+        )
+    assert (out / "run.json").is_file(), res.stdout[-2000:] + res.stderr[-2000:]
+    doc = json.loads((out / "run.json").read_text())
+    lines = [ln for ln in read_lines(sorted(out.glob("records*.jsonl"))) if ln["outcome"] == "ok"]
+    assert lines and all(ln["usage_completion_tokens"] == EVENTS * TOKENS_PER_EVENT for ln in lines)
+    assert all(len(ln["chunks_us"]) == EVENTS for ln in lines)
+    merged = doc["metrics"]["itl_merged"]
+    assert merged["streams"] == len(lines) and merged["merged_streams"] <= len(lines) // 4, merged
+    assert MERGED_DELIVERY not in {c["name"] for c in doc["verdict"]["checks"]}
+    assert "DELIVERY" not in res.stdout
