@@ -94,6 +94,13 @@ def ensure_image_builder() -> None:
     apt_install(["buildah", "debootstrap"], "the image build test will be skipped")
 
 
+def ensure_proxies() -> None:
+    """tests/test_real_nginx.py puts Debian's nginx in front of the engine (buffering, TLS from a private CA)."""
+    if shutil.which("nginx") or os.path.exists("/usr/sbin/nginx"):
+        return
+    apt_install(["nginx-light"], "the nginx tests will be skipped")
+
+
 def main() -> int:
     if len(sys.argv) < 2 or sys.argv[1] not in ("run", "test"):
         print(__doc__)
@@ -104,6 +111,7 @@ def main() -> int:
         return subprocess.call([str(BIN / "loadtest"), "run", *rest], cwd=ROOT)
     ensure_browser()
     ensure_image_builder()
+    ensure_proxies()
     ensure_real_engines()
     rc = subprocess.call(
         [str(BIN / "ruff"), "check", "loadtest", "servers", "tests", "tools", "dev.py"], cwd=ROOT
