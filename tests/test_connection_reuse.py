@@ -1,5 +1,6 @@
 """Keep-alive reuse of the client's connection: a pooled connection the server closed or poisoned is
-replaced before the next send, and a request larger than the socket's send buffer goes out whole."""
+replaced before the next send (and the response says which request opened a connection), and a request
+larger than the socket's send buffer goes out whole."""
 
 from __future__ import annotations
 
@@ -20,15 +21,20 @@ def _request(body: bytes) -> bytes:
 def test_a_pooled_connection_is_reused_or_replaced_before_the_next_send(then: str, connections: int) -> None:
     with FaultServer([], after=then) as srv:
         conn = Connection(Endpoint.parse(srv.base_url))
+        opened = []
         try:
             for _ in range(3):
                 if then != "keep" and conn.sock is not None:  # let the server's close or extra bytes arrive
                     gevent.sleep(0.05)
                 resp = conn.request(_request(b"{}"), read_timeout=5)
                 assert resp.status == 200 and resp.complete and resp.body == b"ok"
+                opened.append(resp.opened)
         finally:
             conn.close()
         assert srv.connections == connections
+        # each response says whether its request opened the connection, and how long that took
+        assert sum(o is not None for o in opened) == connections and opened[0] is not None
+        assert all(o.connect_ns > 0 and o.tls_ns == 0 and o.tunnel_ns == 0 for o in opened if o is not None)
         assert srv.request_sizes == [2, 2, 2]
 
 

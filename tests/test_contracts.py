@@ -117,6 +117,7 @@ def _every_field_set() -> RequestRecord:
         chunk_ns=[B + 3_000, B + 6_000, B + 6_000],
         chunk_chars=[4, 7, 2],
         endpoints_tpot_tokens=1,
+        new_connection=[12, 80, 0, 900],
         endpoints_output_tokens=5,
         http_status=500,
         outcome="stream_error",

@@ -109,3 +109,11 @@ def test_tls_from_a_private_ca_needs_the_ca_bundle(tmp_path: Path) -> None:
     assert res.returncode == 0, res.stderr[-3000:]
     assert records and all(r["outcome"] == "ok" for r in records)
     assert doc["config"]["network"]["ca_file"] == str(ca_file)
+    # each stream's one connection: opened with a TLS handshake, then kept alive for its next requests
+    conns = doc["metrics"]["connections"]
+    assert conns["requests"] == len(records) and 1 <= conns["opened"] <= 8 and conns["reused"] >= 1
+    assert conns["tls_ms"]["p50"] > 0 and conns["headers_ms"]["p50"] > 0
+    opened = [r["new_connection"] for r in records if "new_connection" in r]
+    assert len(opened) == conns["opened"] and all(len(o) == 4 and o[3] > 0 for o in opened)
+    report = (tmp_path / "b" / "out" / "report.html").read_text()
+    assert 'id="connections"' in report and "TLS handshake" in report

@@ -168,6 +168,37 @@ class Endpoint:
         return self.host if self.port == default else f"{self.host}:{self.port}"
 
 
+@dataclass(frozen=True, slots=True)
+class ConnectTiming:
+    """How a new connection was opened (ns each): the name's resolution, the TCP connect (to the proxy
+    when there is one), the proxy's CONNECT tunnel and the TLS handshake (0 when not done)."""
+
+    dns_ns: int
+    connect_ns: int
+    tunnel_ns: int = 0
+    tls_ns: int = 0
+
+
+def _open(host: str, port: int, timeout: float) -> tuple[gsocket.socket, int, int]:
+    """A TCP connection to ``host:port`` as ``socket.create_connection`` makes it (each resolved address
+    in turn), with the resolution and the connect timed apart (ns)."""
+    t0 = perf_counter_ns()
+    infos = gsocket.getaddrinfo(host, port, 0, gsocket.SOCK_STREAM)
+    t1 = perf_counter_ns()
+    error: OSError | None = None
+    for family, kind, proto, _, address in infos:
+        sock = gsocket.socket(family, kind, proto)
+        sock.settimeout(timeout)
+        try:
+            sock.connect(address)
+        except OSError as e:  # TimeoutError among them: the next address, then the last error
+            sock.close()
+            error = e
+            continue
+        return sock, t1 - t0, perf_counter_ns() - t1
+    raise error or OSError(f"{host} has no address")
+
+
 @dataclass(slots=True)
 class Response:
     """An HTTP response; ``chunks[i]`` is the body bytes of one read (however many HTTP chunks it
@@ -182,6 +213,7 @@ class Response:
     broken: str = ""  # why the body stopped early, if it did
     timed_out: bool = False  # it stopped because a read or total timeout ran out (the endpoint was too slow)
     oversize: bool = False  # it stopped because it passed the request's size cap (an endless or huge answer)
+    opened: ConnectTiming | None = None  # the connection this request opened; None: a kept-alive one
 
     @property
     def broken_outcome(self) -> str:
@@ -383,6 +415,7 @@ class Connection:
         self.proxy = self.network.proxy_for(endpoint.origin)
         self._tls: Any = None  # the TLS context, made at the first TLS connect
         self.sock: gsocket.socket | None = None
+        self.opened: ConnectTiming | None = None  # how the current connection was opened
         # Set while a request is in flight (read by the watchdog).
         self._reader: _Reader | None = None
         self._read_timeout_ns = 0
@@ -435,7 +468,7 @@ class Connection:
         ep, proxy = self.endpoint, self.proxy
         host, port = (proxy.host, proxy.port) if proxy else (ep.host, ep.port)
         try:
-            sock = gsocket.create_connection((host, port), timeout=self.connect_timeout)
+            sock, dns_ns, connect_ns = _open(host, port, self.connect_timeout)
         except TimeoutError as e:
             if proxy:
                 raise HttpFailure("timeout", unreachable(proxy, ep.origin, "connect timed out")) from e
@@ -450,22 +483,28 @@ class Connection:
         if SO_TIMESTAMPNS:
             with contextlib.suppress(OSError):
                 sock.setsockopt(gsocket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+        tunnel_ns = tls_ns = 0
         if ep.scheme == "https":
             if proxy:
+                t0 = perf_counter_ns()
                 self._tunnel(sock, proxy)
+                tunnel_ns = perf_counter_ns() - t0
             sock.settimeout(None)  # blocking for gevent: waits on the watcher, no timer per read
             if self._tls is None:
                 self._tls = self.network.ssl_context(gssl.create_default_context)
+            t0 = perf_counter_ns()
             try:
                 sock = self._tls.wrap_socket(sock, server_hostname=ep.host)
             except (OSError, _ssl.SSLError) as e:
                 sock.close()
                 raise HttpFailure("connect_error", f"TLS handshake with {ep.origin} failed: {e}") from e
+            tls_ns = perf_counter_ns() - t0
         else:
             sock.settimeout(None)
             self._idle_check = _os_poll()
             self._idle_check.register(sock.fileno(), _IDLE_EVENTS)
         self.sock = sock
+        self.opened = ConnectTiming(dns_ns, connect_ns, tunnel_ns, tls_ns)
 
     def _tunnel(self, sock: gsocket.socket, proxy: Proxy) -> None:
         """HTTP CONNECT through ``proxy`` to the endpoint: a 2xx opens the tunnel (docs/sources.md §16)."""
@@ -506,11 +545,13 @@ class Connection:
         """
         if self.sock is not None and self._stale():
             self.close()
+        opened = None
         if self.sock is None:
             self._connect()
+            opened = self.opened
         sock = self.sock
         assert sock is not None
-        resp = Response()
+        resp = Response(opened=opened)
         chunks, times = resp.chunks, resp.times
         reader = _Reader(resp)
         feed = reader.parser.feed_data

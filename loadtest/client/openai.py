@@ -154,6 +154,14 @@ class OpenAIClient:
             return rec
         rec.sent_ns = sent[0]
         rec.headers_ns = resp.headers_ns
+        if resp.opened is not None:
+            o = resp.opened
+            rec.new_connection = [
+                o.dns_ns // 1000,
+                o.connect_ns // 1000,
+                o.tunnel_ns // 1000,
+                o.tls_ns // 1000,
+            ]
         rec.http_status = resp.status
         try:
             self._classify(rec, req, resp)

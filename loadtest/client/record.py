@@ -68,6 +68,9 @@ class RequestRecord:
     chunk_chars: list[int] = field(default_factory=list)  # characters of each chunk_ns event's fragments
     endpoints_output_tokens: int | None = None  # the answer's MLPerf Endpoints count (tokens/assistant.py)
     endpoints_tpot_tokens: int | None = None  # its tokens after the first output-bearing chunk, the same way
+    new_connection: list[int] | None = (
+        None  # µs: resolution, connect, tunnel, TLS of the connection it opened
+    )
     _chunk_times: np.ndarray | None = field(default=None, init=False, repr=False, compare=False)
     # What the server answered (kept in memory for multi-turn sessions; not written to the log).
     answer_text: str = ""
@@ -174,6 +177,7 @@ class RequestRecord:
             if self.endpoints_output_tokens is None
             else self.endpoints_output_tokens,
             endpoints_tpot_tokens=UNSET if self.endpoints_tpot_tokens is None else self.endpoints_tpot_tokens,
+            new_connection=UNSET if self.new_connection is None else self.new_connection,
         )
 
     @classmethod
@@ -221,6 +225,7 @@ class RequestRecord:
             chunk_chars=line.chunk_lengths,
             endpoints_output_tokens=line.templated_output_tokens,
             endpoints_tpot_tokens=line.tokens_after_first,
+            new_connection=line.opened,
         )
 
 

@@ -65,6 +65,9 @@ class RecordLine(msgspec.Struct):
     # The Endpoints TPOT's denominator: the tokens of what followed the first output-bearing chunk,
     # counted the same way; written only for a streamed answer with a first chunk.
     endpoints_tpot_tokens: int | UnsetType = UNSET
+    # The connection this request opened, in µs: [name resolution, TCP connect, a proxy's CONNECT tunnel,
+    # TLS handshake] (0 where not done); absent when it went on a kept-alive connection.
+    new_connection: list[int] | UnsetType = UNSET
 
     @property
     def n_inputs(self) -> int:
@@ -85,6 +88,11 @@ class RecordLine(msgspec.Struct):
     def first_tokens(self) -> int | None:
         """``first_chunk_tokens`` as a number (None when the line has none)."""
         return self.first_chunk_tokens if isinstance(self.first_chunk_tokens, int) else None
+
+    @property
+    def opened(self) -> list[int] | None:
+        """``new_connection`` as a list (None when the request reused a connection)."""
+        return self.new_connection if isinstance(self.new_connection, list) else None
 
     @property
     def tokens_after_first(self) -> int | None:

@@ -244,6 +244,20 @@ class ItlMerged(_Section):
     merged_streams: int = 0
 
 
+class Connections(_Section):
+    """How the requests reached the server (run/connections.py): new and kept-alive connections, each
+    opening's phases and the time to the response headers, in ms ({p50, p99, max})."""
+
+    requests: int
+    opened: int
+    reused: int
+    dns_ms: dict[str, float | None]
+    connect_ms: dict[str, float | None]
+    tunnel_ms: dict[str, float | None]
+    tls_ms: dict[str, float | None]
+    headers_ms: dict[str, float | None]
+
+
 class Metrics(_OptionalSection):
     requests: Requests
     window: Window
@@ -259,6 +273,7 @@ class Metrics(_OptionalSection):
     per_endpoint: PerEndpoint | None = None
     embeddings: Embeddings | None = None
     rerank: Rerank | None = None
+    connections: Connections | None = None
 
 
 # ---- the sections a finished run adds ------------------------------------------------------------

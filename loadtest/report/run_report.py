@@ -197,7 +197,9 @@ def _context(
         "warm_cache": facts.warm_warning(run),
         "prefix_cache_text": sections.prefix_cache_text(run),
         "endpoints_window": sections.endpoints_window_section(run),
-        "extra_sections": _extra_sections(run) + quality_sections(run, samples),
+        "extra_sections": _extra_sections(run)
+        + quality_sections(run, samples)
+        + [s for s in (sections.connections_section(run),) if s],
         "engine_json": sections.engine_json(run),
         "notes": list(run.notes),
         "log_info": log_info,

@@ -616,3 +616,37 @@ def endpoints_window_section(run: RunDocument) -> dict[str, Any] | None:
     if w.level_shift_at is not None:
         rows.append(("Level shift", f"at super-pass {w.level_shift_at}: TPOT {w.level_shift_pct:+.1f} %"))
     return {"rows": rows, "uses": "window" if stands(w.status, w.verdict) else "total"}
+
+
+_CONNECTION_ROWS = (
+    ("dns_ms", "name resolution"),
+    ("connect_ms", "TCP connect"),
+    ("tunnel_ms", "proxy tunnel (CONNECT)"),
+    ("tls_ms", "TLS handshake"),
+    ("headers_ms", "send → response headers"),
+)
+
+
+def connections_section(run: RunDocument) -> dict[str, Any] | None:
+    """How requests reached the server: connections opened and reused, each phase's p50 / p99 / max
+    (run.json ``metrics.connections``); None when the run sent nothing."""
+    c = run.metrics.connections if run.metrics is not None else None
+    if c is None or not c.requests:
+        return None
+    rows = []
+    for key, label in _CONNECTION_ROWS:
+        f = getattr(c, key)
+        if f.get("p50") is None:
+            continue
+        cells = "".join(f"<td>{fmt_ms(f.get(q))}</td>" for q in ("p50", "p99", "max"))
+        rows.append(f"<tr><th scope='row'>{Markup.escape(label)}</th>{cells}</tr>")
+    lead = (
+        f"<p class='sub'>{fmt_int(c.requests)} requests: {fmt_int(c.opened)} opened a connection, "
+        f"{fmt_int(c.reused)} went on a kept-alive one ({fmt_pct(c.reused / c.requests)}).</p>"
+    )
+    table = (
+        "<table class='small'><tr><th></th><th>p50</th><th>p99</th><th>max</th></tr>"
+        + "".join(rows)
+        + "</table>"
+    )
+    return {"id": "connections", "title": "Connections", "html": Markup(lead + table)}

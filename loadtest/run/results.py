@@ -38,6 +38,7 @@ from loadtest.results.mlperf_detail import DETAIL_NAME
 from loadtest.results.mlperf_summary import SUMMARY_NAME
 from loadtest.results.record_log import ReadTally, read_lines
 from loadtest.results.run_json import build_run_document
+from loadtest.run.connections import ConnectionsProvider
 from loadtest.run.endpoint import EndpointFacts
 from loadtest.run.providers import (
     Contribution,
@@ -136,6 +137,7 @@ def finalize(run: FinishedRun) -> Finalized:
         EconomicsProvider(),
         QualityProvider(profile.quality, run.slos),
         WindowProvider(),
+        ConnectionsProvider(),
     ]
     server = TelemetryProvider(run.telemetry, outcome.started_epoch or None)
 
