@@ -275,3 +275,52 @@ def test_metrics_urls_for_a_base_url_with_v1_and_for_replicas() -> None:
         "http://b:2/metrics",
     ]
     assert metrics_urls("http://h:8000", "http://x/m, http://y/m", None) == ["http://x/m", "http://y/m"]
+
+
+class _Replicas(http.server.BaseHTTPRequestHandler):
+    """A router over ``replicas`` vLLM instances: each scrape is answered by the next one in turn, every
+    instance's counters rising by its own step."""
+
+    replicas = 2
+    scrapes = 0
+
+    def do_GET(self) -> None:  # noqa: N802
+        cls = type(self)
+        n, cls.scrapes = cls.scrapes, cls.scrapes + 1
+        replica, round_ = n % cls.replicas, n // cls.replicas
+        base = 100_000 * (replica + 1)  # the instances have counted different totals
+        values = {"running": 2.0, "preempt": 0.0, "queries": base, "hits": base // 2}
+        values |= {"gen": base + 500 * round_, "prompt": base + 900 * round_}
+        body = VLLM.format(**values).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.mark.parametrize("replicas", [1, 2])
+def test_instances_answering_in_turn_behind_one_url_are_named(replicas: int) -> None:
+    handler = type("Handler", (_Replicas,), {"replicas": replicas, "scrapes": 0})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        poller = TelemetryPoller([f"http://127.0.0.1:{server.server_address[1]}/metrics"], interval_s=0.1)
+        poller.start()
+        poller._stop.wait(1.5)
+        doc: dict = {"notes": []}
+        attach(doc, poller)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert handler.scrapes >= 8
+    if replicas == 1:  # one instance: its counters only rise, nothing to say
+        assert "mixed_instances" not in doc["telemetry"] and doc["notes"] == []
+        return
+    assert doc["telemetry"]["mixed_instances"] >= 4  # every other tick went backwards
+    (note,) = doc["notes"]
+    assert "several server instances answer behind it" in note and "--metrics-url once per replica" in note

@@ -102,6 +102,8 @@ def findings(
                 result["energy"] = energy
             out.telemetry = result
             prefix = poller.prefix_cache()
+            if poller.mixed_note is not None:
+                out.notes.append(poller.mixed_note)
         elif poller.note:
             out.notes.append(poller.note)
     out.prefix_cache = prefix_cache_block(doc, prefix)

@@ -14,6 +14,9 @@ from loadtest.telemetry.scrape import Scrape, ScrapeError, scrape
 
 log = logging.getLogger(__name__)
 BASELINE_TRIES = 5  # ticks to get a first answer from a URL before it is given up (404 at once)
+# A server restarts once in a while; counters that go backwards this many times in one run are several
+# instances answering in turn behind one URL (a router or load balancer over replicas).
+MIXED_INSTANCES_TICKS = 2
 TRTLLM_PATH = "/prometheus/metrics"
 
 
@@ -50,6 +53,15 @@ def _delta(prev: Scrape, cur: Scrape, name: str) -> float | None:
         return None
     d = cur.total[name] - prev.total[name]
     return cur.total[name] if d < 0 else d  # a restarted server starts its counters again
+
+
+def went_backwards(prev: Scrape, cur: Scrape) -> bool:
+    """Whether a counter of ``prev`` is lower in ``cur``: the engine's token and request counters
+    (``*_total``) only rise, unless the process behind the URL changed."""
+    return any(
+        name.endswith("_total") and name in prev.total and value < prev.total[name] - 1e-9
+        for name, value in cur.total.items()
+    )
 
 
 def value_of(src: Source, prev: Scrape, cur: Scrape, dt: float) -> float | None:
@@ -117,6 +129,7 @@ class TelemetryPoller:
         self.snaps: list[tuple[float, hist.Compact]] = []
         self._bounds: dict[str, tuple[float, ...]] = {}
         self._final_taken = False
+        self.backwards = 0  # ticks whose counters went down from the tick before
 
     # ---- lifecycle -----------------------------------------------------------------------------
     def start(self) -> TelemetryPoller:
@@ -218,6 +231,7 @@ class TelemetryPoller:
                 self.failed_ticks += 1
                 continue
             self._record(prev, cur, now - prev_t, now - self._t0)
+            self.backwards += went_backwards(prev, cur)
             self._keep(cur, now - self._t0)
             prev, prev_t = cur, now
 
@@ -236,6 +250,18 @@ class TelemetryPoller:
         self.rows.append(row)
 
     # ---- result --------------------------------------------------------------------------------
+    @property
+    def mixed_note(self) -> str | None:
+        """The line saying that several instances answer behind the metrics URL, when they seem to."""
+        if self.backwards < MIXED_INSTANCES_TICKS:
+            return None
+        return (
+            f"server telemetry: the counters at {','.join(self.urls)} went backwards {self.backwards} times "
+            "during the run: several server instances answer behind it in turn (a router or load "
+            "balancer over replicas), so its figures (token rates, prefix-cache hit rate, server "
+            "latency) mix them; give --metrics-url once per replica (docs/telemetry.md)"
+        )
+
     @property
     def note(self) -> str | None:
         if self.t or (self.last is not None and self.last is not self.first):
@@ -265,6 +291,8 @@ class TelemetryPoller:
         }
         if lat is not None:
             out["server_latency"] = lat
+        if self.mixed_note is not None:
+            out["mixed_instances"] = self.backwards
         return out
 
     def server_latency(
