@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import logging
 
 from loadtest.cli.common_options import (
     add_out_option,
@@ -23,6 +22,7 @@ from loadtest.cli.run_options import (
     telemetry_options,
 )
 from loadtest.errors import LoadtestError
+from loadtest.log_setup import configure_logging
 
 DEFAULT_MASTER_PORT = 5557
 
@@ -122,7 +122,7 @@ def master_command(args: argparse.Namespace) -> int:
     from loadtest.run.endpoint import EndpointFacts
     from loadtest.run.results import FinishedRun
 
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    configure_logging()
     n = args.expect_workers
     options = run_options(args, processes=n, processes_option="--expect-workers")
     try:
@@ -164,5 +164,5 @@ def master_command(args: argparse.Namespace) -> int:
 def worker_command(args: argparse.Namespace) -> int:
     from loadtest.locust.worker_session import worker_main
 
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    configure_logging()
     return worker_main(args.master_host, args.master_port, out=args.out, master_wait_s=args.master_timeout)

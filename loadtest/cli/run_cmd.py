@@ -5,18 +5,18 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import logging
 import textwrap
 
 from loadtest.cli.run_options import endpoint_options, fail, run_options, telemetry_options
 from loadtest.errors import LoadtestError
+from loadtest.log_setup import configure_logging
 from loadtest.metrics.judged import describe_warmup, judged_warmup_s
 from loadtest.metrics.verdict import describe_judging
 from loadtest.run import FinishedRun, connect, execute, finalize, prepare
 
 
 def run_command(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    configure_logging()
     options, endpoints = run_options(args), endpoint_options(args)
     try:
         prepared = prepare(options, endpoints=endpoints)

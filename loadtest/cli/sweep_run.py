@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import logging
 import os
 import time
 from dataclasses import dataclass, field
@@ -28,6 +27,7 @@ from loadtest.contracts.sweep_document import (
 )
 from loadtest.economics.spec import EndpointSpecError, load_endpoint_file
 from loadtest.errors import EXIT_COULD_NOT_RUN, LoadtestError, UsageError
+from loadtest.log_setup import configure_logging
 from loadtest.metrics.judged import judged_warmup_s
 from loadtest.metrics.slo import latency_slos
 from loadtest.metrics.verdict import EXIT_CODES, describe_judging
@@ -420,7 +420,7 @@ def _summary(doc: SweepDocument) -> list[str]:
 
 def run_sweep(args: argparse.Namespace) -> int:
     """`loadtest sweep` (options: loadtest/cli/sweep_cmd.py); the exit code."""
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    configure_logging()
     try:
         plan = _plan(args)
     except LoadtestError as e:

@@ -18,6 +18,7 @@ from typing import Any
 from loadtest.cli.run_options import endpoint_options, fail, run_options
 from loadtest.errors import LoadtestError, UsageError
 from loadtest.locust.settings import RunSettings
+from loadtest.log_setup import configure_logging
 from loadtest.metrics.slo import merge_slos
 from loadtest.profile.loader import ProfileError, load_profile
 from loadtest.run import (
@@ -86,7 +87,7 @@ def _workers(args: argparse.Namespace) -> int:
 
 
 def ui_command(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    configure_logging()
     try:
         workers = _workers(args)
         options = run_options(args, processes=workers or 1)

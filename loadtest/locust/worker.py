@@ -5,12 +5,12 @@ from gevent import monkey
 monkey.patch_all()
 
 import argparse  # noqa: E402
-import logging  # noqa: E402
 import os  # noqa: E402
 import signal  # noqa: E402
 import sys  # noqa: E402
 
 from loadtest.locust.worker_session import worker_main  # noqa: E402
+from loadtest.log_setup import configure_logging  # noqa: E402
 
 
 def main() -> int:
@@ -24,7 +24,7 @@ def main() -> int:
         help="started by a master on this host: no local record copy, stop with the master, ignore Ctrl-C",
     )
     args = ap.parse_args()
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    configure_logging()
     if args.local:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # the master decides when a run stops
         return worker_main(
