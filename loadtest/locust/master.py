@@ -319,9 +319,9 @@ class MasterSession:
                 )
             self.watcher = gevent.spawn(_watch_workers, runner, workers, procs, stopper)
             started = time.time()
-            # The workers' figures as of their last report (every 3 s); in flight is not reported.
+            # The workers' figures and requests in flight as of their last reports (every 3 s).
             progress = ProgressPrinter(
-                lambda: total.all, lambda: None, settings.duration_s, settings.progress_s
+                lambda: total.all, self.in_flight, settings.duration_s, settings.progress_s
             )
             progress.start()
             drive_load(runner, profile, settings, stopper)
@@ -329,7 +329,7 @@ class MasterSession:
             drain = not stopper.interrupted
             drain_s = drain_timeout_for(profile)
             if drain:
-                progress.draining(None, drain_s)
+                progress.draining(self.in_flight(), drain_s)
             self.finish_workers(drain, drain_s)
             runner.quit()
         finally:

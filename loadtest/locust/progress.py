@@ -26,13 +26,16 @@ def progress_line(
     ``rate``: requests/s and output tokens/s since the last line."""
     ok = agg.outcomes.get("ok", 0)
     done = agg.completed - agg.outcomes.get("cancelled", 0)
+    flight = f", {in_flight} in flight" if in_flight is not None else ""
+    if not done:  # the figures count finished requests: long answers have none yet
+        text = f"progress {elapsed_s:.0f} s / {duration_s:.0f} s: no request finished yet{flight}"
+        return "\n".join(textwrap.wrap(text, WIDTH, subsequent_indent="  ", break_long_words=False))
     p50, p99 = hdr.fast_percentiles(agg.hists["ttft"], (50, 99))
     ttft = (
         f"TTFT p50 {fmt_ms(p50 / 1000)} ms p99 {fmt_ms(p99 / 1000)} ms"
         if p50 is not None and p99 is not None
         else "no first token yet"
     )
-    flight = f", {in_flight} in flight" if in_flight is not None else ""
     text = (
         f"progress {elapsed_s:.0f} s / {duration_s:.0f} s: {done} requests ({ok} ok, {done - ok} failed), "
         f"{rate[0]:.1f} req/s, {fmt_num(rate[1], 0)} output tok/s, {ttft}{flight}"
