@@ -185,6 +185,7 @@ class GeneratorFigures(_Section):
     cpu_p90_percent: float | None
     cpu_max_percent: float | None
     schedule_lag_p99_ms: float | None
+    host_cpu_p90_percent: float | None = None  # a master's local processes together, per core they may use
 
 
 class SloLive(_Section):

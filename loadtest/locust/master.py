@@ -4,6 +4,7 @@ every worker's final results at the end."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -18,6 +19,7 @@ from typing import Any
 
 import gevent
 import msgspec
+import psutil
 import yaml
 from locust.env import Environment
 from locust.rpc import Message
@@ -324,8 +326,11 @@ class MasterSession:
                 lambda: total.all, self.in_flight, settings.duration_s, settings.progress_s
             )
             progress.start()
+            host_cpu = gevent.spawn(_sample_host_cpu, total, list(procs)) if procs else None
             drive_load(runner, profile, settings, stopper)
             progress.stop()
+            if host_cpu is not None:
+                host_cpu.kill()
             drain = not stopper.interrupted
             drain_s = drain_timeout_for(profile)
             if drain:
@@ -611,6 +616,29 @@ def _wait_for_workers(
             where = f" (see {out}/worker-*.log)" if procs else f" within {wait_s:g}s on {bind_host}:{port}"
             raise RuntimeError(f"only {len(ready)} of {n} workers connected and ready{where}")
         gevent.sleep(0.1)
+
+
+def _sample_host_cpu(total: RunAggregates, pids: list[int]) -> None:
+    """Once a second while the load runs: this master's and its local workers' CPU together, per core
+    they may use (the master's affinity, which the workers inherit), into the run's health figures.
+    Workers that share cores are judged together: each alone can look half idle on a saturated core."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    procs = [psutil.Process()]
+    for pid in pids:
+        with contextlib.suppress(psutil.Error):
+            procs.append(psutil.Process(pid))
+    for p in procs:
+        with contextlib.suppress(psutil.Error):
+            p.cpu_percent(None)
+    gevent.sleep(2.0)  # start-up (users spawning) is not the steady load
+    hist = total.all.hists["generator_host_cpu"]
+    while True:
+        gevent.sleep(1.0)
+        used = 0.0
+        for p in procs:
+            with contextlib.suppress(psutil.Error):
+                used += p.cpu_percent(None)
+        hist.record_value(min(round(used / cores * 10), 100_000))
 
 
 def _watch_workers(

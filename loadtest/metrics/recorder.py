@@ -27,11 +27,17 @@ RATE_METRICS: dict[str, str] = {
     "output_tps": "per-request output tokens/s (output tokens / end-to-end latency), milli-tokens/s",
 }
 # The generator's own CPU use, sampled once a second per process (permille of one core).
-HEALTH_METRICS: dict[str, str] = {"generator_cpu": "generator process CPU, permille of one core"}
+HEALTH_METRICS: dict[str, str] = {
+    "generator_cpu": "generator process CPU, permille of one core",
+    # A master's local worker processes and itself together, per core they may use: workers that share
+    # cores are judged together (each alone can look idle on a saturated core).
+    "generator_host_cpu": "the generator's processes on this host together, permille of each core they may use",
+}
 HIST_HIGHEST = {
     **{n: hdr.HIGHEST_US for n in LATENCY_METRICS},
     "output_tps": 10**10,
     "generator_cpu": 100_000,
+    "generator_host_cpu": 100_000,
 }
 # Per-second series columns, keyed by epoch second: requests by the second they completed in,
 # output tokens by the second their chunks arrived in. Tokens are the counted ones (server usage

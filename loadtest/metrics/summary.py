@@ -122,8 +122,10 @@ def _counted_by(ok: int, usage_reports: int) -> str | None:
 
 
 def _generator_health(agg: Aggregate) -> dict[str, Any]:
-    """How busy the generator itself was: CPU per process (percent of a core) and schedule lag."""
+    """How busy the generator itself was: CPU per process (percent of a core), a master's local processes
+    together per core they may use, and schedule lag."""
     cpu = agg.hists["generator_cpu"]
+    host = agg.hists["generator_host_cpu"]
     lag = agg.hists["schedule_lag"]
     has_cpu = cpu.get_total_count() > 0
     return {
@@ -131,5 +133,8 @@ def _generator_health(agg: Aggregate) -> dict[str, Any]:
         "cpu_p50_percent": round((hdr.value_at(cpu, 50) or 0) / 10, 1) if has_cpu else None,
         "cpu_p90_percent": round((hdr.value_at(cpu, 90) or 0) / 10, 1) if has_cpu else None,
         "cpu_max_percent": round(cpu.get_max_value() / 10, 1) if has_cpu else None,
+        "host_cpu_p90_percent": round((hdr.value_at(host, 90) or 0) / 10, 1)
+        if host.get_total_count()
+        else None,
         "schedule_lag_p99_ms": _ms(hdr.value_at(lag, 99)) if lag.get_total_count() else None,
     }

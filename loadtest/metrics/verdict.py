@@ -246,7 +246,13 @@ def _health_checks(
             Check(
                 "generator_cpu",
                 ok,
-                f"generator CPU {cpu:g} % of a core {'≤' if ok else '>'} {rules.max_cpu_percent:g} %",
+                f"generator CPU {cpu:g} % of "
+                + (
+                    "each core its processes on this host share"
+                    if health.get("cpu_basis") == "host"
+                    else "a core"
+                )
+                + f" {'≤' if ok else '>'} {rules.max_cpu_percent:g} %",
                 "health",
                 float(cpu),
                 rules.max_cpu_percent,
