@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
+import time
+from importlib.metadata import version
 from pathlib import Path
 
 import pytest
@@ -17,6 +22,7 @@ checker = pytest.importorskip("submission_checker.checker")
 checker_regions = pytest.importorskip("submission_checker.models.regions")
 checker_results = pytest.importorskip("submission_checker.models.aggregate.point_result")
 
+CLI = [sys.executable, "-m", "endpoints_submission_cli"]
 DATA = Path(__file__).parent / "data" / "submission"
 ENDPOINT = DATA / "endpoint.yaml"
 SEED_SET = f"{DATA / 'seedset.yaml'}:2026-10-C1:A"
@@ -69,6 +75,45 @@ def test_the_checker_fails_only_what_a_short_run_must(bundle: tuple[Path, Path, 
     found = _findings(tree)
     assert set(found) == SHORT_RUN_RULES | ACCURACY_RULES, json.dumps(found, indent=1)[:6000]
     assert all(m.startswith("warning") for m in found["point-duration"] + found["steady-state-basis"])
+
+
+def _offline_env(home: Path) -> dict[str, str]:
+    """The CLI's environment with a HOME whose version-check cache is fresh (the installed version as
+    the latest, endpoints_submission_cli/_version_check.py): the CLI then never asks PyPI."""
+    cache = home / ".cache" / "endpoints-submission-cli" / "version_check.json"
+    cache.parent.mkdir(parents=True)
+    cache.write_text(json.dumps({"latest": version("endpoints-submission-cli"), "ts": time.time()}))
+    return {**os.environ, "HOME": str(home)}
+
+
+def test_the_cli_commands_read_it(bundle: tuple[Path, Path, str], tmp_path: Path) -> None:
+    """`endpoints-submission-cli check-submission` reports what the Python API does; `runs create
+    --dry-run` parses every point folder as a run folder (nothing reaches the network)."""
+    _, tree, _ = bundle
+    env = _offline_env(tmp_path)
+    report = tmp_path / "report.json"
+    r = subprocess.run(
+        [*CLI, "check-submission", str(tree), "--no-annotate", "-q", "-o", str(report)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert r.returncode == 1, r.stdout[-2000:] + r.stderr[-2000:]
+    results = json.loads(report.read_text())["results"]
+    assert {x["rule"] for x in results if x["severity"] != "info"} == SHORT_RUN_RULES | ACCURACY_RULES
+    for folder in sorted((tree / "results" / "loadtest-sim-h100" / "llama3_1-8b").iterdir()):
+        r = subprocess.run(
+            [*CLI, "runs", "create", "--dry-run", "--path", str(folder)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
+        )
+        assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+        payload = json.loads(r.stdout)
+        assert payload["point_config"]["concurrency"] == int(folder.name[1:])
+        assert payload["result_summary"]["n_samples_completed"] > 0
 
 
 def test_the_bundle_has_every_v1_file_and_field(bundle: tuple[Path, Path, str]) -> None:
