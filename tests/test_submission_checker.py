@@ -26,7 +26,7 @@ CLI = [sys.executable, "-m", "endpoints_submission_cli"]
 DATA = Path(__file__).parent / "data" / "submission"
 ENDPOINT = DATA / "endpoint.yaml"
 SEED_SET = f"{DATA / 'seedset.yaml'}:2026-10-C1:A"
-LADDER = (1, 2, 4, 8, 16, 32, 64)  # C_max 64 (endpoint.yaml): every region covered, 7 points
+LADDER = (1, 2, 4, 8, 16, 32, 64)  # the plan for C_max 64 (endpoint.yaml): every region covered, 7 points
 # What a 2-second run cannot satisfy, and nothing else:
 SHORT_RUN_RULES = {
     "point-duration",  # §6.2: 600 s (1,200 s above 32) per point
@@ -45,15 +45,9 @@ def bundle(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, str]:
     """One short `loadtest sweep --mlperf-endpoints` on the embedded engine: the sweep, the bundle, stdout."""
     base = tmp_path_factory.mktemp("bundle")
     sweep, tree = base / "sweep", base / "tree"
-    args = [
-        "sweep",
-        "--profile",
-        "mlperf-llama3.1-8b-server",
-        "--smoke",
-        "--points",
-        ",".join(map(str, LADDER)),
-    ]
-    args += ["--no-stop-at-saturation", "--point-duration", "2", "--engine-speedup", "10"]
+    # no --points: the ladder is the v1.0 plan's for the declared C_max (64), every point run
+    args = ["sweep", "--profile", "mlperf-llama3.1-8b-server", "--smoke", "--point-duration", "2"]
+    args += ["--engine-speedup", "10"]
     args += ["--offline-concurrency", "128", "--seed-set", SEED_SET, "--endpoint-file", str(ENDPOINT)]
     r = run_cli([*args, "--mlperf-endpoints", str(tree), "--out", str(sweep)], timeout=400)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
@@ -123,6 +117,9 @@ def test_the_bundle_has_every_v1_file_and_field(bundle: tuple[Path, Path, str]) 
     assert (tree / "docs" / "software.md").is_file() and (tree / "src" / "loadtest" / "README.md").is_file()
     power = json.loads((tree / "results" / "loadtest-sim-h100" / "system_power.json").read_text())
     assert power["node_sets"][0]["published_power"]["value_kw"] == 1.2
+    assert (
+        [p.concurrency for p in doc.points if not p.offline] == list(LADDER) == plan_points(64).concurrencies
+    )
     expected = {f"r{n}" for n in LADDER} | ({"r128"} if doc.offline == "dedicated" else set())
     assert {p.name for p in curve.iterdir()} == expected
     r = regions(64, 1)

@@ -231,7 +231,7 @@ def _plan(args: argparse.Namespace) -> SweepPlan:
         offline_requests=offline_requests,
         point_duration_s=duration,
         point_duration_given=bool(args.point_duration),
-        stop_at_saturation=args.stop_at_saturation,
+        stop_at_saturation=args.stop_at_saturation and points_plan is None,  # a plan's points all run
         out=out,
         run_args=run_args,
         mlperf_endpoints=mlperf_endpoints,
