@@ -184,6 +184,11 @@ def test_report_writes_the_same_tree_from_a_finished_sweep(
         assert (tree / rel).read_bytes() == (again / rel).read_bytes(), rel
     r = run_cli(["report", str(sweep), "--mlperf-endpoints", str(again)])
     assert r.returncode == 2 and "already holds results/" in r.stderr
+    r = run_cli(["report", str(sweep), "--mlperf-endpoints", str(tmp_path / "undeclared")])
+    assert (
+        r.returncode == 2 and "system.division" in r.stderr and "--seed-set" not in r.stderr
+    )  # the runs have one
+    assert len(r.stderr.strip().splitlines()) == 1 and not (tmp_path / "undeclared" / "results").exists()
     point = next(p for p in (sweep / "points").iterdir() if p.is_dir())
     r = run_cli(["report", str(point), "--mlperf-endpoints", str(tmp_path / "x")])
     assert r.returncode == 2 and "needs a sweep folder" in r.stderr
