@@ -680,6 +680,13 @@ def test_offline_point_over_a_dataset_is_every_query_at_once_in_whole_passes(tmp
     out, tree = tmp_path / "sweep", tmp_path / "tree"
     args = ["sweep", "--profile", str(prof), "--points", "1,4", "--point-duration", "2", "--smoke"]
     args += ["--engine-speedup", "20", "--mlperf-endpoints", str(tree), "--out", str(out)]
+    data = Path(__file__).parent / "data" / "submission"  # the bundle's declarations (docs/sweep.md)
+    args += [
+        "--endpoint-file",
+        str(data / "endpoint.yaml"),
+        "--seed-set",
+        f"{data / 'seedset.yaml'}:2026-10-C1:A",
+    ]
     r = run_cli(args, timeout=240)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     doc = load_sweep(out)
@@ -702,15 +709,14 @@ def test_offline_point_over_a_dataset_is_every_query_at_once_in_whole_passes(tmp
     curve = next((tree / "results").iterdir())
     model = next(curve.iterdir())
     points = {f.name: yaml.safe_load((f / "point.yaml").read_text()) for f in model.iterdir()}
-    assert (
-        points[f"r{rows}"]["concurrency"] == rows and points[f"r{rows}"]["load_pattern"] == "max_throughput"
-    )
     standing = {name: p["offline"] for name, p in points.items()}
     if doc.offline == "dedicated":
         assert standing == {"r1": "none", "r4": "none", f"r{rows}": "dedicated"}
-    else:
-        assert standing == {"r1": "none", "r4": "elected", f"r{rows}": "none"}
-        assert "0.98" in points[f"r{rows}"]["offline_note"]
+        offline = points[f"r{rows}"]
+        assert offline["concurrency"] == rows and offline["runtime_settings"]["load_pattern"] == "offline"
+    else:  # an elected C_max: the offline run is no point of the bundle, and the sweep says why
+        assert standing == {"r1": "none", "r4": "elected"}
+        assert "left out offline: not a dedicated Offline run" in r.stdout and "0.98" in r.stdout
     summary = json.loads((model / "r4" / "result_summary.json").read_text())
     assert summary["reporting_window"]["basis"] == "total"  # 2 s points: never windowable
     assert summary["reporting_window"]["status"] != "windowable"

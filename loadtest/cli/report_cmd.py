@@ -99,8 +99,11 @@ def _num(v: float | None) -> str:
 
 def _submission(sweep_dir: Path, tree: Path, endpoint_file: str | None) -> int:
     """The sweep's MLPerf Endpoints submission tree (docs/sweep.md); the exit code."""
-    from loadtest.economics.spec import EndpointSpecError, load_endpoint_file
+    from loadtest.cli.sweep_plan import declarations
+    from loadtest.errors import UsageError
     from loadtest.sweep import SweepFormatError, load_sweep
+    from loadtest.sweep.disclosure import missing, missing_text
+    from loadtest.sweep.model import read_run_json, sweep_root
     from loadtest.sweep.submission import SubmissionError, write_submission
 
     if (tree / "results").exists():
@@ -110,9 +113,15 @@ def _submission(sweep_dir: Path, tree: Path, endpoint_file: str | None) -> int:
         )
         return 2
     try:
-        system = (load_endpoint_file(endpoint_file).system or {}) if endpoint_file else {}
-        written = write_submission(sweep_dir, load_sweep(sweep_dir), tree, system)
-    except (EndpointSpecError, SweepFormatError, SubmissionError) as e:
+        decl = declarations(argparse.Namespace(endpoint_file=endpoint_file))
+        doc = load_sweep(sweep_dir)
+        runs = (read_run_json(sweep_root(sweep_dir) / p.dir) for p in doc.points if p.status == "completed")
+        seed_set = next((r.config.seed_set.set for r in runs if r is not None and r.config.seed_set), None)
+        gaps = missing(decl, seed_set)
+        if gaps:
+            raise UsageError(missing_text(f"--endpoint-file {endpoint_file or '(not given)'}", gaps))
+        written = write_submission(sweep_dir, doc, tree, decl)
+    except (UsageError, SweepFormatError, SubmissionError) as e:
         print(f"loadtest: error: {e}", file=sys.stderr)
         return 2
     except OSError as e:

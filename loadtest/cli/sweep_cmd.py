@@ -94,8 +94,23 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     s.add_argument(
         "--mlperf-endpoints",
         metavar="DIR",
-        help="also write the concurrency points as an MLPerf Endpoints v1.0 submission tree in DIR "
-        "(results/<system>/<model>/r<N>/; system_desc.json from --endpoint-file's system:)",
+        help="also write the concurrency points as an MLPerf Endpoints v1.0 submission bundle in DIR "
+        "(cli_metadata.json, src/, docs/, results/<system>/<model>/r<N>/); the declarations come from "
+        "--endpoint-file (system:, system_power:, submission:) and --seed-set (docs/sweep.md)",
+    )
+    s.add_argument(
+        "--c-max",
+        type=int,
+        metavar="N",
+        help="the declared Maximum Supported Concurrency (default: --endpoint-file's "
+        "system.max_supported_concurrency): with --mlperf-endpoints and no --points, the ladder is the "
+        "v1.0 plan's points, each as long as the rules ask unless --point-duration",
+    )
+    s.add_argument(
+        "--plan",
+        action="store_true",
+        help="print the MLPerf Endpoints v1.0 point plan for the declared C_max (points, regions, "
+        "minimum durations, total time) and exit without running (docs/sweep.md)",
     )
     add_endpoint_options(s)  # hardware and price, passed to every point (docs/economics.md)
 

@@ -4,18 +4,19 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import os
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import msgspec
 
 from loadtest import __version__
 from loadtest.cli.endpoint_options import endpoint_args
 from loadtest.cli.run_options import engine_overrides, fail, run_options
+from loadtest.cli.sweep_plan import declarations, print_plan, submission_plan
 from loadtest.contracts.sweep_document import (
     SCHEMA_VERSION,
     Mode,
@@ -25,7 +26,6 @@ from loadtest.contracts.sweep_document import (
     SweepPoint,
     write_sweep_document,
 )
-from loadtest.economics.spec import EndpointSpecError, load_endpoint_file
 from loadtest.errors import EXIT_COULD_NOT_RUN, LoadtestError, UsageError
 from loadtest.log_setup import configure_logging
 from loadtest.metrics.judged import judged_warmup_s
@@ -36,9 +36,11 @@ from loadtest.profile.schema import Profile
 from loadtest.report.sweep_report import render_sweep_report
 from loadtest.run import EXIT_INTERRUPTED, EXIT_OK, ensure_writable, parse_duration, prepare, start_embedded
 from loadtest.sweep.analysis import best_search_point, best_under_slo, knee
+from loadtest.sweep.disclosure import Declarations, missing, missing_text
 from loadtest.sweep.driver import Sweep
 from loadtest.sweep.ladder import (
     DEFAULT_OFFLINE_CONCURRENCY,
+    LoadPoint,
     concurrency_ladder,
     concurrency_point,
     offline_point,
@@ -49,6 +51,7 @@ from loadtest.sweep.ladder import (
 )
 from loadtest.sweep.model import POINTS_DIR, SWEEP_FILE
 from loadtest.sweep.offline import dataset_offline, elect_offline
+from loadtest.sweep.rules import Plan, min_duration_s, plan_lines
 from loadtest.sweep.runner import PointRunner
 from loadtest.sweep.search import DEFAULT_MAX_ITERATIONS, DEFAULT_TOLERANCE, Bisection
 from loadtest.sweep.submission import SubmissionError, write_submission
@@ -72,22 +75,13 @@ class SweepPlan:
     offline_concurrency: int
     offline_requests: int | None  # over a dataset: whole passes (sweep/offline.py)
     point_duration_s: float
+    point_duration_given: bool
     stop_at_saturation: bool
     out: Path
     run_args: list[str] = field(default_factory=list)  # without --host
     mlperf_endpoints: Path | None = None  # the MLPerf Endpoints submission tree to write
-    system: dict[str, Any] = field(default_factory=dict)  # --endpoint-file's system: (system_desc.json)
-
-
-def _system(args: argparse.Namespace) -> dict[str, Any]:
-    """--endpoint-file's ``system:`` (MLPerf Endpoints system-description fields), {} without one."""
-    path = getattr(args, "endpoint_file", None)
-    if not path:
-        return {}
-    try:
-        return dict(load_endpoint_file(path).system or {})
-    except EndpointSpecError as e:
-        raise UsageError(str(e)) from e
+    declarations: Declarations = field(default_factory=Declarations)  # --endpoint-file (sweep/disclosure.py)
+    submission_plan: Plan | None = None  # the v1.0 point plan for the declared C_max (sweep/rules.py)
 
 
 def _whole(value: float | None, flag: str) -> int | None:
@@ -171,8 +165,20 @@ def _plan(args: argparse.Namespace) -> SweepPlan:
                 f"--mlperf-endpoints {mlperf_endpoints} already holds results/: give a new folder"
             )
         ensure_writable(mlperf_endpoints, "--mlperf-endpoints folder")
+    decl = declarations(args) if mlperf_endpoints is not None else Declarations()
+    if mlperf_endpoints is not None:
+        gaps = missing(decl, args.seed_set)
+        if gaps:
+            raise UsageError(missing_text(f"--endpoint-file {args.endpoint_file or '(not given)'}", gaps))
+    points_plan = submission_plan(args, profile, decl, offline_concurrency) if mlperf_endpoints else None
+    if points_plan is not None and not args.points:
+        concurrency = points_plan.concurrencies
+        if not args.offline_concurrency and over_dataset is None:
+            offline_concurrency = max(DEFAULT_OFFLINE_CONCURRENCY, 2 * max(concurrency))
     seed = prepared.settings.seed
-    run_args = ["--profile", str(profile_path), "--seed", str(seed), "--processes", str(args.processes)]
+    seeds = ["--seed-set", args.seed_set] if args.seed_set else ["--seed", str(seed)]  # a set has its own
+    run_args = ["--profile", str(profile_path), *seeds]
+    run_args += ["--processes", str(args.processes)]
     if args.point_duration:
         run_args += ["--duration", f"{duration:g}"]
     for flag, value in (
@@ -224,11 +230,13 @@ def _plan(args: argparse.Namespace) -> SweepPlan:
         offline_concurrency=offline_concurrency,
         offline_requests=offline_requests,
         point_duration_s=duration,
-        stop_at_saturation=args.stop_at_saturation,
+        point_duration_given=bool(args.point_duration),
+        stop_at_saturation=args.stop_at_saturation and points_plan is None,  # a plan's points all run
         out=out,
         run_args=run_args,
         mlperf_endpoints=mlperf_endpoints,
-        system=_system(args) if mlperf_endpoints is not None else {},
+        declarations=decl,
+        submission_plan=points_plan,
     )
 
 
@@ -302,11 +310,19 @@ def _open_endpoint(stack: contextlib.ExitStack, args: argparse.Namespace, plan: 
     return msgspec.convert(started, SweepEndpoint)  # url, embedded, engine: the schema checks them
 
 
+def _ladder_point(plan: SweepPlan, concurrency: int) -> LoadPoint:
+    """A ladder point; in a v1.0 plan without --point-duration, as long as the rules ask (sweep/rules.py)."""
+    point = concurrency_point(concurrency)
+    if plan.submission_plan is None or plan.point_duration_given:
+        return point
+    return dataclasses.replace(point, duration_s=min_duration_s(concurrency, plan.submission_plan.agentic))
+
+
 def _execute(plan: SweepPlan, args: argparse.Namespace, sweep: Sweep) -> Bisection | None:
     """Run the plan's points in order; the search's state when searching."""
     mode = plan.mode
     if mode == "concurrency":
-        sweep.ladder([concurrency_point(c) for c in plan.concurrency], plan.stop_at_saturation)
+        sweep.ladder([_ladder_point(plan, c) for c in plan.concurrency], plan.stop_at_saturation)
         if plan.offline:
             sweep.single(offline_point(plan.offline_concurrency, plan.offline_requests))
         return None
@@ -421,10 +437,15 @@ def _summary(doc: SweepDocument) -> list[str]:
 def run_sweep(args: argparse.Namespace) -> int:
     """`loadtest sweep` (options: loadtest/cli/sweep_cmd.py); the exit code."""
     configure_logging()
+    if getattr(args, "plan", False):
+        return print_plan(args)
     try:
         plan = _plan(args)
     except LoadtestError as e:
         return fail(e)
+    if plan.submission_plan is not None:
+        for line in plan_lines(plan.submission_plan):
+            print(line, flush=True)
     print(
         f"sweep {plan.profile.name}: {_describe(plan)}; {plan.point_duration_s:g}s per point; "
         f"writing {plan.out}/",
@@ -459,7 +480,7 @@ def run_sweep(args: argparse.Namespace) -> int:
     print(f"report:     {report}")
     if plan.mlperf_endpoints is not None:
         try:
-            tree = write_submission(plan.out, doc, plan.mlperf_endpoints, plan.system)
+            tree = write_submission(plan.out, doc, plan.mlperf_endpoints, plan.declarations)
         except SubmissionError as e:
             print(f"mlperf endpoints: not written: {e}")
         else:

@@ -48,13 +48,17 @@ class Price(BaseModel):
 class EndpointSpec(BaseModel):
     """The file form (``--endpoint-file``): ``hardware: {gpu_kind, gpu_count}`` and ``price: {...}``;
     ``system``: MLPerf Endpoints system-description fields (``system_name``, ``submitter_org_names``,
-    ``node_types`` ...), written as given into a submission's ``system_desc.json`` (docs/sweep.md)."""
+    ``node_types`` ...), written as given into a submission's ``system_desc.json``; ``system_power`` its
+    ``system_power.json``, ``submission`` its points' own declarations (model_name, target_cohort ...;
+    docs/sweep.md)."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     name: str | None = None
     hardware: Hardware = Field(default_factory=Hardware)
     price: Price | None = None
     system: dict[str, Any] | None = None
+    system_power: dict[str, Any] | None = None  # a submission's system_power.json (docs/sweep.md)
+    submission: dict[str, Any] | None = None  # a submission's point.yaml declarations (docs/sweep.md)
 
     @model_validator(mode="after")
     def _gpu_price_needs_count(self) -> EndpointSpec:

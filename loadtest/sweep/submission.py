@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import json
 import math
+import platform
 import re
 import subprocess
 from collections.abc import Mapping
@@ -13,8 +16,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import yaml
 
+from loadtest.contracts.record_line import RecordLine
 from loadtest.contracts.run_document import ReportingWindow, RunDocument
 from loadtest.contracts.sweep_document import SweepDocument
 from loadtest.metrics.endpoints import (
@@ -26,10 +31,23 @@ from loadtest.metrics.endpoints import (
 )
 from loadtest.metrics.window import stands
 from loadtest.results.record_log import read_lines, record_files
+from loadtest.sweep.disclosure import POINT_FROM_SYSTEM, Declarations
+from loadtest.sweep.disclosure import system_desc as declared_system
 from loadtest.sweep.model import read_run_json, sweep_root
+from loadtest.sweep.rules import BENCHMARKS, ULTRA_LOW_MAX, min_duration_s, regions
+from loadtest.workload.seed_set import SEED_KEYS
 
 FORMAT_VERSION = "1.0"
-POINT_FILES = ("point.yaml", "result_summary.json", "accuracy_results.json", "system_desc.json")
+POINT_FILES = (
+    "point.yaml",
+    "config.yaml",
+    "result_summary.json",
+    "accuracy_results.json",
+    "system_desc.json",
+    "performance/result_summary.json",
+    "accuracy/accuracy_results.json",
+)
+IMPLEMENTATION = "loadtest"  # src/<implementation>/
 _SLUG = re.compile(r"[^A-Za-z0-9._-]+")
 
 
@@ -52,7 +70,7 @@ def slug(text: str) -> str:
     return _SLUG.sub("-", text).strip("-") or "unknown"
 
 
-def endpoints_of(run: RunDocument, run_dir: Path) -> EndpointsFigures:
+def endpoints_of(run: RunDocument, run_dir: Path, lines: list[RecordLine] | None = None) -> EndpointsFigures:
     """The point's ``endpoints`` figures from its record log: over the reporting window when it stands,
     else over the judged window when it had one."""
     standing = endpoints_window(run)
@@ -62,7 +80,7 @@ def endpoints_of(run: RunDocument, run_dir: Path) -> EndpointsFigures:
         window = (standing.start, math.nextafter(standing.end, math.inf))  # the window is [start, end]
     elif judged is not None:
         window = (judged.window.start, judged.window.end)
-    return endpoints_figures(read_lines(record_files(run_dir)), window)
+    return endpoints_figures(list(read_lines(record_files(run_dir))) if lines is None else lines, window)
 
 
 def endpoints_window(run: RunDocument) -> ReportingWindow | None:
@@ -168,37 +186,123 @@ def _git_sha() -> str | None:
     return out[1] if re.fullmatch(r"[0-9a-f]{40}", out[1]) else None
 
 
-def point_yaml(
-    run: RunDocument, label: str, offline: bool, figures: EndpointsFigures, stands: str = "none"
-) -> dict[str, Any]:
-    """``point.yaml``: the point's configuration and the model and dataset it ran (token averages in the
-    ``endpoints`` convention); ``offline``: how this point stands as the Offline point (dedicated, elected
-    or none); the offline point's reported concurrency is its dataset's size (docs/sources.md §2)."""
-    ok = figures.completed
-    datasets = run.workload.datasets or {}
-    size = sum(d.conversations for d in datasets.values())
+def _steady_state(run: RunDocument) -> dict[str, Any] | None:
+    """point.yaml ``steady_state`` (§4.4): the run's reporting window (metrics/window.py) in the rules'
+    words; the trend of each gated metric as Plateau / Drifting Up / Drifting Down."""
+    w = run.reporting_window
+    if w is None:
+        return None
+    first = w.first_super_pass
+    window: dict[str, Any] = {"super_pass_size": w.super_pass_size}
+    if first is not None and w.passes:
+        window.update(super_pass_start=first, super_pass_end=first + w.passes - 1)
+    window.update(n_samples=w.requests, duration_s=w.duration_s)
+    states = {"steady": "Plateau", "up": "Drifting Up", "down": "Drifting Down"}
     return {
-        "concurrency": size if offline and size else run.config.load.concurrency,
-        "load_pattern": "max_throughput" if offline else "concurrency",
-        "offline": stands,
-        "model_name": run.config.model or "unknown",
-        "dataset_name": run.config.profile,
-        "input_token_average": round(sum(figures.isl) / ok, 3) if ok else None,
-        "output_token_average": round(sum(figures.osl) / ok, 3) if ok else None,
-        "run_date": run.created,
-        "duration_s": run.config.duration_s,
-        "seed": run.config.seed,
-        "loadtest_point": label,
+        "status": w.status,
+        "verdict": w.verdict,
+        "window": window,
+        "state": {m: states[t] for m, t in w.trend.items() if t in states},
+        "reason": w.reason,
     }
 
 
-def accuracy_results(run: RunDocument) -> dict[str, Any]:
-    """``accuracy_results.json``: no accuracy run (an empty ``accuracy_scores``), and the quality
-    gate's result when the run had one (docs/quality.md)."""
-    out: dict[str, Any] = {
-        "accuracy_scores": [],
-        "note": "no accuracy run: loadtest measures performance; its quality gate checks answers' form, not accuracy",
+def _warmup(run: RunDocument, lines: list[RecordLine], run_rel: str) -> dict[str, Any]:
+    """point.yaml ``warmup`` (§6.3.3): the judged window's warm-up and the requests issued before it
+    (loadtest keeps them in the record log: the logs are retained)."""
+    judged = run.judged
+    warm_s = judged.window.warmup_s if judged is not None else 0.0
+    early = [x for x in lines if judged is not None and x.t < judged.window.start]
+    on = bool(warm_s or early)
+    return {
+        "duration_s": round(warm_s, 3),
+        "requests_issued": len(early),
+        "requests_completed": sum(1 for x in early if x.outcome == "ok"),
+        "data_source": "the run's own workload: its first requests, before the judged window",
+        "concurrency": (run.config.load.concurrency or 0) if on else 0,
+        "initialization_steps": [],
+        "logs_retained": True,
+        "link_logs": f"{run_rel}/ (the record log keeps every warm-up request)",
     }
+
+
+def _runtime(run: RunDocument, offline: bool, min_queries: int | None) -> dict[str, Any]:
+    """point.yaml ``runtime_settings``: load pattern, minimum duration and queries, the seeds the run used."""
+    ss = run.config.seed_set
+    seeds: dict[str, Any] = (
+        {k: getattr(ss, k) for k in SEED_KEYS}
+        if ss is not None
+        else {
+            "scheduler_rng_seed": run.config.seed,
+            "sample_index_rng_seed": run.config.seed,
+            "model_seed": None,
+        }
+    )
+    concurrency = run.config.load.concurrency or 0
+    return {
+        "load_pattern": "offline" if offline else "concurrency",
+        "min_duration_ms": 0 if offline else round(min_duration_s(concurrency) * 1000),
+        "min_sample_count": min_queries,
+        "stream_all_chunks": True,
+        "runtime": seeds,
+    }
+
+
+def point_yaml(
+    run: RunDocument,
+    ctx: PointContext,
+    figures: EndpointsFigures,
+    lines: list[RecordLine],
+) -> dict[str, Any]:
+    """``point.yaml`` (§8.3, every v1.0 field): concurrency and region (§5.5, from the declared C_max),
+    the declarations, runtime settings, warm-up and steady-state blocks, the Offline standing and the
+    seed set; the offline point's concurrency is its dataset's size (docs/sources.md §2)."""
+    ok = figures.completed
+    decl = ctx.decl
+    concurrency = run.config.load.concurrency or 0
+    c_max = decl.c_max
+    region = None
+    if c_max is not None and c_max > ULTRA_LOW_MAX and not ctx.offline:
+        region = regions(c_max, ctx.c_min).of(concurrency)
+    bench = BENCHMARKS.get(decl.model_name or "")
+    ss = run.config.seed_set
+    point: dict[str, Any] = {
+        "produced_by": f"{run.tool.name} {run.tool.version} (loadtest sweep --mlperf-endpoints), "
+        "not the MLCommons reference client",
+        "concurrency": concurrency,
+        "region": region,
+        "offline": ctx.stands,
+        "model_name": decl.model_name,
+        "dataset": decl.dataset,
+    }
+    point.update({k: decl.system.get(k) for k in POINT_FROM_SYSTEM if decl.system.get(k) is not None})
+    point.update(
+        runtime_settings=_runtime(run, ctx.offline, bench.min_queries if bench else None),
+        warmup=_warmup(run, lines, ctx.run_rel),
+        steady_state=_steady_state(run),
+        seed_set=decl.submission.get("seed_set") or (ss.set if ss is not None else None),
+        target_cohort=decl.submission.get("target_cohort"),
+        shared_src=f"src/{IMPLEMENTATION}",
+        shared_docs="docs",
+        input_token_average=round(sum(figures.isl) / ok, 3) if ok else None,
+        output_token_average=round(sum(figures.osl) / ok, 3) if ok else None,
+        run_date=run.created,
+        duration_s=run.config.duration_s,
+        loadtest_point=ctx.label,
+        loadtest_profile=run.config.profile,
+    )
+    extra = {k: v for k, v in decl.submission.items() if k not in point and k not in ("dataset", "seed_set")}
+    point.update(extra)  # the submitter's own point fields (nodes_used, speculative_decoding ...)
+    return {k: v for k, v in point.items() if v is not None}
+
+
+def accuracy_results(run: RunDocument, entries: list[dict[str, Any]]) -> dict[str, Any]:
+    """``accuracy_results.json``: the point's accuracy entries in the checker's form (an empty
+    ``accuracy_scores`` without an accuracy run), and the quality gate's result when the run had one
+    (docs/quality.md)."""
+    out: dict[str, Any] = {"produced_by": f"{run.tool.name} {run.tool.version}", "accuracy_scores": entries}
+    if not entries:
+        out["note"] = "no accuracy run: the quality gate checks answers' form, not accuracy"
     q = run.quality
     if q is not None:
         out["quality_gate"] = {
@@ -211,45 +315,57 @@ def accuracy_results(run: RunDocument) -> dict[str, Any]:
     return out
 
 
-def system_desc(
-    run: RunDocument, system: Mapping[str, Any], system_name: str, embedded: bool = False
-) -> dict[str, Any]:
-    """``system_desc.json``: the endpoint description's ``system`` fields as given, over what run.json
-    knows (name, endpoint URL, serving engine, accelerators); ``embedded``: the sweep's own engine."""
-    ep = run.endpoint
-    embedded = embedded or ep.embedded
-    server = ep.server or {}
-    framework = server.get("engine") or ("loadtest embedded engine (simulated)" if embedded else None)
-    desc: dict[str, Any] = {"system_name": system_name, "endpoint_url": ep.url}
-    if framework:
-        desc["serving_framework"] = framework
-    hw = ep.hardware
-    if hw is not None and hw.gpu_kind != "unknown":
-        desc["node_types"] = [
-            {
-                "node_count": 1,
-                "accelerator_info": [
-                    {"accelerator_model_name": hw.gpu_kind, "accelerators_per_node": hw.gpu_count or 1}
-                ],
-            }
-        ]
-        desc["system_size"] = hw.gpu_count or 1
-    if embedded:
-        desc["system_type_detail"] = "simulated engine, not hardware"
-    desc.update(system)
+def _accuracy_entries(points: list[tuple[int, Path]]) -> dict[int, list[dict[str, Any]]]:
+    """Each point's accuracy_results.json entry (``loadtest.accuracy.results.bundle_entry`` of its run
+    folder), by concurrency; {} while loadtest has no accuracy package."""
+    if importlib.util.find_spec("loadtest.accuracy") is None:
+        return {}
+    if importlib.util.find_spec("loadtest.accuracy.results") is None:
+        return {}
+    results = importlib.import_module("loadtest.accuracy.results")
+    out: dict[int, list[dict[str, Any]]] = {}
+    for concurrency, run_dir in points:
+        entry = results.bundle_entry(run_dir)
+        if entry is not None:
+            out[concurrency] = [entry]
+    return out
+
+
+def system_desc(run: RunDocument, decl: Declarations, system_name: str, embedded: bool) -> dict[str, Any]:
+    """``system_desc.json`` (§8.2): the declared fields as given, the endpoint URL and, for the sweep's
+    own engine, that it is simulated."""
+    desc: dict[str, Any] = {"endpoint_url": run.endpoint.url}
+    if embedded or run.endpoint.embedded:
+        desc["system_type_detail"] = "loadtest's simulated engine, not hardware"
+    desc.update(declared_system(decl, system_name))
+    desc["produced_by"] = f"{run.tool.name} {run.tool.version}"
     return desc
 
 
-def write_submission(
-    sweep_dir: Path, doc: SweepDocument, out: Path, system: Mapping[str, Any] | None = None
-) -> Written:
-    """Write ``out/results/<system>/<model>/r<N>/`` for every completed concurrency point of the sweep
-    (the offline point too, at its concurrency, unless a ladder point has it), and ``out/src/loadtest/README.md``.
+@dataclass
+class PointContext:
+    """A point as the bundle sees it: its label, run folder, Offline standing and the declarations."""
 
-    ``system``: the endpoint description's ``system`` mapping (--endpoint-file), written into each
-    point's system_desc.json. Raises SubmissionError when no point can be written.
+    label: str
+    run_rel: str
+    offline: bool
+    stands: str
+    decl: Declarations
+    c_min: int = 1  # the curve's lowest fixed-concurrency point, at most 32 (§5.4)
+
+
+def write_submission(
+    sweep_dir: Path, doc: SweepDocument, out: Path, decl: Declarations | None = None
+) -> Written:
+    """Write the v1.0 bundle (docs/sweep.md): ``cli_metadata.json``, ``src/loadtest/README.md``,
+    ``docs/``, ``results/<system>/system_power.json`` and one ``results/<system>/<model>/r<N>/`` per
+    completed concurrency point (point.yaml, config.yaml, result_summary.json, accuracy_results.json,
+    system_desc.json; the run-folder copies performance/result_summary.json and
+    accuracy/accuracy_results.json). The offline point is written only as a dedicated Offline run.
+
+    Raises SubmissionError when no point can be written.
     """
-    system = dict(system or {})
+    decl = decl or Declarations()
     root = sweep_root(sweep_dir)
     entries: list[tuple[int, str, bool, RunDocument, str, int]] = []
     left_out: list[str] = []
@@ -262,6 +378,10 @@ def write_submission(
             left_out.append(
                 f"{p.label}: {p.status}{f' ({p.reason})' if p.reason else ''}, no run.json to report"
             )
+            continue
+        if p.offline and not (doc.offline == "dedicated" and p.index == doc.offline_point):
+            why = doc.offline_reason or "it does not stand as the Offline point"
+            left_out.append(f"{p.label}: not a dedicated Offline run ({why})")
             continue
         entries.append((p.concurrency, p.label, p.offline, run, p.dir, p.index))
     by_n: dict[int, tuple[int, str, bool, RunDocument, str, int]] = {}
@@ -276,36 +396,98 @@ def write_submission(
             "--ladder concurrency sweep, or its offline point)"
         )
     first = next(iter(by_n.values()))[3]
-    system_name = str(system.get("system_name") or first.endpoint.name or _default_system(doc))
-    model = first.config.model or (first.endpoint.models[0] if first.endpoint.models else "unknown-model")
-    curve = out / "results" / slug(system_name) / slug(model)
+    system_name = str(decl.system.get("system_name") or first.endpoint.name or _default_system(doc))
+    model = (
+        decl.model_name
+        or first.config.model
+        or (first.endpoint.models[0] if first.endpoint.models else "unknown-model")
+    )
+    system_dir = out / "results" / slug(system_name)
+    curve = system_dir / slug(model)
     written = Written(root=out, curve=curve, left_out=left_out)
+    tool = f"{first.tool.name} {first.tool.version}"
+    _write_shared(out, doc, root, tool)
+    if decl.system_power:
+        system_dir.mkdir(parents=True, exist_ok=True)
+        write_json(system_dir / "system_power.json", {**decl.system_power, "notes": _power_note(decl, tool)})
+    fixed = [n for n, e in by_n.items() if not e[2]]
+    c_min = max(1, min(min(fixed, default=1), ULTRA_LOW_MAX))
+    accuracy = _accuracy_entries([(n, (root / e[4]).resolve()) for n, e in by_n.items()])
     for n in sorted(by_n):
         _, label, offline, run, rel, index = by_n[n]
         folder = curve / f"r{n}"
         folder.mkdir(parents=True, exist_ok=True)
         run_rel = str((root / rel).resolve())
         stands = (
-            doc.offline if doc.offline and doc.offline != "none" and index == doc.offline_point else "none"
+            "dedicated"
+            if offline
+            else (doc.offline if doc.offline == "elected" and index == doc.offline_point else "none")
         )
-        figures = endpoints_of(run, root / rel)
-        point = point_yaml(run, label, offline, figures, stands)
-        if offline and stands == "none" and doc.offline_reason:
-            point["offline_note"] = doc.offline_reason
-        (folder / "point.yaml").write_text(yaml.safe_dump(point, sort_keys=False))
-        write_json(folder / "result_summary.json", result_summary(run, run_rel, figures))
-        write_json(folder / "accuracy_results.json", accuracy_results(run))
-        write_json(folder / "system_desc.json", system_desc(run, system, system_name, doc.endpoint.embedded))
+        ctx = PointContext(label, run_rel, offline, stands, decl, c_min)
+        lines = list(read_lines(record_files(root / rel)))
+        figures = endpoints_of(run, root / rel, lines)
+        point = point_yaml(run, ctx, figures, lines)
+        header = f"# point.yaml written by {tool} (loadtest sweep --mlperf-endpoints), not by the reference client\n"
+        (folder / "point.yaml").write_text(header + yaml.safe_dump(point, sort_keys=False), encoding="utf-8")
+        config = {"produced_by": tool, **msgspec.to_builtins(run.config)}
+        (folder / "config.yaml").write_text(
+            f"# the configuration {tool} ran for this point (run.json config)\n"
+            + yaml.safe_dump(config, sort_keys=False),
+            encoding="utf-8",
+        )
+        summary = result_summary(run, run_rel, figures)
+        acc = accuracy_results(run, accuracy.get(n, []))
+        for path, data in (
+            (folder / "result_summary.json", summary),
+            (folder / "performance" / "result_summary.json", summary),
+            (folder / "accuracy_results.json", acc),
+            (folder / "accuracy" / "accuracy_results.json", acc),
+            (folder / "system_desc.json", system_desc(run, decl, system_name, doc.endpoint.embedded)),
+        ):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_json(path, data)
         written.points.append(folder)
-    readme = out / "src" / "loadtest" / "README.md"
+    return written
+
+
+def _power_note(decl: Declarations, tool: str) -> str:
+    note = decl.system_power.get("notes")
+    return f"{note + '; ' if note else ''}as declared in --endpoint-file, written by {tool}"
+
+
+def _write_shared(out: Path, doc: SweepDocument, root: Path, tool: str) -> None:
+    """The bundle's shared files: cli_metadata.json, src/loadtest/README.md and docs/ (the software
+    disclosure), each saying that loadtest wrote it."""
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(
+        out / "cli_metadata.json",
+        {
+            "command": "loadtest sweep --mlperf-endpoints",
+            "produced_by": tool,
+            "cli_version": None,
+            "note": "written by loadtest, not by endpoints-submission-cli or the MLCommons reference client",
+            "created_at": doc.created,
+        },
+    )
+    readme = out / "src" / IMPLEMENTATION / "README.md"
     readme.parent.mkdir(parents=True, exist_ok=True)
     readme.write_text(
-        f"# {doc.profile} sweep\n\nMeasured by {doc.tool.get('name', 'loadtest')} {doc.tool.get('version', '')} "
-        f"(`loadtest sweep --mlperf-endpoints`), from the sweep folder {root.resolve()} "
-        f"(sweep.json, one run folder per point).\n",
+        f"# {doc.profile} sweep\n\nMeasured by {tool} (`loadtest sweep --mlperf-endpoints`), not by the "
+        f"MLCommons reference client, from the sweep folder {root.resolve()} (sweep.json, one run folder "
+        "per point). The load generator is loadtest (Locust workers, one closed loop per point).\n",
         encoding="utf-8",
     )
-    return written
+    docs = out / "docs"
+    docs.mkdir(parents=True, exist_ok=True)
+    ep = doc.endpoint
+    engine = "loadtest's simulated engine (not hardware)" if ep.embedded else ep.url
+    (docs / "software.md").write_text(
+        f"# Software disclosure\n\n- Load generator: {tool} (`loadtest sweep`), "
+        f"not the MLCommons reference client.\n- Python {platform.python_version()}\n"
+        f"- Endpoint: {engine}\n- Profile: {doc.profile} ({doc.profile_path})\n"
+        f"- Sweep: {doc.created}, {len(doc.points)} points, {doc.point_duration_s:g} s per point\n",
+        encoding="utf-8",
+    )
 
 
 def _default_system(doc: SweepDocument) -> str:
