@@ -1,0 +1,173 @@
+"""Accuracy runs: the scorers against hand-computed values and rouge-score's own example, the dataset
+loaders on the shipped samples, bad input named in one line, and the whole path end to end against the
+embedded engine (its reference-answer mode passes, its random text fails)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from loadtest.accuracy.benchmarks import BENCHMARKS, benchmark
+from loadtest.accuracy.datasets import DatasetError, load_dataset
+from loadtest.accuracy.results import bundle_entry, judge, read_result
+from loadtest.accuracy.scorers import SCORERS, scorer_for
+from loadtest.accuracy.scorers.exact_match import extract_answer, normalize
+from loadtest.errors import EXIT_ACCURACY_FAILED, EXIT_USAGE, UsageError
+from tests.conftest import run_cli
+
+DATA = Path(__file__).parent / "data" / "accuracy"
+CNN = DATA / "cnn_eval_sample.json"
+QA = DATA / "qa_sample.jsonl"
+
+
+def test_rouge_matches_hand_computed_values() -> None:
+    # 6 reference words, 5 predicted, all 5 in the reference: P 1, R 5/6, F 10/11; bigrams 3 of 4 and 5.
+    s = scorer_for("rouge").score(["the cat on the mat"], ["the cat sat on the mat"])
+    assert s["rouge1"] == pytest.approx(100 * 10 / 11, abs=1e-4)
+    assert s["rouge2"] == pytest.approx(100 * 2 / 3, abs=1e-4)
+    assert s["rougeL"] == pytest.approx(100 * 10 / 11, abs=1e-4)  # LCS: all 5 words in order
+    assert s["rougeLsum"] == pytest.approx(100 * 10 / 11, abs=1e-4)
+
+
+def test_rouge_matches_the_librarys_own_example() -> None:
+    # rouge-score's README: rouge1 F 0.70588, rougeL F 0.58824 for this pair (stemmed).
+    s = scorer_for("rouge").score(
+        ["The quick brown dog jumps on the log."], ["The quick brown fox jumps over the lazy dog"]
+    )
+    assert s["rouge1"] == pytest.approx(70.5882, abs=1e-3)
+    assert s["rougeL"] == pytest.approx(58.8235, abs=1e-3)
+
+
+def test_rouge_is_the_mean_over_samples_and_lsum_splits_sentences() -> None:
+    one = scorer_for("rouge").score(["a b c", "x y z"], ["a b c", "p q r"])
+    assert one["rouge1"] == pytest.approx(50.0)
+    # The same sentences in another order: rougeL (one sequence) drops, rougeLsum (per sentence) does not.
+    s = scorer_for("rouge").score(
+        ["Dogs bark loudly. Cats sleep all day."], ["Cats sleep all day. Dogs bark loudly."]
+    )
+    assert s["rougeLsum"] == pytest.approx(100.0)
+    assert s["rougeL"] < 70.0
+
+
+@pytest.mark.parametrize(
+    ("text", "answer"),
+    [
+        ("so the total is \\boxed{42}.", "42"),
+        ("first \\boxed{1}, then correct: \\boxed{\\frac{1}{2}}", "\\frac{1}{2}"),
+        ("The planet nearest the sun is Mercury.\nAnswer: B", "B"),
+        ("I think the answer is 1,024 eggs", "1,024"),
+        ("We get 12 and then 48 in all", "48"),
+        ("B", "B"),
+    ],
+)
+def test_exact_match_extracts_the_final_answer(text: str, answer: str) -> None:
+    assert extract_answer(text) == answer
+
+
+def test_exact_match_normalizes_and_counts() -> None:
+    assert normalize("$1,024$") == normalize("1024") == "1024"
+    assert normalize("2.0") == normalize("2")
+    s = scorer_for("exact_match").score(
+        ["\\boxed{42}", "Answer: C", "\\boxed{48.0}", "no idea", "Answer: b"], ["42", "B", "48", "7", "B"]
+    )
+    assert s == {"exact_match": 60.0}  # 42, 48.0 and b right; C and "no idea" wrong
+
+
+def test_length_is_judged_within_ten_percent_of_the_reference() -> None:
+    bench = benchmark("llama3.1-8b")
+    refs = ["x" * 100]
+    at_edge = {**{k: 100.0 for k in bench.targets}, **scorer_for("length").score(["y" * 110], refs)}
+    assert judge(bench, at_edge) == []
+    over = {**{k: 100.0 for k in bench.targets}, **scorer_for("length").score(["y" * 111], refs)}
+    assert judge(bench, over) == ["gen_len 111 outside 100 ±10%"]
+
+
+def test_targets_are_the_published_ones() -> None:
+    assert BENCHMARKS["llama3.1-8b"].targets == {
+        "rouge1": 38.3914,
+        "rouge2": 15.7484,
+        "rougeL": 24.2507,
+        "rougeLsum": 35.4351,
+    }
+    assert BENCHMARKS["gpt-oss-120b"].targets == {"exact_match": 82.30}
+    assert BENCHMARKS["deepseek-r1"].targets == {"exact_match": 80.54}
+    assert set(SCORERS) == {"rouge", "exact_match", "length"}
+    with pytest.raises(UsageError, match="llama3.1-8b"):
+        benchmark("llama-9b")
+
+
+def test_loaders_read_the_shipped_samples() -> None:
+    cnn = load_dataset("summaries", CNN)
+    rows = json.loads(CNN.read_text())
+    assert len(cnn.samples) == len(rows) == 4
+    assert rows[0]["input"] in cnn.samples[0].prompt and cnn.samples[0].prompt.startswith("Summarize")
+    assert cnn.samples[0].reference == rows[0]["output"]
+    assert len(cnn.sha256) == 64
+    jsonl = load_dataset("qa", QA)
+    parquet = load_dataset("qa", DATA / "qa_sample.parquet")
+    assert [s.reference for s in jsonl.samples] == [s.reference for s in parquet.samples]
+    assert jsonl.samples[0].reference == "42" and len(jsonl.samples) == 5
+
+
+def test_a_missing_field_names_file_field_and_fix(tmp_path: Path) -> None:
+    bad = tmp_path / "cnn.json"
+    bad.write_text(json.dumps([{"input": "an article", "output": "a summary"}, {"input": "no summary"}]))
+    with pytest.raises(DatasetError) as e:
+        load_dataset("summaries", bad)
+    msg = str(e.value)
+    assert str(bad) in msg and "row 1" in msg and "'output'" in msg and "reference summary" in msg
+    qa = tmp_path / "qa.jsonl"
+    qa.write_text('{"question": "2+2?"}\n')
+    with pytest.raises(DatasetError, match="'ground_truth'"):
+        load_dataset("qa", qa)
+    res = run_cli(["accuracy", f"llama3.1-8b:{bad}", "-o", str(tmp_path / "run")])
+    assert res.returncode == EXIT_USAGE, res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and str(bad) in lines[0] and "'output'" in lines[0]
+
+
+def test_unknown_benchmark_and_bad_spec_are_usage_errors(tmp_path: Path) -> None:
+    res = run_cli(["accuracy", f"llama-9b:{CNN}", "-o", str(tmp_path)])
+    assert res.returncode == EXIT_USAGE and "llama3.1-8b" in res.stderr
+    res = run_cli(["accuracy", str(CNN), "-o", str(tmp_path)])
+    assert res.returncode == EXIT_USAGE and "BENCH:FILE" in res.stderr
+
+
+def test_the_engine_answering_references_passes(tmp_path: Path) -> None:
+    out = tmp_path / "ref"
+    res = run_cli(
+        ["accuracy", f"llama3.1-8b:{CNN}", "--engine-reference", "--engine-speedup", "20", "-o", str(out)]
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "PASS" in res.stdout.splitlines()[-2]
+    result = read_result(out)
+    assert result is not None and result.passed and result.samples == result.answered == 4
+    assert result.scores["rouge1"] == pytest.approx(100.0)
+    assert (
+        result.gen_len
+        == result.gen_len_reference
+        == sum(len(r["output"]) for r in json.loads(CNN.read_text()))
+    )
+    entry = bundle_entry(out)
+    assert entry is not None
+    assert entry["dataset_name"] == "cnn_dailymail::llama3_8b" and entry["num_samples"] == 4
+    assert set(entry["score"]) == {"rouge1", "rouge2", "rougel", "rougelsum", "gen_len"}
+    assert entry["score"]["rouge1"] == pytest.approx(1.0)  # fractions, as the Endpoints client writes
+
+
+def test_the_engines_random_text_fails_and_says_so(tmp_path: Path) -> None:
+    out = tmp_path / "rand"
+    res = run_cli(["accuracy", f"deepseek-r1:{QA}", "--engine-speedup", "50", "-o", str(out)], timeout=240)
+    assert res.returncode == EXIT_ACCURACY_FAILED, res.stdout + res.stderr
+    line = res.stdout.splitlines()[-2]
+    assert "FAIL" in line and "exact_match 0.0000 < 80.5400" in line
+    result = read_result(out)
+    assert result is not None and not result.passed and result.scores == {"exact_match": 0.0}
+    entry = bundle_entry(out)
+    assert entry is not None and entry["score"] == {"exact_match": 0.0} and entry["status"] == "failed"
+
+
+def test_bundle_entry_is_none_without_accuracy_json(tmp_path: Path) -> None:
+    assert bundle_entry(tmp_path) is None
