@@ -102,7 +102,7 @@ def test_loaders_read_the_shipped_samples() -> None:
     cnn = load_dataset("summaries", CNN)
     rows = json.loads(CNN.read_text())
     assert len(cnn.samples) == len(rows) == 4
-    assert rows[0]["input"] in cnn.samples[0].prompt and cnn.samples[0].prompt.startswith("Summarize")
+    assert cnn.samples[0].prompt == rows[0]["input"] and cnn.samples[0].prompt.startswith("Summarize")
     assert cnn.samples[0].reference == rows[0]["output"]
     assert len(cnn.sha256) == 64
     jsonl = load_dataset("qa", QA)
@@ -117,7 +117,7 @@ def test_a_missing_field_names_file_field_and_fix(tmp_path: Path) -> None:
     with pytest.raises(DatasetError) as e:
         load_dataset("summaries", bad)
     msg = str(e.value)
-    assert str(bad) in msg and "row 1" in msg and "'output'" in msg and "reference summary" in msg
+    assert str(bad) in msg and "row 1" in msg and "'output'" in msg and "reference summary in 'output'" in msg
     qa = tmp_path / "qa.jsonl"
     qa.write_text('{"question": "2+2?"}\n')
     with pytest.raises(DatasetError, match="'ground_truth'"):
@@ -171,3 +171,32 @@ def test_the_engines_random_text_fails_and_says_so(tmp_path: Path) -> None:
 
 def test_bundle_entry_is_none_without_accuracy_json(tmp_path: Path) -> None:
     assert bundle_entry(tmp_path) is None
+
+
+def test_the_engines_reference_mode_answers_only_listed_whole_requests(tmp_path: Path) -> None:
+    import urllib.request
+
+    from loadtest.sim import SimProcess
+
+    refs = tmp_path / "refs.jsonl"
+    refs.write_text(json.dumps({"prompt": "What is 17 + 25?", "answer": "It is \\boxed{42}."}) + "\n")
+
+    def ask(sim: SimProcess, prompt: str, stream: bool) -> str:
+        body = {"model": "llama-3.1-8b", "messages": [{"role": "user", "content": prompt}], "max_tokens": 16}
+        req = urllib.request.Request(
+            f"{sim.base_url}/v1/chat/completions",
+            data=json.dumps({**body, "stream": stream}).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(req, timeout=30) as r:
+            text = r.read().decode()
+        return text if stream else json.loads(text)["choices"][0]["message"]["content"]
+
+    with SimProcess(speedup=50, extra_args=["--reference-answers", str(refs)]) as sim:
+        assert ask(sim, "What is 17 + 25?", stream=False) == "It is \\boxed{42}."
+        assert "boxed" not in ask(sim, "What is 17 + 25?", stream=True)  # streamed: the engine's own text
+        assert "boxed" not in ask(sim, "another prompt", stream=False)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"prompt": "p"}\n')
+    res = run_cli(["serve", "sim", "--reference-answers", str(bad), "--port", "0"], timeout=60)
+    assert res.returncode == 2 and "line 1 needs string fields 'prompt' and 'answer'" in res.stderr

@@ -54,14 +54,6 @@ def _text(row: Any, names: tuple[str, ...], path: Path, i: int, fix: str) -> str
     return str(value)
 
 
-def _summary_prompt(row: dict[str, Any], text: str) -> str:
-    """The prompt: the row's ``instruction`` around its ``input`` when it has one, else the input."""
-    instruction = row.get("instruction")
-    if not isinstance(instruction, str) or not instruction.strip():
-        return text
-    return instruction.replace("{input}", text) if "{input}" in instruction else f"{instruction}\n\n{text}"
-
-
 def _summaries(path: Path) -> list[Sample]:
     try:
         rows = json.loads(path.read_text(encoding="utf-8"))
@@ -69,11 +61,13 @@ def _summaries(path: Path) -> list[Sample]:
         raise DatasetError(f"{path}: not a JSON file ({e}); give the MLPerf CNN/DailyMail eval JSON") from e
     if not isinstance(rows, list) or not rows:
         raise DatasetError(f"{path}: expected a JSON list of rows with 'input' and 'output'; got none")
-    fix = "each row needs the article in 'input' and the reference summary in 'output'"
+    fix = "each row needs the prompt in 'input' and the reference summary in 'output'"
     out = []
     for i, row in enumerate(rows):
         text = _text(row, ("input",), path, i, fix)
-        out.append(Sample(_summary_prompt(row, text), _text(row, ("output",), path, i, fix)))
+        # The reference feeds `input` as it is (the whole prompt, instruction included; `tok_input` is
+        # the same text tokenized), and scores against `output`.
+        out.append(Sample(text, _text(row, ("output",), path, i, fix)))
     return out
 
 
