@@ -200,3 +200,30 @@ def test_the_engines_reference_mode_answers_only_listed_whole_requests(tmp_path:
     bad.write_text('{"prompt": "p"}\n')
     res = run_cli(["serve", "sim", "--reference-answers", str(bad), "--port", "0"], timeout=60)
     assert res.returncode == 2 and "line 1 needs string fields 'prompt' and 'answer'" in res.stderr
+
+
+def test_ctrl_c_mid_run_writes_no_score_and_says_so(tmp_path: Path) -> None:
+    import sys
+
+    from loadtest.errors import EXIT_INTERRUPTED
+    from loadtest.sim import SimProcess
+    from tests.conftest import interrupt_when
+
+    out = tmp_path / "acc"
+    with SimProcess(speedup=0.05) as sim:  # slow enough that every sample is still in flight
+        rc, stdout, stderr = interrupt_when(
+            [
+                sys.executable,
+                "-m",
+                "loadtest.cli.main",
+                "accuracy",
+                f"llama3.1-8b:{CNN}",
+                "--host",
+                sim.base_url,
+            ]
+            + ["-o", str(out)],
+            lambda: sim.stats()["requests_received"] >= 4,
+        )
+    assert rc == EXIT_INTERRUPTED["SIGINT"], stdout + stderr
+    assert "accuracy run interrupted (Ctrl-C)" in stderr and "no accuracy.json written" in stderr
+    assert not (out / "accuracy.json").exists()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,14 +47,24 @@ def _request(bench: Benchmark, i: int, prompt: str, tokenizer: Tokenizer) -> Pre
     )
 
 
-def collect_answers(bench: Benchmark, dataset: Dataset, target: AccuracyTarget) -> list[RequestRecord]:
-    """Each sample's record, in dataset order: ``concurrency`` connections, each sample sent once."""
+def collect_answers(
+    bench: Benchmark,
+    dataset: Dataset,
+    target: AccuracyTarget,
+    progress: Callable[[int, int], None] | None = None,
+) -> list[RequestRecord]:
+    """Each sample's record, in dataset order: ``concurrency`` connections, each sample sent once;
+    ``progress(done, total)`` after every tenth of the samples."""
     import gevent.pool
 
-    records: list[RequestRecord | None] = [None] * len(dataset.samples)
-    pending = iter(range(len(dataset.samples)))
+    total = len(dataset.samples)
+    records: list[RequestRecord | None] = [None] * total
+    pending = iter(range(total))
+    step = max(1, total // 10)
+    done = 0
 
     def lane(worker: int) -> None:
+        nonlocal done
         client = OpenAIClient(
             target.base_url, target.model, target.tokenizer, target.api_key, target.timeouts, worker=worker
         )
@@ -61,6 +72,9 @@ def collect_answers(bench: Benchmark, dataset: Dataset, target: AccuracyTarget) 
             for i in pending:
                 req = _request(bench, i, dataset.samples[i].prompt, target.tokenizer)
                 records[i] = client.send(req, time.perf_counter_ns(), time.time())
+                done += 1
+                if progress is not None and (done % step == 0 or done == total):
+                    progress(done, total)
         finally:
             client.close()
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from loadtest.cli.common_options import add_out_option, engine_parent
 from loadtest.cli.run_options import engine_overrides
-from loadtest.errors import EXIT_ACCURACY_FAILED, LoadtestError, UsageError
+from loadtest.errors import EXIT_ACCURACY_FAILED, EXIT_INTERRUPTED, LoadtestError, UsageError
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -47,6 +47,10 @@ def _spec(text: str) -> tuple[str, Path]:
     if not sep or not bench or not file:
         raise UsageError(f"accuracy: {text!r}: give BENCH:FILE, e.g. llama3.1-8b:cnn_eval.json")
     return bench, Path(file)
+
+
+def _progress(done: int, total: int) -> None:
+    print(f"  {done}/{total} samples answered", flush=True)
 
 
 def accuracy_command(args: argparse.Namespace) -> int:
@@ -102,7 +106,15 @@ def _run(args: argparse.Namespace) -> int:
         tokenizer = get_tokenizer(bundled_family(model) or DEFAULT_TOKENIZER)
         target = AccuracyTarget(base_url, model, tokenizer, api_key, args.concurrency)
         print(f"accuracy {bench.name}: {len(dataset.samples)} samples of {path} to {base_url}", flush=True)
-        records = collect_answers(bench, dataset, target)
+        try:
+            records = collect_answers(bench, dataset, target, _progress)
+        except KeyboardInterrupt:
+            print(
+                "loadtest: accuracy run interrupted (Ctrl-C) before every sample was answered; "
+                "no accuracy.json written (a score needs the whole dataset)",
+                file=sys.stderr,
+            )
+            return EXIT_INTERRUPTED["SIGINT"]
     result = score_run(bench, dataset, records)
     written = write_result(run_dir, result)
     for note in result.notes:
