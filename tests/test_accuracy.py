@@ -133,6 +133,8 @@ def test_unknown_benchmark_and_bad_spec_are_usage_errors(tmp_path: Path) -> None
     assert res.returncode == EXIT_USAGE and "llama3.1-8b" in res.stderr
     res = run_cli(["accuracy", str(CNN), "-o", str(tmp_path)])
     assert res.returncode == EXIT_USAGE and "BENCH:FILE" in res.stderr
+    res = run_cli(["accuracy", f"llama3.1-8b:{CNN}", "--max-tokens", "0", "-o", str(tmp_path)])
+    assert res.returncode == EXIT_USAGE and "--max-tokens must be ≥ 1" in res.stderr
 
 
 def test_the_engine_answering_references_passes(tmp_path: Path) -> None:
@@ -159,18 +161,48 @@ def test_the_engine_answering_references_passes(tmp_path: Path) -> None:
 
 def test_the_engines_random_text_fails_and_says_so(tmp_path: Path) -> None:
     out = tmp_path / "rand"
-    res = run_cli(["accuracy", f"deepseek-r1:{QA}", "--engine-speedup", "50", "-o", str(out)], timeout=240)
+    res = run_cli(
+        ["accuracy", f"deepseek-r1:{QA}", "--engine-speedup", "50", "--max-tokens", "64", "-o", str(out)],
+        timeout=240,
+    )
     assert res.returncode == EXIT_ACCURACY_FAILED, res.stdout + res.stderr
     line = res.stdout.splitlines()[-2]
     assert "FAIL" in line and "exact_match 0.0000 < 80.5400" in line
     result = read_result(out)
     assert result is not None and not result.passed and result.scores == {"exact_match": 0.0}
+    assert result.tokens_per_sample is not None and 0 < result.tokens_per_sample <= 64  # --max-tokens
     entry = bundle_entry(out)
     assert entry is not None and entry["score"] == {"exact_match": 0.0} and entry["status"] == "failed"
 
 
 def test_bundle_entry_is_none_without_accuracy_json(tmp_path: Path) -> None:
     assert bundle_entry(tmp_path) is None
+
+
+def test_the_official_checker_reads_the_bundle_entry(tmp_path: Path) -> None:
+    checker = pytest.importorskip(
+        "submission_checker.models.file.accuracy", reason="endpoints-submission-cli (the official checker)"
+    )
+    from loadtest.accuracy.results import AccuracyResult, write_result
+
+    result = AccuracyResult(
+        benchmark="llama3.1-8b",
+        dataset_name="cnn_dailymail::llama3_8b",
+        dataset_file="cnn_eval.json",
+        dataset_sha256="0" * 64,
+        samples=13368,
+        answered=13368,
+        scores={"rouge1": 38.9, "rouge2": 0.5, "rougeL": 24.6, "rougeLsum": 35.9},
+        targets=dict(benchmark("llama3.1-8b").targets),
+        passed=False,
+        gen_len=8_100_000.0,
+    )
+    write_result(tmp_path, result)
+    parsed = checker.AccuracyResult.model_validate([bundle_entry(tmp_path)])
+    scores = parsed.metric_scores()["cnn_dailymail::llama3_8b"]
+    # a ROUGE-2 of 0.5 % goes as 0.005: the checker's ×100 for values in [0, 1] gives 0.5 back, not 50
+    assert scores["rouge2"] == pytest.approx(0.005) and scores["rouge1"] == pytest.approx(0.389)
+    assert scores["gen_len"] == 8_100_000.0 and parsed.accuracy_datasets() == ["cnn_dailymail::llama3_8b"]
 
 
 def test_the_engines_reference_mode_answers_only_listed_whole_requests(tmp_path: Path) -> None:

@@ -35,6 +35,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--concurrency", type=int, default=8, metavar="N", help="requests in flight (default: %(default)s)"
     )
     p.add_argument(
+        "--max-tokens",
+        type=int,
+        metavar="N",
+        help="the answer's token limit (default: the benchmark's: 128 for llama3.1-8b, 32768 for the others)",
+    )
+    p.add_argument(
         "--engine-reference",
         action="store_true",
         help="the embedded engine answers each prompt with the dataset's reference (tests the accuracy path)",
@@ -77,6 +83,10 @@ def _run(args: argparse.Namespace) -> int:
     dataset = load_dataset(bench.dataset_kind, path)
     if args.concurrency < 1:
         raise UsageError("--concurrency must be ≥ 1")
+    if args.max_tokens is not None:
+        if args.max_tokens < 1:
+            raise UsageError("--max-tokens must be ≥ 1")
+        bench = dataclasses.replace(bench, max_tokens=args.max_tokens)
     if args.engine_reference and args.host:
         raise UsageError("--engine-reference is for the embedded engine; leave out --host")
     run_dir = Path(args.out or f"runs/accuracy-{bench.name}-{time.strftime('%Y%m%d-%H%M%S')}")
