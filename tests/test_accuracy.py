@@ -259,3 +259,39 @@ def test_ctrl_c_mid_run_writes_no_score_and_says_so(tmp_path: Path) -> None:
     assert rc == EXIT_INTERRUPTED["SIGINT"], stdout + stderr
     assert "accuracy run interrupted (Ctrl-C)" in stderr and "no accuracy.json written" in stderr
     assert not (out / "accuracy.json").exists()
+
+
+def test_the_api_key_is_sent_and_never_written(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    from loadtest.sim import SimProcess
+
+    key = "sk-accuracy-5ecret-k3y-0123456789"
+    env = {**os.environ, "SIM_KEY": key, "ACC_KEY": key}
+    with SimProcess(speedup=50, env=env, extra_args=["--api-key-env", "SIM_KEY"]) as sim:
+        cmd = [
+            sys.executable,
+            "-m",
+            "loadtest.cli.main",
+            "accuracy",
+            f"deepseek-r1:{QA}",
+            "--host",
+            sim.base_url,
+        ]
+        with_key = subprocess.run(
+            [*cmd, "--api-key-env", "ACC_KEY", "-o", str(tmp_path / "k")],
+            capture_output=True, text=True, timeout=120, env=env,
+        )  # fmt: skip
+        without = subprocess.run(
+            cmd + ["-o", str(tmp_path / "n")], capture_output=True, text=True, timeout=120
+        )
+    assert with_key.returncode == EXIT_ACCURACY_FAILED, with_key.stdout + with_key.stderr
+    result = read_result(tmp_path / "k")
+    assert result is not None and result.answered == result.samples == 5  # the key went with every request
+    written = "".join(p.read_text() for p in (tmp_path / "k").iterdir())
+    assert key[6:18] not in written + with_key.stdout + with_key.stderr
+    # without the key the model list is refused: one line, the endpoint's fault, not a score
+    assert without.returncode == 1 and "401" in without.stderr, without.stderr
+    assert not (tmp_path / "n" / "accuracy.json").exists()

@@ -29,8 +29,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="benchmark (llama3.1-8b, gpt-oss-120b, deepseek-r1) and its local dataset file",
     )
     p.add_argument("-H", "--host", metavar="URL", help="the endpoint (default: start the embedded engine)")
-    p.add_argument("--model", metavar="NAME", help="the model to ask for (default: the first one served)")
-    p.add_argument("--api-key-env", metavar="VAR", help="environment variable holding the API key")
+    p.add_argument(
+        "-m", "--model", metavar="NAME", help="the model to ask for (default: the first one served)"
+    )
+    keys = p.add_mutually_exclusive_group()
+    keys.add_argument("--api-key-env", metavar="VAR", help="environment variable holding the API key")
+    keys.add_argument("--api-key-file", metavar="PATH", help="file holding the API key")
     p.add_argument(
         "--concurrency", type=int, default=8, metavar="N", help="requests in flight (default: %(default)s)"
     )
@@ -92,9 +96,9 @@ def _run(args: argparse.Namespace) -> int:
     run_dir = Path(args.out or f"runs/accuracy-{bench.name}-{time.strftime('%Y%m%d-%H%M%S')}")
     run_dir.mkdir(parents=True, exist_ok=True)
     try:
-        api_key = load_api_key(args.api_key_env, None)
+        api_key = load_api_key(args.api_key_env, args.api_key_file)
     except KeySourceError as e:
-        raise UsageError(f"--api-key-env: {e}") from e
+        raise UsageError(str(e)) from e
     install_redaction(api_key)
     with contextlib.ExitStack() as stack:
         base_url = args.host
@@ -111,7 +115,7 @@ def _run(args: argparse.Namespace) -> int:
         try:
             served = served_models(base_url, api_key)
         except EndpointError as e:
-            raise LoadtestError(f"{base_url}: {e}") from e
+            raise LoadtestError(str(e)) from e
         model = args.model or (served[0].id if served else None)
         tokenizer = get_tokenizer(bundled_family(model) or DEFAULT_TOKENIZER)
         target = AccuracyTarget(base_url, model, tokenizer, api_key, args.concurrency)
