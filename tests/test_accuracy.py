@@ -295,3 +295,17 @@ def test_the_api_key_is_sent_and_never_written(tmp_path: Path) -> None:
     # without the key the model list is refused: one line, the endpoint's fault, not a score
     assert without.returncode == 1 and "401" in without.stderr, without.stderr
     assert not (tmp_path / "n" / "accuracy.json").exists()
+
+
+def test_a_sample_the_endpoint_did_not_answer_fails_the_run_first(tmp_path: Path) -> None:
+    out = tmp_path / "fault"
+    res = run_cli(
+        ["accuracy", f"llama3.1-8b:{CNN}", "--engine-reference", "--engine-faults", "http_503=#1"]
+        + ["--concurrency", "1", "--engine-speedup", "20", "-o", str(out)]
+    )
+    assert res.returncode == EXIT_ACCURACY_FAILED, res.stdout + res.stderr
+    result = read_result(out)
+    assert result is not None and result.answered == 3 and not result.passed
+    assert result.failures[0] == "the endpoint answered 3 of 4 samples (http_5xx for the rest)"
+    assert "FAIL: the endpoint answered 3 of 4" in res.stdout.splitlines()[-2]
+    assert result.notes and "accuracy-0" in result.notes[0] and "503" in result.notes[0]

@@ -92,15 +92,19 @@ def score_run(bench: Benchmark, dataset: Dataset, records: list[RequestRecord]) 
     scores: dict[str, float] = {}
     for name in bench.scorers:
         scores.update(scorer_for(name).score(answers, references))
-    failures = judge(bench, scores)
     answered = sum(r.outcome == "ok" for r in records)
+    failures = []
     notes = []
-    if answered < len(records):
+    if answered < len(records):  # the endpoint's fault comes first: a score with holes never passes
         outcomes = sorted({r.outcome for r in records if r.outcome != "ok"})
-        notes.append(
-            f"{len(records) - answered} of {len(records)} samples got no answer ({', '.join(outcomes)}); "
-            "they score as empty answers"
+        failures.append(
+            f"the endpoint answered {answered} of {len(records)} samples ({', '.join(outcomes)} for the rest)"
         )
+        first = next(r for r in records if r.outcome != "ok")
+        notes.append(
+            f"first sample without an answer: {first.request_id}: {first.outcome} {first.error}".strip()
+        )
+    failures += judge(bench, scores)
     tokens = [r.completion_tokens_server or r.completion_tokens_client for r in records if r.outcome == "ok"]
     length = "gen_len" in scores
     return AccuracyResult(
