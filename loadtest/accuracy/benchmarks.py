@@ -36,7 +36,7 @@ BENCHMARKS: dict[str, Benchmark] = {
     "gpt-oss-120b": Benchmark(
         name="gpt-oss-120b",
         dataset_kind="qa",
-        dataset_name="gpt_oss::qa",
+        dataset_name="mlperf_gpt_oss_accuracy",  # the checker's name for the 4,395-sample set
         scorers=("exact_match",),
         targets={"exact_match": 82.30},
         max_tokens=32768,
@@ -44,7 +44,7 @@ BENCHMARKS: dict[str, Benchmark] = {
     "deepseek-r1": Benchmark(
         name="deepseek-r1",
         dataset_kind="qa",
-        dataset_name="deepseek_r1::qa",
+        dataset_name="mlperf_deepseek_r1_accuracy",
         scorers=("exact_match",),
         targets={"exact_match": 80.54},
         max_tokens=32768,
