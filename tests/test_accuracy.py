@@ -309,3 +309,22 @@ def test_a_sample_the_endpoint_did_not_answer_fails_the_run_first(tmp_path: Path
     assert result.failures[0] == "the endpoint answered 3 of 4 samples (http_5xx for the rest)"
     assert "FAIL: the endpoint answered 3 of 4" in res.stdout.splitlines()[-2]
     assert result.notes and "accuracy-0" in result.notes[0] and "503" in result.notes[0]
+
+
+def test_each_sample_goes_once_with_the_benchmarks_sampling(tmp_path: Path) -> None:
+    import hashlib
+    import urllib.request
+
+    from loadtest.sim import SimProcess
+
+    with SimProcess(speedup=50) as sim:
+        res = run_cli(["accuracy", f"gpt-oss-120b:{QA}", "--host", sim.base_url, "-o", str(tmp_path / "a")])
+        with urllib.request.urlopen(f"{sim.base_url}/sim/requests", timeout=10) as r:
+            sent = [q for q in json.loads(r.read()) if q["path"] == "/v1/chat/completions"]
+    assert res.returncode == EXIT_ACCURACY_FAILED, res.stdout + res.stderr
+    questions = [json.loads(line)["question"] for line in QA.read_text().splitlines()]
+    digests = sorted(q["messages"][-1]["sha256"] for q in sent)
+    assert digests == sorted(hashlib.sha256(t.encode()).hexdigest() for t in questions)  # once each, unsalted
+    for q in sent:
+        assert q["body"]["temperature"] == 1.0 and q["body"]["top_p"] == 1.0  # gpt-oss-120b's reference
+        assert q["body"]["max_tokens"] == 32768 and not q["body"].get("stream")

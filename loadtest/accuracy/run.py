@@ -1,4 +1,4 @@
-"""One accuracy run: every dataset sample sent once (no salt, temperature 0, whole answers), then scored."""
+"""One accuracy run: every dataset sample sent once (no salt, the benchmark's sampling, whole answers), then scored."""
 
 from __future__ import annotations
 
@@ -33,8 +33,8 @@ def _request(bench: Benchmark, i: int, prompt: str, tokenizer: Tokenizer) -> Pre
     body = {
         "messages": [{"role": "user", "content": prompt}],
         "max_tokens": bench.max_tokens,
-        "temperature": 0.0,
-        "top_p": 1.0,
+        "temperature": bench.temperature,
+        "top_p": bench.top_p,
     }
     return PreparedRequest(
         request_id=f"accuracy-{i}",

@@ -18,7 +18,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "accuracy",
         help="an accuracy run: every sample of a local dataset once, scored (ROUGE, exact match, length)",
-        description="Sends every sample of the dataset once (no salt, temperature 0, whole answers) to "
+        description="Sends every sample of the dataset once (no salt, the benchmark's sampling, whole answers) to "
         "--host or the embedded engine, scores the answers against the benchmark's published targets, "
         f"writes accuracy.json and exits {EXIT_ACCURACY_FAILED} when a target is missed (docs/accuracy.md).",
         parents=[engine_parent("; --engine-reference answers from the dataset")],
@@ -42,7 +42,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--max-tokens",
         type=int,
         metavar="N",
-        help="the answer's token limit (default: the benchmark's: 128 for llama3.1-8b, 32768 for the others)",
+        help="the answer's token limit (default: the benchmark's: llama3.1-8b 128, gpt-oss-120b 32768, deepseek-r1 20000)",
     )
     p.add_argument(
         "--engine-reference",
