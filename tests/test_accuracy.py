@@ -328,3 +328,17 @@ def test_each_sample_goes_once_with_the_benchmarks_sampling(tmp_path: Path) -> N
     for q in sent:
         assert q["body"]["temperature"] == 1.0 and q["body"]["top_p"] == 1.0  # gpt-oss-120b's reference
         assert q["body"]["max_tokens"] == 32768 and not q["body"].get("stream")
+
+
+def test_a_model_the_endpoint_does_not_serve_is_named_with_the_served_ones(tmp_path: Path) -> None:
+    from loadtest.sim import SimProcess
+
+    with SimProcess(speedup=50) as sim:
+        res = run_cli(
+            ["accuracy", f"deepseek-r1:{QA}", "--host", sim.base_url, "-m", "no-such-model"]
+            + ["-o", str(tmp_path / "m")]
+        )
+    assert res.returncode == EXIT_USAGE, res.stdout + res.stderr
+    line = res.stderr.strip()
+    assert "\n" not in line and "no-such-model" in line and "Llama-3.1-8B" in line
+    assert not (tmp_path / "m" / "accuracy.json").exists()

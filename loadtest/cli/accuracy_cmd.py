@@ -11,7 +11,13 @@ from pathlib import Path
 
 from loadtest.cli.common_options import add_out_option, engine_parent
 from loadtest.cli.run_options import engine_overrides
-from loadtest.errors import EXIT_ACCURACY_FAILED, EXIT_INTERRUPTED, LoadtestError, UsageError
+from loadtest.errors import (
+    EXIT_ACCURACY_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_WRITE_FAILED,
+    LoadtestError,
+    UsageError,
+)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -76,7 +82,7 @@ def _run(args: argparse.Namespace) -> int:
     from loadtest.accuracy.datasets import load_dataset
     from loadtest.accuracy.results import summary_line, write_result
     from loadtest.accuracy.run import AccuracyTarget, collect_answers, reference_answers, score_run
-    from loadtest.client.preflight import EndpointError, served_models
+    from loadtest.client.preflight import EndpointError, ModelNotServed, require_served, served_models
     from loadtest.client.secrets import KeySourceError, install_redaction, load_api_key
     from loadtest.profile.loader import load_profile
     from loadtest.sim.start import EngineStartError, start_engine
@@ -94,7 +100,10 @@ def _run(args: argparse.Namespace) -> int:
     if args.engine_reference and args.host:
         raise UsageError("--engine-reference is for the embedded engine; leave out --host")
     run_dir = Path(args.out or f"runs/accuracy-{bench.name}-{time.strftime('%Y%m%d-%H%M%S')}")
-    run_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"-o/--out {run_dir}: cannot make the run folder ({e.strerror or e})") from e
     try:
         api_key = load_api_key(args.api_key_env, args.api_key_file)
     except KeySourceError as e:
@@ -114,6 +123,12 @@ def _run(args: argparse.Namespace) -> int:
                 raise (UsageError(str(e)) if e.usage else LoadtestError(str(e))) from e
         try:
             served = served_models(base_url, api_key)
+            require_served(args.model, served, base_url, "--model")
+        except ModelNotServed as e:
+            ids = ", ".join(m.id for m in served)
+            raise UsageError(
+                f"--model {args.model!r} is not served by {base_url}; give one it lists: {ids}"
+            ) from e
         except EndpointError as e:
             raise LoadtestError(str(e)) from e
         model = args.model or (served[0].id if served else None)
@@ -130,7 +145,15 @@ def _run(args: argparse.Namespace) -> int:
             )
             return EXIT_INTERRUPTED["SIGINT"]
     result = score_run(bench, dataset, records)
-    written = write_result(run_dir, result)
+    try:
+        written = write_result(run_dir, result)
+    except OSError as e:
+        print(
+            f"loadtest: error: {run_dir}/accuracy.json could not be written ({e.strerror or e})",
+            file=sys.stderr,
+        )
+        print(summary_line(result))
+        return EXIT_WRITE_FAILED
     for note in result.notes:
         print(f"note: {note}")
     print(summary_line(result))
