@@ -7,6 +7,8 @@ EXIT_USAGE = 2
 # A run file could not be written (a full disk, an I/O error): the run stopped, what it could not write
 # is counted in run.json (or, when run.json itself could not be written, on the console); docs/durability.md.
 EXIT_WRITE_FAILED = 3
+# An accuracy run (`loadtest accuracy`) whose scores missed a benchmark target (docs/accuracy.md).
+EXIT_ACCURACY_FAILED = 14
 # A run a signal ended (128 + the signal's number, as a shell reports a process it killed).
 EXIT_INTERRUPTED = {"SIGINT": 130, "SIGTERM": 143}
 

@@ -63,3 +63,30 @@ def test_no_command_line_parsing_below_cli() -> None:
             )
             bad += [f"{path}:{node.lineno}" for n in names if n.split(".")[0] == "argparse"]
     assert not bad, f"argparse below cli/ (take typed options instead): {bad}"
+
+
+def _written_layers() -> list[set[str]]:
+    """The layers as docs/ARCHITECTURE.md draws them: the first column of the dependency rule's block
+    (a line that starts with ``|`` goes on the layer above)."""
+    text = (ROOT / "docs" / "ARCHITECTURE.md").read_text()
+    block = text.split("## The dependency rule", 1)[1].split("```", 2)[1]
+    layers: list[set[str]] = []
+    for line in block.strip("\n").splitlines():
+        rooms = line.split("   ")[0] if not line.lstrip().startswith("|") else line.strip().split("   ")[0]
+        names = {n.strip() for n in rooms.split("|") if n.strip()}
+        if line.lstrip().startswith("|"):
+            layers[-1] |= names
+        else:
+            layers.append(names)
+    return layers
+
+
+def test_the_written_layers_are_the_enforced_ones() -> None:
+    import tomllib
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    contract = next(c for c in config["tool"]["importlinter"]["contracts"] if c["type"] == "layers")
+    enforced = [
+        {m.strip().removeprefix("loadtest.") for m in layer.split("|")} for layer in contract["layers"]
+    ]
+    assert _written_layers() == enforced

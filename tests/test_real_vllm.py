@@ -238,3 +238,22 @@ def test_a_sharegpt_file_reaches_vllm_with_its_turns_and_counts(vllm: ServedVllm
     ][:5]
     assert any("." in r["id"] and not r["id"].endswith(".1") for r in records)  # later turns went out
     print_figures("vllm sharegpt", run, records)
+
+
+def test_accuracy_against_the_tiny_model_fails_and_says_so(vllm: ServedVllm, tmp_path: Path) -> None:
+    """The tiny model's random words answer every sample, and the accuracy run fails on its scores
+    (exit 14, the missed targets named), not on the endpoint."""
+    sample = ROOT / "tests" / "data" / "accuracy" / "cnn_eval_sample.json"
+    out = tmp_path / "acc"
+    res = subprocess.run(
+        [*CLI, "accuracy", f"llama3.1-8b:{sample}", "--host", vllm.url, "-o", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert res.returncode == 14, res.stdout[-2000:] + res.stderr[-2000:]
+    line = res.stdout.splitlines()[-2]
+    assert "FAIL: rouge1" in line and "< 38.3914" in line, line
+    result = json.loads((out / "accuracy.json").read_text())
+    assert result["answered"] == result["samples"] == 4 and not result["passed"]
+    assert result["scores"]["rouge1"] < 38.3914

@@ -4,6 +4,7 @@ import argparse
 import sys
 
 from loadtest import __version__
+from loadtest.cli.accuracy_cmd import add_parser as add_accuracy_parser
 from loadtest.cli.cluster_cmd import add_parsers as add_cluster_parsers
 from loadtest.cli.cluster_cmd import add_ui_master_options
 from loadtest.cli.common_options import (
@@ -30,7 +31,7 @@ from loadtest.errors import EXIT_INTERRUPTED
 from loadtest.fd_limit import raise_open_file_limit
 
 # Commands that run Locust: gevent must patch the process before ssl, socket or threading are used.
-GEVENT_COMMANDS = {"run", "ui", "master", "worker"}
+GEVENT_COMMANDS = {"run", "ui", "master", "worker", "accuracy"}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -163,6 +164,8 @@ def build_parser() -> argparse.ArgumentParser:
         "files", nargs="+", metavar="FILE", help="profile YAML files"
     )
 
+    add_accuracy_parser(sub)  # loadtest accuracy BENCH:FILE (docs/accuracy.md)
+
     serve = sub.add_parser(
         "serve", help="run a server: the embedded engine (`serve sim`) or a real engine with a preset"
     )
@@ -235,6 +238,10 @@ def _command(args: argparse.Namespace) -> int:
         from loadtest.cli.sweep_cmd import sweep_command
 
         return sweep_command(args)
+    if args.command == "accuracy":
+        from loadtest.cli.accuracy_cmd import accuracy_command
+
+        return accuracy_command(args)
     if args.command == "compare":
         from loadtest.cli.compare_cmd import compare_command
 

@@ -19,6 +19,7 @@ from loadtest.fd_limit import raise_open_file_limit
 from loadtest.gc_tuning import tune_gc
 from loadtest.sim.faults import FaultSpecError, parse_spec
 from loadtest.sim.presets import EngineConfig, get_gpu, get_model
+from loadtest.sim.reference import load_references
 from loadtest.sim.server import ServerOptions, create_app
 
 LISTENING_PREFIX = "LOADTEST_SIM_LISTENING"
@@ -114,6 +115,12 @@ def build_parser(prog: str = "python -m loadtest.sim") -> argparse.ArgumentParse
         help="stream part of the output as reasoning (auto: reasoning models and requests with reasoning_effort)",
     )
     p.add_argument(
+        "--reference-answers",
+        metavar="FILE",
+        help="answer whole (non-streamed) requests whose prompt the JSONL file lists "
+        '({"prompt": ..., "answer": ...} per line) with that answer: accuracy runs end to end (docs/accuracy.md)',
+    )
+    p.add_argument(
         "--reasoning-fraction",
         type=float,
         default=0.6,
@@ -195,7 +202,9 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
         api_key = os.environ.get(args.api_key_env, "").strip()
         if not api_key:
             raise ValueError(f"--api-key-env {args.api_key_env}: that environment variable is not set")
+    references = load_references(args.reference_answers) if args.reference_answers else None
     return ServerOptions(
+        references=references,
         faults=args.faults,
         reasoning=reasoning,
         reasoning_fraction=args.reasoning_fraction,

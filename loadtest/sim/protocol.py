@@ -175,6 +175,7 @@ class OutputPlan:
     reasoning: bool = False
     tool_name: str | None = None
     tool_id: str = ""
+    reference: str | None = None  # reference-answer mode: the whole answer's text (sim/reference.py)
 
     @classmethod
     def make(
@@ -204,6 +205,8 @@ class OutputPlan:
         return "".join(token_piece(i) for i in range(self.n_reasoning))
 
     def answer_text(self) -> str:
+        if self.reference is not None:
+            return self.reference
         if self.tool_name is not None:
             return "".join(self.tool_fragment(j) for j in range(self.n_answer))
         return "".join(token_piece(i) for i in range(self.n_reasoning, self.target))

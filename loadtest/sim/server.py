@@ -7,6 +7,7 @@ serves every route with the engine through one of two flows: ``_generate`` (toke
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import inspect
 import logging
 import socket
@@ -27,6 +28,7 @@ from loadtest.sim.faults import FAULT_HEADER, Fault, FaultPlan, FaultSpecError
 from loadtest.sim.presets import EngineConfig
 from loadtest.sim.prom import CONTENT_TYPE, SimMetrics, engine_value
 from loadtest.sim.protocol import ChunkWriter, GenRequest, OutputPlan, RequestError, _chunk, json_body
+from loadtest.sim.reference import prompt_of
 from loadtest.sim.request import SHUTDOWN, SimRequest
 from loadtest.sim.request_log import RequestLog
 from loadtest.sim.routes import ROUTES, Answer, ApiRoute, PrefillRequest, StreamWriter
@@ -54,6 +56,8 @@ class ServerOptions:
     reasoning_fraction: float = 0.6  # share of output tokens streamed as reasoning
     api_key: str | None = None  # like `vllm serve --api-key`: /v1/* answers 401 without it
     api_key_header: str = "Authorization"  # "Authorization" takes "Bearer KEY"; any other name takes KEY
+    # reference-answer mode (--reference-answers): prompt -> the answer a whole response carries
+    references: dict[str, str] | None = None
 
 
 @dataclass
@@ -405,6 +409,15 @@ def _finish(st: SimState, rec: TruthRecord, submitted: bool) -> None:
         st.metrics.finished(rec, submitted)
 
 
+def _reference(st: SimState, body: dict[str, Any] | None, g: GenRequest) -> str | None:
+    """The reference answer for a whole, tool-free answer whose prompt the reference file holds."""
+    refs = st.options.references
+    if refs is None or body is None or g.stream or g.tool_name is not None:
+        return None
+    prompt = prompt_of(body)
+    return refs.get(prompt) if prompt is not None else None
+
+
 async def _generate(request: web.Request, route: ApiRoute) -> web.StreamResponse:
     """A route whose answer the engine generates: streamed or whole, with every fault."""
     arrival_ns = time.perf_counter_ns()
@@ -447,12 +460,19 @@ async def _generate(request: web.Request, route: ApiRoute) -> web.StreamResponse
                 _finish(st, rec, submitted=False)
     target = engine.target_length(g.max_tokens, g.min_tokens, g.ignore_eos)
     reasoning = _reasoning(st, g)
+    reference = _reference(st, body, g)
+    if reference is not None:  # the reference's own length, reasoning off (sim/reference.py)
+        target = max(1, get_tokenizer(st.config.model.tokenizer).count(reference))
+        target = min(target, g.max_tokens) if g.max_tokens is not None else target
+        reasoning = False
     plan = OutputPlan.make(
         target,
         st.options.reasoning_fraction if reasoning else None,
         g.tool_name,
         "chatcmpl-tool-" + uuid.uuid4().hex[:24] if g.tool_name else "",
     )
+    if reference is not None:
+        plan = dataclasses.replace(plan, reference=reference)
     rec.reasoning_tokens = plan.n_reasoning
     if g.tool_name is not None:
         finish_reason = "tool_calls"

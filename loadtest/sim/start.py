@@ -29,6 +29,7 @@ class EngineOverrides:
     faults: str | None = None
     speedup: float = 1.0
     max_num_seqs: int | None = None
+    reference_answers: str | None = None  # a prompt → answer JSONL file: the reference-answer mode
 
 
 def start_engine(
@@ -63,6 +64,9 @@ def start_engine(
                 seed=seed,
                 max_num_seqs=max_num_seqs,
                 stderr_path=log,
+                extra_args=["--reference-answers", opts.reference_answers]
+                if opts.reference_answers
+                else None,
             )
         )
     except (RuntimeError, ValueError) as e:

@@ -1,0 +1,1 @@
+"""Accuracy runs: benchmark targets, dataset loaders, scorers and accuracy.json (docs/accuracy.md)."""
