@@ -101,9 +101,8 @@ def test_the_tree_has_every_point_and_its_figures(submission: tuple[Path, Path])
         assert (
             system["node_types"][0]["accelerator_info"][0]["accelerator_model_name"] == "NVIDIA H100-SXM-80GB"
         )
-        accuracy = json.loads((folder / "accuracy_results.json").read_text())
-        assert accuracy["accuracy_scores"] == [] and "no accuracy run" in accuracy["note"]
-        assert accuracy["produced_by"].startswith("loadtest ")
+        # no --accuracy: no accuracy file (the checker refuses an empty one; tests/test_submission_checker.py)
+        assert not (folder / "accuracy_results.json").exists()
 
 
 def test_mlperf_viz_loads_it_without_warnings(submission: tuple[Path, Path], tmp_path: Path) -> None:

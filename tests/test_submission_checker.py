@@ -34,10 +34,14 @@ SHORT_RUN_RULES = {
     # §4.4: a reporting window spans ≥ 4 super-passes and §6.2's minimum duration; a 2 s point has
     # neither, so its steady-state status is insufficient_duration / insufficient_passes (a warning)
     "steady-state-basis",
+    # §15: an accuracy run of the whole accuracy dataset (13,368 samples); the test's sample has 4, so
+    # its total generated length (gen_len, summed over the samples) is far under the dataset's too
+    "accuracy-sample-count",
+    "accuracy-gate",
 }
-# loadtest has no accuracy run yet (the accuracy part of issue 29): every point's accuracy_results.json
-# is an empty accuracy_scores list, which these two rules reject; they go once the accuracy runs land.
-ACCURACY_RULES = {"accuracy-valid", "accuracy-coverage"}
+# The accuracy runs (--accuracy, after each mandatory point, the engine answering from the references)
+# meet the targets on the mandatory points: no accuracy rule remains.
+CNN_SAMPLE = Path(__file__).parent / "data" / "accuracy" / "cnn_eval_sample.json"
 
 
 @pytest.fixture(scope="module")
@@ -49,6 +53,7 @@ def bundle(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, str]:
     args = ["sweep", "--profile", "mlperf-llama3.1-8b-server", "--smoke", "--point-duration", "2"]
     args += ["--engine-speedup", "10"]
     args += ["--offline-concurrency", "128", "--seed-set", SEED_SET, "--endpoint-file", str(ENDPOINT)]
+    args += ["--accuracy", f"llama3.1-8b:{CNN_SAMPLE}", "--engine-reference"]
     r = run_cli([*args, "--mlperf-endpoints", str(tree), "--out", str(sweep)], timeout=400)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     return sweep, tree, r.stdout
@@ -67,8 +72,10 @@ def _findings(tree: Path) -> dict[str, list[str]]:
 def test_the_checker_fails_only_what_a_short_run_must(bundle: tuple[Path, Path, str]) -> None:
     _, tree, _ = bundle
     found = _findings(tree)
-    assert set(found) == SHORT_RUN_RULES | ACCURACY_RULES, json.dumps(found, indent=1)[:6000]
+    assert set(found) == SHORT_RUN_RULES, json.dumps(found, indent=1)[:6000]
     assert all(m.startswith("warning") for m in found["point-duration"] + found["steady-state-basis"])
+    # the scores themselves meet their targets: only the 4-sample set's total length is short
+    assert all("gen_len" in m for m in found["accuracy-gate"]), found["accuracy-gate"]
 
 
 def _offline_env(home: Path) -> dict[str, str]:
@@ -95,7 +102,7 @@ def test_the_cli_commands_read_it(bundle: tuple[Path, Path, str], tmp_path: Path
     )
     assert r.returncode == 1, r.stdout[-2000:] + r.stderr[-2000:]
     results = json.loads(report.read_text())["results"]
-    assert {x["rule"] for x in results if x["severity"] != "info"} == SHORT_RUN_RULES | ACCURACY_RULES
+    assert {x["rule"] for x in results if x["severity"] != "info"} == SHORT_RUN_RULES
     for folder in sorted((tree / "results" / "loadtest-sim-h100" / "llama3_1-8b").iterdir()):
         r = subprocess.run(
             [*CLI, "runs", "create", "--dry-run", "--path", str(folder)],
@@ -146,8 +153,13 @@ def test_the_bundle_has_every_v1_file_and_field(bundle: tuple[Path, Path, str]) 
         assert (folder / "performance" / "result_summary.json").read_bytes() == (
             folder / "result_summary.json"
         ).read_bytes()
-        accuracy = json.loads((folder / "accuracy" / "accuracy_results.json").read_text())
-        assert accuracy["accuracy_scores"] == []
+        # the mandatory points (1, the region tops, C_max, Offline) carry their accuracy run's scores;
+        # the others have no accuracy file
+        mandatory = {p.concurrency for p in plan_points(64, offline_concurrency=128).points if p.mandatory}
+        acc_file = folder / "accuracy" / "accuracy_results.json"
+        assert acc_file.exists() == (n in mandatory), n
+        if acc_file.exists():
+            assert json.loads(acc_file.read_text())["accuracy_scores"], n
     assert "for C_max 64" in stdout and "mlperf endpoints: " in stdout
 
 

@@ -99,6 +99,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--endpoint-file (system:, system_power:, submission:) and --seed-set (docs/sweep.md)",
     )
     s.add_argument(
+        "--accuracy",
+        metavar="BENCH:FILE",
+        help="after each point the v1.0 plan marks mandatory (every point without a plan), an accuracy run "
+        "of FILE at the point's concurrency against the same endpoint, its accuracy.json in the point's "
+        "folder and in the bundle (docs/accuracy.md)",
+    )
+    s.add_argument(
+        "--engine-reference",
+        action="store_true",
+        help="with --accuracy: the embedded engine answers the dataset's prompts with their references "
+        "(whole answers; the streamed load is unchanged): tests the accuracy path",
+    )
+    s.add_argument(
         "--c-max",
         type=int,
         metavar="N",

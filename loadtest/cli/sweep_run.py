@@ -52,7 +52,7 @@ from loadtest.sweep.ladder import (
 from loadtest.sweep.model import POINTS_DIR, SWEEP_FILE
 from loadtest.sweep.offline import dataset_offline, elect_offline
 from loadtest.sweep.rules import Plan, min_duration_s, plan_lines
-from loadtest.sweep.runner import PointRunner
+from loadtest.sweep.runner import AccuracyRuns, PointRunner
 from loadtest.sweep.search import DEFAULT_MAX_ITERATIONS, DEFAULT_TOLERANCE, Bisection
 from loadtest.sweep.submission import SubmissionError, write_submission
 
@@ -302,11 +302,54 @@ def _open_host(args: argparse.Namespace, profile: Profile) -> SweepEndpoint:
     return SweepEndpoint(url=args.host, embedded=False, engine=None, models=[m.id for m in served])
 
 
+def _accuracy_runs(args: argparse.Namespace, plan: SweepPlan) -> AccuracyRuns | None:
+    """``--accuracy BENCH:FILE``: its dataset read now (a bad file is a usage error before any point), run
+    after the plan's mandatory points (every point without a plan)."""
+    from loadtest.accuracy.benchmarks import benchmark
+    from loadtest.accuracy.datasets import load_dataset
+
+    spec = getattr(args, "accuracy", None)
+    if not spec:
+        if getattr(args, "engine_reference", False):
+            raise UsageError("--engine-reference answers an accuracy dataset: give --accuracy BENCH:FILE too")
+        return None
+    name, sep, file = spec.partition(":")
+    if not sep or not name or not file:
+        raise UsageError(f"--accuracy {spec!r}: give BENCH:FILE, e.g. llama3.1-8b:cnn_eval.json")
+    load_dataset(benchmark(name).dataset_kind, Path(file))
+    at = plan.submission_plan and frozenset(p.concurrency for p in plan.submission_plan.points if p.mandatory)
+    extra = [
+        f
+        for flag, value in (
+            ("--model", args.model),
+            ("--api-key-env", args.api_key_env),
+            ("--api-key-file", args.api_key_file),
+        )
+        if value
+        for f in (flag, value)
+    ]
+    return AccuracyRuns(f"{name}:{Path(file).resolve()}", at or None, tuple(extra))
+
+
 def _open_endpoint(stack: contextlib.ExitStack, args: argparse.Namespace, plan: SweepPlan) -> SweepEndpoint:
-    """``--host`` after its model check, else the embedded engine (stopped when ``stack`` closes)."""
+    """``--host`` after its model check, else the embedded engine (stopped when ``stack`` closes; with
+    ``--engine-reference`` answering the accuracy dataset's prompts with their references)."""
     if args.host:
+        if getattr(args, "engine_reference", False):
+            raise UsageError("--engine-reference is for the embedded engine; leave out --host")
         return _open_host(args, plan.profile)
-    started = start_embedded(stack, engine_overrides(args), plan.profile, plan.seed, plan.out / "engine.log")
+    overrides = engine_overrides(args)
+    if getattr(args, "engine_reference", False):
+        from loadtest.accuracy.benchmarks import benchmark
+        from loadtest.accuracy.datasets import load_dataset
+        from loadtest.accuracy.run import reference_answers
+
+        name, _, file = args.accuracy.partition(":")
+        refs = reference_answers(
+            load_dataset(benchmark(name).dataset_kind, Path(file)), plan.out / "reference_answers.jsonl"
+        )
+        overrides = dataclasses.replace(overrides, reference_answers=str(refs))
+    started = start_embedded(stack, overrides, plan.profile, plan.seed, plan.out / "engine.log")
     return msgspec.convert(started, SweepEndpoint)  # url, embedded, engine: the schema checks them
 
 
@@ -441,6 +484,7 @@ def run_sweep(args: argparse.Namespace) -> int:
         return print_plan(args)
     try:
         plan = _plan(args)
+        accuracy = _accuracy_runs(args, plan)
     except LoadtestError as e:
         return fail(e)
     if plan.submission_plan is not None:
@@ -453,7 +497,7 @@ def run_sweep(args: argparse.Namespace) -> int:
     )
     for line in _evidence_warning(plan):
         print(f"  {line}", flush=True)
-    runner = PointRunner(plan.out, [])
+    runner = PointRunner(plan.out, [], accuracy)
     restore = runner.install_signal_handlers()
     try:
         with contextlib.ExitStack() as stack:

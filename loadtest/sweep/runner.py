@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
@@ -16,6 +17,7 @@ from loadtest.sweep.ladder import LoadPoint
 from loadtest.sweep.model import point_entry, read_run_json
 
 RUN_LOG = "run.log"  # the point's console output, next to its run.json
+ACCURACY_LOG = "accuracy.log"  # an accuracy run's console output, next to its accuracy.json
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 
 
@@ -29,15 +31,30 @@ def _last_error_line(log: Path) -> str:
     return pick.removeprefix("loadtest: error:").strip()
 
 
+@dataclass(frozen=True)
+class AccuracyRuns:
+    """``loadtest accuracy SPEC`` after the points at ``at`` (their concurrency; None: every point), at
+    the point's concurrency, into its folder; ``args``: what the command needs besides (``--model``,
+    the key's source)."""
+
+    spec: str
+    at: frozenset[int] | None = None
+    args: tuple[str, ...] = ()
+
+    def wants(self, point: LoadPoint) -> bool:
+        return point.concurrency is not None and (self.at is None or point.concurrency in self.at)
+
+
 class PointRunner:
     """Runs points one at a time. ``run_args`` are the `loadtest run` options every point shares
     (profile, --host, --duration, SLOs ...). A SIGINT/SIGTERM to the sweep is forwarded once to the
     running point (started in its own session, so a terminal Ctrl-C reaches the sweep only), which then
     writes its results as interrupted; ``interrupted`` names the signal."""
 
-    def __init__(self, sweep_dir: Path, run_args: list[str]) -> None:
+    def __init__(self, sweep_dir: Path, run_args: list[str], accuracy: AccuracyRuns | None = None) -> None:
         self.sweep_dir = sweep_dir
         self.run_args = run_args
+        self.accuracy = accuracy
         self.interrupted: str | None = None
         self._child: subprocess.Popen[bytes] | None = None
         self._forwarded = False
@@ -121,6 +138,8 @@ class PointRunner:
             )
         status = "interrupted" if run.status == "interrupted" else "completed"
         reason = run.interrupted_reason if status == "interrupted" else None
+        if status == "completed" and self.accuracy is not None and self.accuracy.wants(point):
+            self._accuracy(point, out, env)
         return point_entry(
             index,
             point.label,
@@ -134,6 +153,31 @@ class PointRunner:
             offline=point.offline,
             duration_s=point.duration_s,
         )
+
+    def _accuracy(self, point: LoadPoint, out: Path, env: dict[str, str]) -> None:
+        """The accuracy run right after its point, at the same concurrency against the same endpoint: its
+        accuracy.json (a missed target included) goes into the bundle; a run that could not score says
+        why in accuracy.log, and the bundle's accuracy rules then name the point."""
+        assert self.accuracy is not None and point.concurrency is not None
+        host = self.run_args[self.run_args.index("--host") + 1] if "--host" in self.run_args else None
+        cmd = [sys.executable, "-m", "loadtest.cli.main", "accuracy", self.accuracy.spec, *self.accuracy.args]
+        cmd += ["--concurrency", str(point.concurrency), "--out", str(out)]
+        if host:
+            cmd += ["--host", host]
+        with (out / ACCURACY_LOG).open("wb") as fh:
+            self._forwarded = False
+            self._child = subprocess.Popen(
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=fh,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+            )
+            try:
+                self._child.wait()
+            finally:
+                self._child = None
 
     def skipped(self, index: int, point: LoadPoint, why: str) -> SweepPoint:
         """The entry of a point that was not run: ``dir`` names the folder it would have had (not created)."""

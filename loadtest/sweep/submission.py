@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import json
 import math
 import platform
@@ -19,6 +17,7 @@ from typing import Any
 import msgspec
 import yaml
 
+from loadtest.accuracy.results import bundle_entry
 from loadtest.contracts.record_line import RecordLine
 from loadtest.contracts.run_document import ReportingWindow, RunDocument
 from loadtest.contracts.sweep_document import SweepDocument
@@ -42,11 +41,10 @@ POINT_FILES = (
     "point.yaml",
     "config.yaml",
     "result_summary.json",
-    "accuracy_results.json",
     "system_desc.json",
     "performance/result_summary.json",
-    "accuracy/accuracy_results.json",
 )
+ACCURACY_FILES = ("accuracy_results.json", "accuracy/accuracy_results.json")  # a point with an accuracy run
 IMPLEMENTATION = "loadtest"  # src/<implementation>/
 _SLUG = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -297,12 +295,9 @@ def point_yaml(
 
 
 def accuracy_results(run: RunDocument, entries: list[dict[str, Any]]) -> dict[str, Any]:
-    """``accuracy_results.json``: the point's accuracy entries in the checker's form (an empty
-    ``accuracy_scores`` without an accuracy run), and the quality gate's result when the run had one
-    (docs/quality.md)."""
+    """``accuracy_results.json`` of a point with an accuracy run: its entries in the checker's form, and
+    the quality gate's result when the run had one (docs/quality.md)."""
     out: dict[str, Any] = {"produced_by": f"{run.tool.name} {run.tool.version}", "accuracy_scores": entries}
-    if not entries:
-        out["note"] = "no accuracy run: the quality gate checks answers' form, not accuracy"
     q = run.quality
     if q is not None:
         out["quality_gate"] = {
@@ -316,16 +311,11 @@ def accuracy_results(run: RunDocument, entries: list[dict[str, Any]]) -> dict[st
 
 
 def _accuracy_entries(points: list[tuple[int, Path]]) -> dict[int, list[dict[str, Any]]]:
-    """Each point's accuracy_results.json entry (``loadtest.accuracy.results.bundle_entry`` of its run
-    folder), by concurrency; {} while loadtest has no accuracy package."""
-    if importlib.util.find_spec("loadtest.accuracy") is None:
-        return {}
-    if importlib.util.find_spec("loadtest.accuracy.results") is None:
-        return {}
-    results = importlib.import_module("loadtest.accuracy.results")
+    """Each point's accuracy_results.json entry (``accuracy.results.bundle_entry`` of its run folder: the
+    accuracy run made after it), by concurrency; a point without one is absent."""
     out: dict[int, list[dict[str, Any]]] = {}
     for concurrency, run_dir in points:
-        entry = results.bundle_entry(run_dir)
+        entry = bundle_entry(run_dir)
         if entry is not None:
             out[concurrency] = [entry]
     return out
@@ -436,14 +426,20 @@ def write_submission(
             encoding="utf-8",
         )
         summary = result_summary(run, run_rel, figures)
-        acc = accuracy_results(run, accuracy.get(n, []))
-        for path, data in (
+        files: list[tuple[Path, Mapping[str, Any]]] = [
             (folder / "result_summary.json", summary),
             (folder / "performance" / "result_summary.json", summary),
-            (folder / "accuracy_results.json", acc),
-            (folder / "accuracy" / "accuracy_results.json", acc),
             (folder / "system_desc.json", system_desc(run, decl, system_name, doc.endpoint.embedded)),
-        ):
+        ]
+        if accuracy.get(
+            n
+        ):  # a point without an accuracy run has no accuracy file (the checker refuses an empty one)
+            acc = accuracy_results(run, accuracy[n])
+            files += [
+                (folder / "accuracy_results.json", acc),
+                (folder / "accuracy" / "accuracy_results.json", acc),
+            ]
+        for path, data in files:
             path.parent.mkdir(parents=True, exist_ok=True)
             write_json(path, data)
         written.points.append(folder)
