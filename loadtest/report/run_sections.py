@@ -427,7 +427,7 @@ def lengths_section(run: RunDocument, log: LogSummary | None) -> dict[str, Any]:
                 "profile_input": _stats(draws[name])
                 if name in draws
                 else "per turn; context grows"
-                if kind in ("multi_turn", "agent")
+                if kind in ("multi_turn", "agent", "agent_trace")
                 else NA,
                 "sent_input": _stats(v["input"]),
                 "requested_output": _stats(req),
