@@ -9,6 +9,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from loadtest.sim import SimProcess
@@ -56,12 +57,16 @@ def replay(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         with urllib.request.urlopen(sim.base_url + "/sim/requests", timeout=10) as r:
             headers = {h["headers"].get("x-request-id"): h["headers"] for h in json.load(r)}
     assert res.returncode in (0, 10), res.stderr[-3000:]
-    records = [r for r in read_lines(sorted(out.glob("records*.jsonl"))) if r["id"].split(".")[0] in UNITS]
+    every = read_lines(sorted(out.glob("records*.jsonl")))
+    records = [r for r in every if r["id"].split(".")[0] in UNITS]
     by_wire = {t["request_id"]: t for t in truth}
     return {
         "records": records,
         "truth": {r["id"]: by_wire[r["wire_id"]] for r in records},
         "headers": {r["id"]: headers.get(r["wire_id"], {}) for r in records},
+        "every": every,
+        "run": json.loads((out / "run.json").read_text()),
+        "html": (out / "report.html").read_text() if (out / "report.html").is_file() else "",
     }
 
 
@@ -131,3 +136,39 @@ def test_every_call_of_a_conversation_subagents_too_carries_its_session_id(repla
     seen = {rid: h.get("x-session-id") for rid, h in replay["headers"].items() if h}
     assert any(".a" in rid for rid in seen)  # subagent calls among those the engine's log still holds
     assert all(sid == rid.split(".", 1)[0] for rid, sid in seen.items())
+
+
+def test_the_conversation_figures_are_the_record_log_s(replay: dict[str, Any]) -> None:
+    """run.json ``conversations`` recomputed here from the record lines alone."""
+    groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in replay["every"]:
+        groups[r["session"]].append(r)  # every call of this run is a conversation's
+    done = [
+        v
+        for v in groups.values()
+        if all(r["outcome"] == "ok" for r in v) and any(r.get("session_last") for r in v)
+    ]
+    assert {"cc-0", "cc-1"} <= {v[0]["session"] for v in done}
+    assert all(len(v) == (9 if int(v[0]["session"][3:]) % 2 == 0 else 3) for v in done)
+    latency = [
+        max(r["t"] + r["e2e_us"] / 1e6 for r in v) - min(r["t"] + r["sent_us"] / 1e6 for r in v) for v in done
+    ]
+    busy = [
+        sum(r["output_tokens"] for r in v) / sum((r["e2e_us"] - r["sent_us"]) / 1e6 for r in v) for v in done
+    ]
+    whole = [sum(r["output_tokens"] for r in v) / lat for v, lat in zip(done, latency, strict=True)]
+    conv = replay["run"]["conversations"]
+    assert (conv["started"], conv["completed"]) == (len(groups), len(done))
+    duration = replay["run"]["metrics"]["window"]["duration_s"]
+    assert conv["per_s"] == pytest.approx(len(done) / duration, abs=1e-3)
+    assert conv["latency_s"]["p50"] == pytest.approx(float(np.percentile(latency, 50)), abs=1e-3)
+    assert conv["latency_s"]["p99"] == pytest.approx(float(np.percentile(latency, 99)), abs=1e-3)
+    calls = [len(v) for v in done]
+    assert conv["calls_per_conversation"]["mean"] == pytest.approx(sum(calls) / len(calls), abs=1e-3)
+    assert conv["e2e_interactivity"] == pytest.approx(sum(busy) / len(busy), rel=1e-3)
+    assert conv["e2e_interactivity_with_tool_time"] == pytest.approx(sum(whole) / len(whole), rel=1e-3)
+    assert conv["e2e_interactivity"] > conv["e2e_interactivity_with_tool_time"]  # tool time only adds
+    assert conv["slo_attainment"] == 1.0  # no per-request SLO: every call of a completed one is good
+    assert (
+        'id="conversations"' in replay["html"] and f"{len(done)} of {len(groups)} completed" in replay["html"]
+    )

@@ -118,6 +118,8 @@ def _every_field_set() -> RequestRecord:
         chunk_chars=[4, 7, 2],
         endpoints_tpot_tokens=1,
         endpoints_output_tokens=5,
+        session="agent-3",
+        session_last=True,
         http_status=500,
         outcome="stream_error",
         error="connection reset mid-stream",

@@ -48,6 +48,7 @@ class PreparedRequest:
     stream: bool = True
     extra_headers: dict[str, str] = field(default_factory=dict)
     session: str | None = None  # the multi-turn/agent session it belongs to (sticky balancing)
+    session_last: bool = False  # the session's planned last call (its end, for the conversation figures)
     path: str | None = None  # raw mode: the path the recorded body is sent to, unchanged
     reference: str | None = None  # a dataset's reference answer (quality checks)
 

@@ -68,6 +68,8 @@ class RequestRecord:
     chunk_chars: list[int] = field(default_factory=list)  # characters of each chunk_ns event's fragments
     endpoints_output_tokens: int | None = None  # the answer's MLPerf Endpoints count (tokens/assistant.py)
     endpoints_tpot_tokens: int | None = None  # its tokens after the first output-bearing chunk, the same way
+    session: str | None = None  # the conversation it belongs to (PreparedRequest.session)
+    session_last: bool = False  # the conversation's planned last call
     _chunk_times: np.ndarray | None = field(default=None, init=False, repr=False, compare=False)
     # What the server answered (kept in memory for multi-turn sessions; not written to the log).
     answer_text: str = ""
@@ -174,6 +176,8 @@ class RequestRecord:
             if self.endpoints_output_tokens is None
             else self.endpoints_output_tokens,
             endpoints_tpot_tokens=UNSET if self.endpoints_tpot_tokens is None else self.endpoints_tpot_tokens,
+            session=UNSET if self.session is None else self.session,
+            session_last=True if self.session_last else UNSET,
         )
 
     @classmethod
@@ -221,6 +225,8 @@ class RequestRecord:
             chunk_chars=line.chunk_lengths,
             endpoints_output_tokens=line.templated_output_tokens,
             endpoints_tpot_tokens=line.tokens_after_first,
+            session=line.session if isinstance(line.session, str) else None,
+            session_last=line.session_last is True,
         )
 
 

@@ -65,6 +65,11 @@ class RecordLine(msgspec.Struct):
     # The Endpoints TPOT's denominator: the tokens of what followed the first output-bearing chunk,
     # counted the same way; written only for a streamed answer with a first chunk.
     endpoints_tpot_tokens: int | UnsetType = UNSET
+    # The conversation (multi-turn chat, agent, recorded agent session) the call belongs to, and whether it
+    # was the conversation's planned last call; written only for a session's calls (docs/metrics.md,
+    # "Conversations").
+    session: str | UnsetType = UNSET
+    session_last: bool | UnsetType = UNSET
 
     @property
     def n_inputs(self) -> int:

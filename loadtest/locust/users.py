@@ -37,7 +37,13 @@ def send_and_account(
     retry_of: str | None = None,
 ) -> RequestRecord:
     """Send one request; whatever happens (even a kill mid-stream) exactly one record is accounted."""
-    rec = RequestRecord(request_id=req.request_id, attempt=attempt, retry_of=retry_of)
+    rec = RequestRecord(
+        request_id=req.request_id,
+        attempt=attempt,
+        retry_of=retry_of,
+        session=req.session,
+        session_last=req.session_last,
+    )
     ctx.sending(rec, req, sched_ns, sched_epoch)
     try:
         client.send(req, sched_ns, sched_epoch, rec)

@@ -41,6 +41,7 @@ from loadtest.results.run_json import build_run_document
 from loadtest.run.endpoint import EndpointFacts
 from loadtest.run.providers import (
     Contribution,
+    ConversationsProvider,
     EconomicsProvider,
     EmbeddingsProvider,
     EndpointsProvider,
@@ -136,6 +137,7 @@ def finalize(run: FinishedRun) -> Finalized:
         EconomicsProvider(),
         QualityProvider(profile.quality, run.slos),
         WindowProvider(),
+        ConversationsProvider(run.slos),
     ]
     server = TelemetryProvider(run.telemetry, outcome.started_epoch or None)
 

@@ -73,6 +73,8 @@ class AgentTraceUnit(Unit):
             req = build(f"{base}.{n}", step, bank)
             self._steps.append(Step(req, trace.wait_s(step.delay_before_s), tuple(branches)))
             branches, n, ready = [], n + 1, step.end_s
+        if self._steps:
+            self._steps[-1].request.session_last = True
         self._k = 0
 
     def next(self, last: RequestRecord | None) -> Step | None:

@@ -105,6 +105,7 @@ def _session_request(
         scenario=sc.name,
         stream=profile.stream,
         session=f"{sc.name}-{suffix.split('.', 1)[0]}",
+        session_last=call.last,
         reference=call.reference,
     )
 
