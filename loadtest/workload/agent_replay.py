@@ -4,7 +4,7 @@ recorded delays waited, every prompt built from its hash-id blocks so the server
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from loadtest.client.openai import PreparedRequest
 from loadtest.client.record import RequestRecord
@@ -35,19 +35,35 @@ class AgentTrace:
         return recorded_s / self.speedup if self.tool_delays else 0.0
 
 
+@dataclass(frozen=True, slots=True)
+class _Planned:
+    """A call to build when its turn comes (a long session's prompts are not all built up front)."""
+
+    request_id: str
+    call: AgentCall
+    wait_s: float
+    parallel: tuple[Unit, ...] = ()
+    last: bool = False
+
+    def step(self, bank: PrefixBank, build: BuildCall) -> Step:
+        req = build(self.request_id, self.call, bank)
+        req.session_last = self.last
+        return Step(req, self.wait_s, self.parallel)
+
+
 class _Stream(Unit):
     """One subagent stream: its calls one after another, each after its recorded delay."""
 
-    def __init__(self, scenario: str, steps: list[Step]) -> None:
+    def __init__(self, scenario: str, plan: list[_Planned], bank: PrefixBank, build: BuildCall) -> None:
         self.scenario = scenario
-        self._steps = steps
+        self._plan, self._bank, self._build = plan, bank, build
         self._k = 0
 
     def next(self, last: RequestRecord | None) -> Step | None:
-        if self._k >= len(self._steps):
+        if self._k >= len(self._plan):
             return None
         self._k += 1
-        return self._steps[self._k - 1]
+        return self._plan[self._k - 1].step(self._bank, self._build)
 
 
 class AgentTraceUnit(Unit):
@@ -63,27 +79,28 @@ class AgentTraceUnit(Unit):
         self.scenario = scenario
         conv = trace.conversations[index % len(trace.conversations)]
         base = f"{scenario}-{index}"
-        self._steps: list[Step] = []
+        self._plan: list[_Planned] = []
+        self._bank, self._build = bank, build
         branches: list[Unit] = []
-        ready, n = 0.0, 0  # when the parent's previous call ended, in the recording
+        ready = 0.0  # when the parent's previous call ended, in the recording
         for step in conv.steps:
             if isinstance(step, FanOut):
                 branches += _branches(trace, step, base, len(branches), ready, bank, build, scenario)
                 continue
-            req = build(f"{base}.{n}", step, bank)
-            self._steps.append(Step(req, trace.wait_s(step.delay_before_s), tuple(branches)))
-            branches, n, ready = [], n + 1, step.end_s
-        if self._steps:
-            self._steps[-1].request.session_last = True
+            wait = trace.wait_s(step.delay_before_s)
+            self._plan.append(_Planned(f"{base}.{len(self._plan)}", step, wait, tuple(branches)))
+            branches, ready = [], step.end_s
+        if self._plan:
+            self._plan[-1] = replace(self._plan[-1], last=True)
         self._k = 0
 
     def next(self, last: RequestRecord | None) -> Step | None:
         if last is not None and last.outcome != "ok":
             return None
-        if self._k >= len(self._steps):
+        if self._k >= len(self._plan):
             return None
         self._k += 1
-        return self._steps[self._k - 1]
+        return self._plan[self._k - 1].step(self._bank, self._build)
 
 
 def _branches(
@@ -103,12 +120,13 @@ def _branches(
     for j, agent in enumerate(fan.subagents, start=first):
         spawn = max(0.0, agent.start_s - ready)
         for s, stream in enumerate(agent.streams):
-            steps = [
-                Step(
-                    build(f"{base}.a{j}-{s}.{k}", call, bank),
+            plan = [
+                _Planned(
+                    f"{base}.a{j}-{s}.{k}",
+                    call,
                     trace.wait_s(call.delay_before_s + (spawn if k == 0 else 0.0)),
                 )
                 for k, call in enumerate(stream)
             ]
-            out.append(_Stream(scenario, steps))
+            out.append(_Stream(scenario, plan, bank, build))
     return out
