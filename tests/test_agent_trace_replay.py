@@ -172,3 +172,28 @@ def test_the_conversation_figures_are_the_record_log_s(replay: dict[str, Any]) -
     assert (
         'id="conversations"' in replay["html"] and f"{len(done)} of {len(groups)} completed" in replay["html"]
     )
+
+
+@pytest.mark.parametrize(
+    ("content", "says"),
+    [
+        (None, "scenarios[0].agent_trace.path: cannot read"),
+        (
+            '{"id": "a", "block_size": 16, "requests": [{"type": "n", "t": 0, "in": -3, "out": 1}]}\n',
+            "$.requests[0].in",
+        ),
+    ],
+)
+def test_a_missing_or_malformed_recording_is_a_one_line_usage_error(
+    tmp_path: Path, content: str | None, says: str
+) -> None:
+    trace = tmp_path / "rec.jsonl"
+    if content is not None:
+        trace.write_text(content)
+    prof = tmp_path / "p.yaml"
+    prof.write_text(json.dumps({"name": "x", "load": {"concurrency": 1}, "scenarios": [
+        {"name": "cc", "kind": "agent_trace", "agent_trace": {"path": "rec.jsonl"}}]}))  # fmt: skip
+    res = run_cli(["run", "--profile", str(prof), "--out", str(tmp_path / "run"), "-d", "1"])
+    assert res.returncode == 2
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and says in lines[0] and str(trace) in lines[0], res.stderr

@@ -27,8 +27,14 @@ class AgentTrace:
     tool_delays: bool
 
     @classmethod
-    def load(cls, spec: AgentTraceSpec) -> AgentTrace:
-        return cls(read_cc_conversations(spec.path), spec.speedup, spec.tool_delays)
+    def load(cls, spec: AgentTraceSpec, where: str) -> AgentTrace:
+        """The spec's recording; ``where`` names the field in errors (``scenarios[0].agent_trace.path``)."""
+        try:
+            return cls(read_cc_conversations(spec.path), spec.speedup, spec.tool_delays)
+        except OSError as e:
+            raise ValueError(
+                f"{where}: cannot read {spec.path} ({e.strerror or e}): give a cc-traces JSONL file"
+            ) from None
 
     def wait_s(self, recorded_s: float) -> float:
         """How long the replay waits for a recorded delay: sped up (0 without delays)."""

@@ -167,7 +167,9 @@ class Workload:
         }
         # Each agent_trace scenario's recorded sessions, read now (a malformed line names file and field).
         self.agent_traces: dict[str, AgentTrace] = {
-            s.name: AgentTrace.load(s.agent_trace) for s in self.scenarios if s.agent_trace is not None
+            s.name: AgentTrace.load(s.agent_trace, f"scenarios[{i}].agent_trace.path")
+            for i, s in enumerate(self.scenarios)
+            if s.agent_trace is not None
         }
         self.pass_units: int | None = pass_units(
             self.scenarios, self.datasets
