@@ -119,6 +119,8 @@ def _every_field_set() -> RequestRecord:
         endpoints_tpot_tokens=1,
         new_connection=[12, 80, 0, 900],
         endpoints_output_tokens=5,
+        session="agent-3",
+        session_last=True,
         http_status=500,
         outcome="stream_error",
         error="connection reset mid-stream",

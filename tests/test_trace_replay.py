@@ -89,6 +89,7 @@ CASES = {
     "burstgpt": lambda tmp: (_burstgpt(tmp / "b.csv"), {}),
     "bailian": lambda tmp: (_bailian(tmp / "q.jsonl"), {}),
     "loadtest": lambda tmp: (_native(tmp / "l.jsonl"), {}),
+    "cc-traces": lambda tmp: (REPO / "traffic_profiles" / "traces" / "cc-traces-sample.jsonl", {}),
 }
 
 

@@ -80,8 +80,8 @@ def workload_parent(what: str) -> SuggestingParser:
 
 
 def client_parent() -> SuggestingParser:
-    """The client policy: --connect-timeout, --read-timeout, --total-timeout, --retries, --insecure,
-    --ca-bundle."""
+    """The client policy: --connect-timeout, --read-timeout, --total-timeout, --retries, --session-header,
+    --insecure, --ca-bundle."""
     p = _parent()
     g = p.add_argument_group("client policy (default: the profile's client section; docs/reliability.md)")
     g.add_argument(
@@ -107,6 +107,13 @@ def client_parent() -> SuggestingParser:
         type=int,
         metavar="N",
         help="resend a 429/503 answer up to N times, each a separate record (default: the profile's, 0)",
+    )
+    g.add_argument(
+        "--session-header",
+        metavar="NAME",
+        help="the header carrying each multi-turn chat's or agent's session id on every call, for "
+        "session-aware routers; none: no such header (default: the profile's request.session_header, "
+        "X-Session-ID)",
     )
     g.add_argument(
         "--insecure",

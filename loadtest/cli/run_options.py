@@ -140,6 +140,7 @@ def run_options(args: argparse.Namespace, **given: Any) -> RunOptions:
         "read_timeout": getattr(args, "read_timeout", None),
         "total_timeout": getattr(args, "total_timeout", None),
         "retries": getattr(args, "retries", None),
+        "session_header": getattr(args, "session_header", None),
         "capture": getattr(args, "capture", None),
         "capture_rate": getattr(args, "capture_rate", None),
         "out": getattr(args, "out", None),

@@ -191,6 +191,7 @@ def _plan(args: argparse.Namespace) -> SweepPlan:
         ("--api-key-file", args.api_key_file),
         ("--tokenizer", args.tokenizer),
         ("--dataset", prepared.settings.dataset),
+        ("--session-header", args.session_header),
     ):
         if value:
             run_args += [flag, str(value)]

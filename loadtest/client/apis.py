@@ -11,7 +11,8 @@ if TYPE_CHECKING:
 
 
 def configure_client(client: OpenAIClient, profile: Profile) -> None:
-    """Apply the profile's ``request`` section: auth scheme for the key, extra headers, extra body fields.
+    """Apply the profile's ``request`` section: auth scheme for the key, extra headers, the session header,
+    extra body fields.
 
     A profile header replaces the client's header of the same name (names compare case-insensitively);
     a null value removes it, the request-id header included."""
@@ -31,6 +32,7 @@ def configure_client(client: OpenAIClient, profile: Profile) -> None:
             client.fixed_request_id = value
         elif value is not None:
             headers[name] = value
+    client.session_header = spec.session_header
     client.extra_body = dict(spec.extra_body)  # type: ignore[attr-defined]
 
 

@@ -48,6 +48,7 @@ class PreparedRequest:
     stream: bool = True
     extra_headers: dict[str, str] = field(default_factory=dict)
     session: str | None = None  # the multi-turn/agent session it belongs to (sticky balancing)
+    session_last: bool = False  # the session's planned last call (its end, for the conversation figures)
     path: str | None = None  # raw mode: the path the recorded body is sent to, unchanged
     reference: str | None = None  # a dataset's reference answer (quality checks)
 
@@ -92,15 +93,21 @@ class OpenAIClient:
         # None: the profile removed the header; a fixed value is sent as the profile gives it.
         self.request_id_header: str | None = REQUEST_ID_HEADER
         self.fixed_request_id: str | None = None
+        self.session_header: str | None = (
+            None  # carries PreparedRequest.session (profile request.session_header)
+        )
 
     def request_headers(self, req: PreparedRequest, rec: RequestRecord | None) -> dict[str, str]:
-        """This request's headers: the client's and the profile's, its wire id, then its own extra ones."""
+        """This request's headers: the client's and the profile's, its wire id, its session's id, then its
+        own extra ones."""
         headers = dict(self._headers)
         if self.request_id_header:
             wire_id = self.fixed_request_id or new_wire_id()
             headers[self.request_id_header] = wire_id
             if rec is not None:
                 rec.wire_id = wire_id
+        if self.session_header and req.session:
+            headers[self.session_header] = req.session
         headers.update(req.extra_headers)
         return headers
 

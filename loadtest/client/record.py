@@ -71,6 +71,8 @@ class RequestRecord:
     new_connection: list[int] | None = (
         None  # µs: resolution, connect, tunnel, TLS of the connection it opened
     )
+    session: str | None = None  # the conversation it belongs to (PreparedRequest.session)
+    session_last: bool = False  # the conversation's planned last call
     _chunk_times: np.ndarray | None = field(default=None, init=False, repr=False, compare=False)
     # What the server answered (kept in memory for multi-turn sessions; not written to the log).
     answer_text: str = ""
@@ -178,6 +180,8 @@ class RequestRecord:
             else self.endpoints_output_tokens,
             endpoints_tpot_tokens=UNSET if self.endpoints_tpot_tokens is None else self.endpoints_tpot_tokens,
             new_connection=UNSET if self.new_connection is None else self.new_connection,
+            session=UNSET if self.session is None else self.session,
+            session_last=True if self.session_last else UNSET,
         )
 
     @classmethod
@@ -226,6 +230,8 @@ class RequestRecord:
             endpoints_output_tokens=line.templated_output_tokens,
             endpoints_tpot_tokens=line.tokens_after_first,
             new_connection=line.opened,
+            session=line.session if isinstance(line.session, str) else None,
+            session_last=line.session_last is True,
         )
 
 

@@ -68,6 +68,11 @@ class RecordLine(msgspec.Struct):
     # The connection this request opened, in µs: [name resolution, TCP connect, a proxy's CONNECT tunnel,
     # TLS handshake] (0 where not done); absent when it went on a kept-alive connection.
     new_connection: list[int] | UnsetType = UNSET
+    # The conversation (multi-turn chat, agent, recorded agent session) the call belongs to, and whether it
+    # was the conversation's planned last call; written only for a session's calls (docs/metrics.md,
+    # "Conversations").
+    session: str | UnsetType = UNSET
+    session_last: bool | UnsetType = UNSET
 
     @property
     def n_inputs(self) -> int:

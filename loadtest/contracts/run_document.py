@@ -447,6 +447,19 @@ class Quality(_Section):
     checks: dict[str, QualityCheck]
 
 
+class Conversations(_Section):
+    """A run with sessions: per-conversation figures over its completed conversations (docs/metrics.md)."""
+
+    started: int
+    completed: int
+    per_s: float | None
+    latency_s: dict[str, float] | None
+    calls_per_conversation: dict[str, float] | None
+    e2e_interactivity: float | None  # output tokens ÷ the calls' time (tool time excluded), mean
+    e2e_interactivity_with_tool_time: float | None  # output tokens ÷ the conversation's latency, mean
+    slo_attainment: float | None  # share of completed conversations whose every call met the SLOs
+
+
 class StoppedEarly(_Section):
     """The endpoint failed wholesale and the run was stopped (docs/ci.md)."""
 
@@ -526,6 +539,7 @@ class RunDocument(_OptionalSection):
     telemetry: Telemetry | None = None
     prefix_cache: PrefixCache | None = None
     reporting_window: ReportingWindow | None = None
+    conversations: Conversations | None = None
 
     def judged_metrics(self) -> Metrics:
         """The metrics the verdict judged: the judged window's when there is one, else the whole run's."""

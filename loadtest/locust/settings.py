@@ -62,6 +62,9 @@ class RunSettings:
     schedule_seed: int | None = None
     model_seed: int | None = None
     seed_set: dict | None = None
+    session_header: str | None = (
+        None  # --session-header over the profile's request.session_header ("none": off)
+    )
 
     def profile(self) -> tuple[Profile, Path]:
         """The profile as this run uses it: the file, with the command line's overrides applied."""
@@ -90,6 +93,9 @@ class RunSettings:
             update["tokenizer"] = self.tokenizer
         if self.dataset:
             update["scenarios"] = [dataset_scenario(profile, path, self.dataset)]
+        if self.session_header is not None:
+            name = None if self.session_header.lower() == "none" else self.session_header
+            update["request"] = profile.request.model_copy(update={"session_header": name})
         return profile.model_copy(update=update), path
 
     def workload(self, profile: Profile) -> Workload:

@@ -37,7 +37,13 @@ def send_and_account(
     retry_of: str | None = None,
 ) -> RequestRecord:
     """Send one request; whatever happens (even a kill mid-stream) exactly one record is accounted."""
-    rec = RequestRecord(request_id=req.request_id, attempt=attempt, retry_of=retry_of)
+    rec = RequestRecord(
+        request_id=req.request_id,
+        attempt=attempt,
+        retry_of=retry_of,
+        session=req.session,
+        session_last=req.session_last,
+    )
     ctx.sending(rec, req, sched_ns, sched_epoch)
     try:
         client.send(req, sched_ns, sched_epoch, rec)
@@ -118,22 +124,50 @@ def run_unit(
 ) -> RequestRecord | None:
     """Every call of a unit: the first (built beforehand) at its scheduled time, later ones after think
     time. Returns the last call's record (None when none was sent)."""
+    try:
+        return _run_calls(ctx, client, unit, first, first_ns, first_epoch)
+    finally:
+        ctx.units_ended += 1
+
+
+def _run_calls(
+    ctx: RunContext, client: OpenAIClient, unit: Unit, first: Step | None, first_ns: int, first_epoch: float
+) -> RequestRecord | None:
+    """run_unit's calls; a step with ``parallel`` units first runs them side by side, waits for all, then
+    waits its think time."""
     last: RequestRecord | None = None
     sched_ns, sched_epoch = first_ns, first_epoch
     step = first
+    while step is not None:
+        if step.parallel:  # the branches, then the join: the step's think time counts from there
+            gevent.joinall([gevent.spawn(_run_branch, ctx, branch) for branch in step.parallel])
+        if last is not None or step.parallel:
+            if ctx.stopping:
+                return last  # the run is over: a session does not start another call
+            if step.think_before_s > 0:
+                gevent.sleep(step.think_before_s)
+            sched_ns, sched_epoch = RunContext.now()
+        last = send_with_retries(ctx, client, step.request, sched_ns, sched_epoch)
+        step = unit.next(last)
+    return last
+
+
+def _run_branch(ctx: RunContext, unit: Unit) -> None:
+    """One parallel branch of a unit (a subagent's stream of calls) on its own connection, after its first
+    step's think time; it belongs to its parent's unit (not counted as one of its own)."""
+    first = unit.next(None)
+    if first is None or ctx.stopping:
+        return
+    if first.think_before_s > 0:
+        gevent.sleep(first.think_before_s)
+    if ctx.stopping:
+        return
+    client = ctx.new_client()
     try:
-        while step is not None:
-            if last is not None:
-                if ctx.stopping:
-                    return last  # the run is over: a session does not start another call
-                if step.think_before_s > 0:
-                    gevent.sleep(step.think_before_s)
-                sched_ns, sched_epoch = RunContext.now()
-            last = send_with_retries(ctx, client, step.request, sched_ns, sched_epoch)
-            step = unit.next(last)
-        return last
+        sched_ns, sched_epoch = RunContext.now()
+        _run_calls(ctx, client, unit, first, sched_ns, sched_epoch)
     finally:
-        ctx.units_ended += 1
+        client.close()
 
 
 @dataclasses.dataclass(slots=True)

@@ -18,7 +18,7 @@ class TraceLoad(Strict):
     """Replay a trace file's timestamps and lengths."""
 
     path: str = Field(min_length=1)
-    format: Literal["azure", "mooncake", "burstgpt", "bailian", "loadtest", "auto"] = "auto"
+    format: Literal["azure", "mooncake", "burstgpt", "bailian", "loadtest", "cc-traces", "auto"] = "auto"
     window_s: tuple[float, float] | None = None
     speedup: float | None = Field(default=None, gt=0)
     target_rate: float | None = Field(default=None, gt=0)

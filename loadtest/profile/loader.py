@@ -132,6 +132,8 @@ def parse_profile(data: Any, path: Path) -> Profile:
     for i, sc in enumerate(profile.scenarios):
         if sc.raw is not None:  # api: raw: the recorded bodies, relative to the profile like a trace
             sc.raw.file = str(_inside(path, sc.raw.file, f"scenarios[{i}].raw.file"))
+        if sc.agent_trace is not None:  # recorded agent sessions, relative to the profile like a trace
+            sc.agent_trace.path = str(_inside(path, sc.agent_trace.path, f"scenarios[{i}].agent_trace.path"))
         if sc.dataset is not None:  # a prompt dataset, relative to the profile like a trace
             sc.dataset.path = str(_inside(path, sc.dataset.path, f"scenarios[{i}].dataset.path"))
     if profile.tokenizer.lower() not in TOKENIZER_ALIASES:

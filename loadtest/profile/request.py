@@ -13,6 +13,17 @@ Api = Literal["chat", "completions", "responses", "embeddings", "raw", "messages
 # Body fields the workload itself sets: extra_body may not replace them.
 WORKLOAD_FIELDS = frozenset({"model", "stream", "stream_options", "messages", "prompt", "input"})
 _HEADER_NAME = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")
+SESSION_HEADER = "X-Session-ID"
+_RESERVED = ("authorization", "content-length", "host", "transfer-encoding")
+
+
+def header_name_error(name: str) -> str | None:
+    """Why ``name`` cannot be a header loadtest sends, or None when it can."""
+    if not _HEADER_NAME.match(name):
+        return f"{name!r} is not a valid HTTP header name"
+    if name.lower() in _RESERVED:
+        return f"header {name} is set by loadtest"
+    return None
 
 
 class RequestSpec(Strict):
@@ -23,6 +34,10 @@ class RequestSpec(Strict):
     # A value replaces loadtest's header of that name (X-Request-Id, Accept, ...); null removes it.
     headers: dict[str, str | None] = Field(default_factory=dict)
     extra_body: dict[str, Any] = Field(default_factory=dict)
+    # The header carrying a session's id on every call of a multi-turn chat or an agent, so session-aware
+    # routers can keep a conversation on one replica (the MLPerf Endpoints client's default name,
+    # docs/sources.md §17); null: no such header.
+    session_header: str | None = SESSION_HEADER
 
     @field_validator("headers")
     @classmethod
@@ -32,8 +47,16 @@ class RequestSpec(Strict):
                 raise ValueError(f"{name!r} is not a valid HTTP header name")
             if value is not None and ("\r" in value or "\n" in value):
                 raise ValueError(f"header {name}: a value may not contain a line break")
-            if name.lower() in ("authorization", "content-length", "host", "transfer-encoding"):
+            if name.lower() in _RESERVED:
                 raise ValueError(f"header {name} is set by loadtest (use auth: for the API key)")
+        return v
+
+    @field_validator("session_header")
+    @classmethod
+    def _session_header(cls, v: str | None) -> str | None:
+        problem = header_name_error(v) if v is not None else None
+        if problem:
+            raise ValueError(f"{problem} (give a header name like {SESSION_HEADER}, or null for none)")
         return v
 
     @field_validator("auth_header")

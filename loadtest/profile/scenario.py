@@ -57,6 +57,14 @@ class SessionSpec(Strict):
         return self
 
 
+class AgentTraceSpec(Strict):
+    """kind agent_trace: replay the recorded agent sessions of a cc-traces file, one conversation a unit."""
+
+    path: str = Field(min_length=1)  # a cc-traces JSONL (docs/traces.md), relative to the profile
+    speedup: float = Field(default=1.0, gt=0)  # the recorded tool and think delays divided by this
+    tool_delays: bool = True  # false: the next call goes as soon as what it waits for has ended
+
+
 class AgentSpec(Strict):
     """Long-context agent: a shared system+tools prefix, several tool calls per user turn."""
 
@@ -89,7 +97,8 @@ class ImageSpec(Strict):
     detail: Literal["low", "high", "auto"] = "auto"
 
 
-Kind = Literal["chat", "multi_turn", "agent", "trace"]
+Kind = Literal["chat", "multi_turn", "agent", "trace", "agent_trace"]
+RECORDED_KINDS = ("trace", "agent_trace")  # their lengths come from the recording
 
 
 def _length_optional(sc: Scenario, key: str) -> bool:
@@ -129,6 +138,7 @@ class Scenario(Strict):
     prefix: PrefixSpec | None = None
     session: SessionSpec | None = None
     agent: AgentSpec | None = None
+    agent_trace: AgentTraceSpec | None = None  # kind agent_trace: the recorded sessions to replay
     images: ImageSpec | None = None
     raw: RawSpec | None = None  # api: raw: the recorded bodies to replay
     inputs_per_request: int = Field(default=1, ge=1, le=2048)  # embeddings: batched inputs; rerank: documents
@@ -142,12 +152,12 @@ class Scenario(Strict):
             return self
         for key in ("input_tokens", "output_tokens"):
             given = getattr(self, key) is not None
-            if self.kind != "trace" and not given and not _length_optional(self, key):
+            if self.kind not in RECORDED_KINDS and not given and not _length_optional(self, key):
                 raise rule_error(
                     f"required for kind {self.kind} (a length spec, e.g. {{dist: fixed, value: 128}})", key
                 )
-            if self.kind == "trace" and given:
-                raise rule_error("kind trace takes its lengths from the trace: remove it", key)
+            if self.kind in RECORDED_KINDS and given:
+                raise rule_error(f"kind {self.kind} takes its lengths from the trace: remove it", key)
         if self.kind == "multi_turn" and self.session is None:
             raise rule_error(
                 "kind multi_turn needs session: {turns: <length>, think_time_s: <dist>}", "session"
@@ -158,6 +168,12 @@ class Scenario(Strict):
             raise rule_error(
                 "kind agent needs agent: {prefix_tokens, turns, calls_per_turn, tool_result_tokens, think_time_s}",
                 "agent",
+            )
+        if self.kind == "agent_trace" and self.agent_trace is None:
+            raise rule_error("kind agent_trace needs agent_trace: {path: <cc-traces.jsonl>}", "agent_trace")
+        if self.kind != "agent_trace" and self.agent_trace is not None:
+            raise rule_error(
+                f"agent_trace applies to kind agent_trace only (kind is {self.kind})", "agent_trace"
             )
         if self.kind != "agent" and self.agent is not None:
             raise rule_error(f"agent applies to kind agent only (kind is {self.kind})", "agent")

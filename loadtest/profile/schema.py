@@ -209,7 +209,7 @@ class Profile(Strict):
                     raise rule_error(
                         "the completions api cannot send images (use api: chat)", "scenarios", i, "images"
                     )
-                if s.kind in ("multi_turn", "agent"):
+                if s.kind in ("multi_turn", "agent", "agent_trace"):
                     raise rule_error(
                         f"the completions api cannot carry {s.kind} sessions (use api: chat)",
                         "scenarios",

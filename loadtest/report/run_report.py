@@ -286,6 +286,7 @@ def render_html(
             tested=tested_rows(run),
             verdict_reasons=verdict_reasons(run),
             goodput_text=sections.goodput_text(run),
+            conversations_text=sections.conversations_text(run),
             judged_text=sections.judged_text(run),
         )
     )

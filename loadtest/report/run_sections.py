@@ -173,6 +173,27 @@ def goodput_text(run: RunDocument) -> str | None:
     )
 
 
+def conversations_text(run: RunDocument) -> str | None:
+    """The per-conversation figures in one sentence (None for a run without sessions)."""
+    c = run.conversations
+    if c is None:
+        return None
+    text = f"Conversations: {fmt_int(c.completed)} of {fmt_int(c.started)} completed"
+    if c.per_s is not None:
+        text += f", {fmt_num(c.per_s, 3)} per second"
+    if c.latency_s is not None:
+        text += f"; latency p50 {fmt_num(c.latency_s['p50'], 2)} s, p99 {fmt_num(c.latency_s['p99'], 2)} s"
+    if c.calls_per_conversation is not None:
+        text += f"; {fmt_num(c.calls_per_conversation['mean'], 1)} calls each"
+    if c.e2e_interactivity is not None:
+        text += f"; e2e interactivity {fmt_num(c.e2e_interactivity, 1)} tokens/s"
+        if c.e2e_interactivity_with_tool_time is not None:
+            text += f" ({fmt_num(c.e2e_interactivity_with_tool_time, 1)} with tool time)"
+    if c.slo_attainment is not None:
+        text += f"; every call within the SLOs in {fmt_pct(c.slo_attainment)} of them"
+    return text + "."
+
+
 def judged_text(run: RunDocument) -> str:
     """What the verdict judged, next to it: the window and its requests (``judged window: 12.0–60.0 s,
     1,043 requests``), or once that the whole run is judged."""
@@ -427,7 +448,7 @@ def lengths_section(run: RunDocument, log: LogSummary | None) -> dict[str, Any]:
                 "profile_input": _stats(draws[name])
                 if name in draws
                 else "per turn; context grows"
-                if kind in ("multi_turn", "agent")
+                if kind in ("multi_turn", "agent", "agent_trace")
                 else NA,
                 "sent_input": _stats(v["input"]),
                 "requested_output": _stats(req),

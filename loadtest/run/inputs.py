@@ -22,6 +22,7 @@ from loadtest.metrics.slo import AnySlo, merge_slos
 from loadtest.profile.base import MAX_CONCURRENCY, MAX_RATE
 from loadtest.profile.loader import load_profile
 from loadtest.profile.quality import CaptureSpec
+from loadtest.profile.request import SESSION_HEADER, header_name_error
 from loadtest.profile.schema import Profile
 from loadtest.run.options import EndpointOptions, RunOptions
 from loadtest.traces import TraceFormatError
@@ -129,6 +130,7 @@ def prepare_settings(options: RunOptions, profile_path: Path, *, host: str = "")
         slo=options.slo,
         progress_s=options.progress_s,
         max_requests=options.max_requests,
+        session_header=_session_header(options.session_header),
     )
     assert settings.network is not None
     if why := settings.network.check():
@@ -254,6 +256,16 @@ def _api_key_env(options: RunOptions) -> str | None:
             )
         return options.api_key_env
     return "OPENAI_API_KEY" if os.environ.get("OPENAI_API_KEY") else None
+
+
+def _session_header(given: str | None) -> str | None:
+    """--session-header NAME (or ``none``), checked: a header name loadtest may send."""
+    if given is None or given.lower() == "none":
+        return given
+    problem = header_name_error(given)
+    if problem:
+        raise UsageError(f"--session-header: {problem}; give a name like {SESSION_HEADER}, or none")
+    return given
 
 
 def _apply_client_policy(settings: RunSettings, profile: Profile, options: RunOptions) -> None:

@@ -43,6 +43,9 @@ class RunOptions:
     read_timeout: float | None = None
     total_timeout: float | None = None
     retries: int | None = None
+    session_header: str | None = (
+        None  # --session-header NAME or none, over the profile's request.session_header
+    )
     capture: int | None = None  # --capture N: the first N requests into capture.jsonl
     capture_rate: float | None = None  # --capture-rate R: a seeded sample of them
     out: str | None = None  # the run folder (default: reports/<timestamp>-<profile>/)

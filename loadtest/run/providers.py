@@ -16,10 +16,11 @@ from loadtest.contracts.record_line import RecordLine
 from loadtest.economics.cost import endpoint_record, run_economics
 from loadtest.economics.spec import EndpointSpec
 from loadtest.locust.settings import RunSettings
+from loadtest.metrics.conversations import ConversationTally
 from loadtest.metrics.endpoints import UsageAgreement
 from loadtest.metrics.judged import record_from_line
 from loadtest.metrics.recorder import Recorder
-from loadtest.metrics.slo import AnySlo, QualitySlo
+from loadtest.metrics.slo import AnySlo, QualitySlo, RequestSlo
 from loadtest.metrics.summary import build_metrics
 from loadtest.metrics.verdict import DEFAULT_QUALITY_MIN, Check, ExtraCheck, quality_reason
 from loadtest.metrics.window import WindowScan
@@ -321,6 +322,21 @@ class QualityProvider(Provider):
         section = self.section()
         gate = self.check(section)
         return Contribution(sections={"quality": section}, checks=[gate] if gate is not None else [])
+
+
+class ConversationsProvider(Provider):
+    """run.json ``conversations``: the per-conversation figures of a run with sessions (multi-turn chats,
+    agents, recorded agent sessions; metrics/conversations.py)."""
+
+    def __init__(self, slos: Sequence[AnySlo]) -> None:
+        self.tally = ConversationTally(RequestSlo.from_slos(slos))
+
+    def add(self, lines: Sequence[RecordLine]) -> None:
+        self.tally.add(lines)
+
+    def contribute(self, doc: Mapping[str, Any]) -> Contribution:
+        section = self.tally.result(float(doc["metrics"]["window"]["duration_s"]))
+        return Contribution(sections={"conversations": section} if section is not None else {})
 
 
 class EconomicsProvider(Provider):

@@ -42,6 +42,7 @@ from loadtest.run.connections import ConnectionsProvider
 from loadtest.run.endpoint import EndpointFacts
 from loadtest.run.providers import (
     Contribution,
+    ConversationsProvider,
     EconomicsProvider,
     EmbeddingsProvider,
     EndpointsProvider,
@@ -138,6 +139,7 @@ def finalize(run: FinishedRun) -> Finalized:
         QualityProvider(profile.quality, run.slos),
         WindowProvider(),
         ConnectionsProvider(),
+        ConversationsProvider(run.slos),
     ]
     server = TelemetryProvider(run.telemetry, outcome.started_epoch or None)
 

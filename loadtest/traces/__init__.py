@@ -21,6 +21,10 @@ Supported formats (`TRACE_FORMATS`; `read_trace(path)` sniffs the first line whe
   prefix-chained blocks), ``session`` (string), ``turn`` (int) and ``scenario`` (string, stored
   as ``kind``) are optional. Blank lines are skipped; unknown keys are ignored.
 
+- ``cc-traces``: WEKA / SemiAnalysis recorded agent sessions, one JSON object a line (``id``,
+  ``block_size``, ``requests`` of calls and subagents); each call one record (``read_cc_traces``),
+  or the whole session graph with ``traces.cctraces.read_cc_conversations``.
+
 Every reader returns records sorted by arrival with timestamps rebased to start at 0 and raises
 `TraceFormatError` naming the file, the line and the field for malformed input. See docs/traces.md.
 """

@@ -11,6 +11,7 @@ from loadtest.traces._io import open_text
 from loadtest.traces.azure import read_azure
 from loadtest.traces.bailian import read_bailian
 from loadtest.traces.burstgpt import read_burstgpt
+from loadtest.traces.cctraces import first_block_tokens, read_cc_traces
 from loadtest.traces.errors import TraceFormatError
 from loadtest.traces.mooncake import read_mooncake
 from loadtest.traces.native import read_loadtest
@@ -24,6 +25,7 @@ TRACE_FORMATS: dict[str, Reader] = {
     "burstgpt": read_burstgpt,
     "bailian": read_bailian,
     "loadtest": read_loadtest,
+    "cc-traces": read_cc_traces,
 }
 
 
@@ -43,6 +45,8 @@ def sniff_format(path: Path) -> str:
             keys = set(msgspec.json.decode(first))
         except (msgspec.DecodeError, TypeError):
             raise TraceFormatError(path, lineno, "first line is not a JSON object") from None
+        if {"id", "block_size", "requests"} <= keys:
+            return "cc-traces"
         if "chat_id" in keys:
             return "bailian"
         if {"t", "input_tokens", "output_tokens"} <= keys:
@@ -74,4 +78,6 @@ def read_trace(path: Path | str, format: str = "auto") -> list[TraceRecord]:
 def trace_block_tokens(path: Path | str, format: str = "auto") -> int:
     """Tokens per ``hash_ids`` block in a trace of ``format`` (auto: sniffed), 512 where it has none."""
     name = sniff_format(Path(path)) if format == "auto" else format
+    if name == "cc-traces":  # each session names its own: the first session's
+        return first_block_tokens(path)
     return FORMAT_BLOCK_TOKENS.get(name, BLOCK_TOKENS)

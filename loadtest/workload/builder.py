@@ -7,7 +7,6 @@ import json
 import random
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,8 @@ from loadtest.profile.schema import Profile, Scenario
 from loadtest.schedule.arrivals import arrival_offsets, stage_offsets, trace_offsets
 from loadtest.tokens.tokenizer import Tokenizer, get_tokenizer
 from loadtest.traces import BLOCK_TOKENS, TraceRecord, read_trace, rescale, trace_block_tokens, window
+from loadtest.traces.agent_graph import AgentCall
+from loadtest.workload.agent_replay import AgentTrace, AgentTraceUnit
 from loadtest.workload.api_requests import build_request
 from loadtest.workload.dataset import (
     Dataset,
@@ -32,29 +33,13 @@ from loadtest.workload.prefix import PrefixBank
 from loadtest.workload.salt import FINGERPRINT_NONCE, resolve_nonce, salt_text
 from loadtest.workload.sessions import AgentSession, ChatSession, SessionCall
 from loadtest.workload.text import synth_text
+from loadtest.workload.units import Step, Unit
 
 # The fingerprint stops building requests past this many prompt tokens: 64 requests of 250k tokens, a few
 # seconds; huge prompts (up to the profile ceiling of 10M tokens each) would otherwise take minutes.
 FINGERPRINT_TOKENS = 16_000_000
 _SYSTEM_LEAD = "You are a helpful assistant. Answer the user's question clearly."
 REASONING_EFFORT = "medium"
-
-
-@dataclass(slots=True)
-class Step:
-    """One call of a unit: the request, and how long the user thinks before sending it."""
-
-    request: PreparedRequest
-    think_before_s: float = 0.0
-
-
-class Unit:
-    """One arrival's work: ``next(last)`` gives the next call after ``last`` finished, or None."""
-
-    scenario: str
-
-    def next(self, last: RequestRecord | None) -> Step | None:
-        raise NotImplementedError
 
 
 class SingleUnit(Unit):
@@ -120,6 +105,7 @@ def _session_request(
         scenario=sc.name,
         stream=profile.stream,
         session=f"{sc.name}-{suffix.split('.', 1)[0]}",
+        session_last=call.last,
         reference=call.reference,
     )
 
@@ -179,6 +165,12 @@ class Workload:
             for i, s in enumerate(self.scenarios)
             if s.dataset is not None
         }
+        # Each agent_trace scenario's recorded sessions, read now (a malformed line names file and field).
+        self.agent_traces: dict[str, AgentTrace] = {
+            s.name: AgentTrace.load(s.agent_trace, f"scenarios[{i}].agent_trace.path")
+            for i, s in enumerate(self.scenarios)
+            if s.agent_trace is not None
+        }
         self.pass_units: int | None = pass_units(
             self.scenarios, self.datasets
         )  # dataset.passes: units in all
@@ -201,6 +193,8 @@ class Workload:
             return SessionUnit(self._chat_session(sc, index), sc, self.profile, index, self.model_seed)
         if sc.kind == "agent":
             return SessionUnit(self._agent_session(sc, index), sc, self.profile, index, self.model_seed)
+        if sc.kind == "agent_trace":
+            return self._agent_trace_unit(sc, index)
         return SingleUnit(self._single(sc, index))
 
     def request(self, index: int) -> PreparedRequest:
@@ -363,6 +357,40 @@ class Workload:
                 [*system_messages, {"role": "user", "content": ""}]
             )
         return n
+
+    def _agent_trace_unit(self, sc: Scenario, index: int) -> AgentTraceUnit:
+        """Conversation ``index`` (cycling) of the scenario's recording, with block texts of its own: keyed
+        by the run nonce and the unit, so no two units (nor runs) share a cached prefix."""
+        trace = self.agent_traces[sc.name]
+        conv = trace.conversations[index % len(trace.conversations)]
+        key = hashlib.sha256(f"{self.nonce}:{sc.name}:{index}".encode()).hexdigest()
+        bank = PrefixBank(self.seed, self.tokenizer, block_tokens=conv.block_tokens, nonce=int(key[:15], 16))
+        session = f"{sc.name}-{index}"
+
+        def build(request_id: str, call: AgentCall, bank: PrefixBank) -> PreparedRequest:
+            messages = [
+                {
+                    "role": "user",
+                    "content": bank.blocks_text(
+                        call.hash_ids, max(1, call.input_tokens - self._chat_overhead(sc, []))
+                    ),
+                }
+            ]
+            n_out = max(1, call.output_tokens)
+            body: dict[str, Any] = {"messages": messages, "max_tokens": n_out}
+            _length_controls(body, n_out, sc, self.model_seed)
+            return PreparedRequest(
+                request_id=request_id,
+                api="chat",
+                body=body,
+                prompt_tokens=self.tokenizer.count_chat(messages),
+                requested_output_tokens=n_out,
+                scenario=sc.name,
+                stream=self.profile.stream,
+                session=session,
+            )
+
+        return AgentTraceUnit(trace, sc.name, index, bank, build)
 
     def _chat_session(self, sc: Scenario, index: int) -> ChatSession:
         assert sc.session is not None and sc.input_tokens is not None and sc.output_tokens is not None

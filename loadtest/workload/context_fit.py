@@ -70,7 +70,7 @@ def _least(length: Length) -> int:
 def shortest_request(sc: Scenario) -> int | None:
     """The fewest tokens (prompt + requested output) a request of ``sc`` can need; None when the profile
     alone does not say (a trace, a dataset, recorded bodies, embeddings and rerank)."""
-    if sc.dataset is not None or sc.raw is not None or sc.kind == "trace":
+    if sc.dataset is not None or sc.raw is not None or sc.kind in ("trace", "agent_trace"):
         return None
     if sc.api in ("embeddings", "rerank") or sc.input_tokens is None or sc.output_tokens is None:
         return None

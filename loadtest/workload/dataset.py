@@ -213,6 +213,7 @@ class DatasetSession:
             self.turn,
             0,
             reference=r.reference,
+            last=self.turn == len(self._requests) - 1,
         )
 
     def record_answer(self, text: str | None) -> None:

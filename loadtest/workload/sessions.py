@@ -39,6 +39,7 @@ class SessionCall:
     call: int = 0
     answer_in_text: bool = False  # an agent turn's last call: the tools stay, the answer is text
     reference: str | None = None  # a dataset's reference answer for this call (quality checks)
+    last: bool = False  # the session's planned last call (its context may still end it sooner)
 
 
 class ChatSession:
@@ -112,6 +113,7 @@ class ChatSession:
             n,
             self.turn,
             0,
+            last=self.turn == self.turns - 1,
         )
 
     def record_answer(self, text: str | None) -> None:
@@ -229,6 +231,7 @@ class AgentSession:
             self.turn,
             self.call,
             answer_in_text=self.call == self._n_calls - 1,
+            last=self.turn == self.turns - 1 and self.call == self._n_calls - 1,
         )
 
     def record_answer(self, text: str | None, tool_calls: Sequence[dict[str, Any]] | None = None) -> None:

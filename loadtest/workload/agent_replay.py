@@ -1,0 +1,138 @@
+"""Recorded agent sessions as units: each conversation's calls in order, its subagents side by side, the
+recorded delays waited, every prompt built from its hash-id blocks so the server sees the recorded reuse."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from loadtest.client.openai import PreparedRequest
+from loadtest.client.record import RequestRecord
+from loadtest.profile.scenario import AgentTraceSpec
+from loadtest.traces.agent_graph import AgentCall, Conversation, FanOut
+from loadtest.traces.cctraces import read_cc_conversations
+from loadtest.workload.prefix import PrefixBank
+from loadtest.workload.units import Step, Unit
+
+# A call's request from (request id, the call, its conversation's bank).
+BuildCall = Callable[[str, AgentCall, PrefixBank], PreparedRequest]
+
+
+@dataclass(frozen=True, slots=True)
+class AgentTrace:
+    """A scenario's recorded sessions and how to replay them (its ``agent_trace`` spec)."""
+
+    conversations: list[Conversation]
+    speedup: float
+    tool_delays: bool
+
+    @classmethod
+    def load(cls, spec: AgentTraceSpec, where: str) -> AgentTrace:
+        """The spec's recording; ``where`` names the field in errors (``scenarios[0].agent_trace.path``)."""
+        try:
+            return cls(read_cc_conversations(spec.path), spec.speedup, spec.tool_delays)
+        except OSError as e:
+            raise ValueError(
+                f"{where}: cannot read {spec.path} ({e.strerror or e}): give a cc-traces JSONL file"
+            ) from None
+
+    def wait_s(self, recorded_s: float) -> float:
+        """How long the replay waits for a recorded delay: sped up (0 without delays)."""
+        return recorded_s / self.speedup if self.tool_delays else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class _Planned:
+    """A call to build when its turn comes (a long session's prompts are not all built up front)."""
+
+    request_id: str
+    call: AgentCall
+    wait_s: float
+    parallel: tuple[Unit, ...] = ()
+    last: bool = False
+
+    def step(self, bank: PrefixBank, build: BuildCall) -> Step:
+        req = build(self.request_id, self.call, bank)
+        req.session_last = self.last
+        return Step(req, self.wait_s, self.parallel)
+
+
+class _Stream(Unit):
+    """One subagent stream: its calls one after another, each after its recorded delay."""
+
+    def __init__(self, scenario: str, plan: list[_Planned], bank: PrefixBank, build: BuildCall) -> None:
+        self.scenario = scenario
+        self._plan, self._bank, self._build = plan, bank, build
+        self._k = 0
+
+    def next(self, last: RequestRecord | None) -> Step | None:
+        if self._k >= len(self._plan):
+            return None
+        self._k += 1
+        return self._plan[self._k - 1].step(self._bank, self._build)
+
+
+class AgentTraceUnit(Unit):
+    """Conversation ``index % n`` of the recording: the parent's calls in order; a fan-out's subagents run
+    side by side before the parent's next call, which waits for all (the join) and then its recorded
+    delay. A failed parent call ends the conversation. Each unit has its own block texts (``bank``), so
+    replays of one recorded session share nothing but what the recording shares within it. A fan-out
+    after the parent's last call is not replayed (nothing waits for it)."""
+
+    def __init__(
+        self, trace: AgentTrace, scenario: str, index: int, bank: PrefixBank, build: BuildCall
+    ) -> None:
+        self.scenario = scenario
+        conv = trace.conversations[index % len(trace.conversations)]
+        base = f"{scenario}-{index}"
+        self._plan: list[_Planned] = []
+        self._bank, self._build = bank, build
+        branches: list[Unit] = []
+        ready = 0.0  # when the parent's previous call ended, in the recording
+        for step in conv.steps:
+            if isinstance(step, FanOut):
+                branches += _branches(trace, step, base, len(branches), ready, bank, build, scenario)
+                continue
+            wait = trace.wait_s(step.delay_before_s)
+            self._plan.append(_Planned(f"{base}.{len(self._plan)}", step, wait, tuple(branches)))
+            branches, ready = [], step.end_s
+        if self._plan:
+            self._plan[-1] = replace(self._plan[-1], last=True)
+        self._k = 0
+
+    def next(self, last: RequestRecord | None) -> Step | None:
+        if last is not None and last.outcome != "ok":
+            return None
+        if self._k >= len(self._plan):
+            return None
+        self._k += 1
+        return self._plan[self._k - 1].step(self._bank, self._build)
+
+
+def _branches(
+    trace: AgentTrace,
+    fan: FanOut,
+    base: str,
+    first: int,
+    ready: float,
+    bank: PrefixBank,
+    build: BuildCall,
+    scenario: str,
+) -> list[Unit]:
+    """Each subagent stream of a fan-out as a unit (ids ``<unit>.a<subagent>-<stream>.<call>``); a stream's
+    first call waits the subagent's start after the parent's previous call ended (``ready``), then its
+    own delay from the subagent's start."""
+    out: list[Unit] = []
+    for j, agent in enumerate(fan.subagents, start=first):
+        spawn = max(0.0, agent.start_s - ready)
+        for s, stream in enumerate(agent.streams):
+            plan = [
+                _Planned(
+                    f"{base}.a{j}-{s}.{k}",
+                    call,
+                    trace.wait_s(call.delay_before_s + (spawn if k == 0 else 0.0)),
+                )
+                for k, call in enumerate(stream)
+            ]
+            out.append(_Stream(scenario, plan, bank, build))
+    return out
