@@ -105,22 +105,7 @@ class PointRunner:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH")) if p)
         env["PYTHONUNBUFFERED"] = "1"  # run.log follows the run as it goes
         log = out / RUN_LOG
-        with log.open("wb") as fh:
-            self._forwarded = False
-            self._child = subprocess.Popen(
-                self.command(point, out),
-                stdin=subprocess.DEVNULL,
-                stdout=fh,
-                stderr=subprocess.STDOUT,
-                env=env,
-                start_new_session=True,
-            )
-            try:
-                if self.interrupted:  # a signal that came while the process was being started
-                    self._forward(signal.Signals[self.interrupted].value)
-                code = self._child.wait()
-            finally:
-                self._child = None
+        code = self._child_run(self.command(point, out), log, env)
         run = read_run_json(out)
         if run is None:
             why = _last_error_line(log) or f"exit code {code}"
@@ -164,7 +149,12 @@ class PointRunner:
         cmd += ["--concurrency", str(point.concurrency), "--out", str(out)]
         if host:
             cmd += ["--host", host]
-        with (out / ACCURACY_LOG).open("wb") as fh:
+        self._child_run(cmd, out / ACCURACY_LOG, env)
+
+    def _child_run(self, cmd: list[str], log: Path, env: dict[str, str]) -> int:
+        """``cmd`` as the running child (its own session, its output in ``log``) until it exits: a signal
+        to the sweep is forwarded to it once; its exit code."""
+        with log.open("wb") as fh:
             self._forwarded = False
             self._child = subprocess.Popen(
                 cmd,
@@ -175,7 +165,9 @@ class PointRunner:
                 start_new_session=True,
             )
             try:
-                self._child.wait()
+                if self.interrupted:  # a signal that came while the process was being started
+                    self._forward(signal.Signals[self.interrupted].value)
+                return self._child.wait()
             finally:
                 self._child = None
 
