@@ -303,53 +303,52 @@ def _open_host(args: argparse.Namespace, profile: Profile) -> SweepEndpoint:
     return SweepEndpoint(url=args.host, embedded=False, engine=None, models=[m.id for m in served])
 
 
-def _accuracy_runs(args: argparse.Namespace, plan: SweepPlan) -> AccuracyRuns | None:
+ENDPOINT_ACCESS = ("--model", "--api-key-env", "--api-key-file")  # what an accuracy run needs of the sweep's
+
+
+def _accuracy_runs(args: argparse.Namespace, plan: SweepPlan) -> tuple[AccuracyRuns | None, Path | None]:
     """``--accuracy BENCH:FILE``: its dataset read now (a bad file is a usage error before any point), run
-    after the plan's mandatory points (every point without a plan)."""
+    after the plan's mandatory points (every point without a plan); with ``--engine-reference`` also the
+    embedded engine's reference-answer file, written into the sweep folder."""
     from loadtest.accuracy.benchmarks import benchmark
     from loadtest.accuracy.datasets import load_dataset
+    from loadtest.accuracy.run import reference_answers
 
     spec = getattr(args, "accuracy", None)
+    reference = getattr(args, "engine_reference", False)
     if not spec:
-        if getattr(args, "engine_reference", False):
+        if reference:
             raise UsageError("--engine-reference answers an accuracy dataset: give --accuracy BENCH:FILE too")
-        return None
+        return None, None
+    if reference and args.host:
+        raise UsageError("--engine-reference is for the embedded engine; leave out --host")
     name, sep, file = spec.partition(":")
     if not sep or not name or not file:
         raise UsageError(f"--accuracy {spec!r}: give BENCH:FILE, e.g. llama3.1-8b:cnn_eval.json")
-    load_dataset(benchmark(name).dataset_kind, Path(file))
+    dataset = load_dataset(benchmark(name).dataset_kind, Path(file))
     at = plan.submission_plan and frozenset(p.concurrency for p in plan.submission_plan.points if p.mandatory)
-    extra = [
-        f
-        for flag, value in (
-            ("--model", args.model),
-            ("--api-key-env", args.api_key_env),
-            ("--api-key-file", args.api_key_file),
-        )
-        if value
-        for f in (flag, value)
-    ]
-    return AccuracyRuns(f"{name}:{Path(file).resolve()}", at or None, tuple(extra))
+    extra: list[str] = []
+    for flag in ENDPOINT_ACCESS:
+        value = getattr(args, flag[2:].replace("-", "_"))
+        if value:
+            extra += [flag, value]
+    runs = AccuracyRuns(f"{name}:{Path(file).resolve()}", at or None, tuple(extra))
+    if not reference:
+        return runs, None
+    plan.out.mkdir(parents=True, exist_ok=True)
+    return runs, reference_answers(dataset, plan.out / "reference_answers.jsonl")
 
 
-def _open_endpoint(stack: contextlib.ExitStack, args: argparse.Namespace, plan: SweepPlan) -> SweepEndpoint:
-    """``--host`` after its model check, else the embedded engine (stopped when ``stack`` closes; with
-    ``--engine-reference`` answering the accuracy dataset's prompts with their references)."""
+def _open_endpoint(
+    stack: contextlib.ExitStack, args: argparse.Namespace, plan: SweepPlan, references: Path | None
+) -> SweepEndpoint:
+    """``--host`` after its model check, else the embedded engine (stopped when ``stack`` closes;
+    answering from ``references`` when given: ``--engine-reference``)."""
     if args.host:
-        if getattr(args, "engine_reference", False):
-            raise UsageError("--engine-reference is for the embedded engine; leave out --host")
         return _open_host(args, plan.profile)
     overrides = engine_overrides(args)
-    if getattr(args, "engine_reference", False):
-        from loadtest.accuracy.benchmarks import benchmark
-        from loadtest.accuracy.datasets import load_dataset
-        from loadtest.accuracy.run import reference_answers
-
-        name, _, file = args.accuracy.partition(":")
-        refs = reference_answers(
-            load_dataset(benchmark(name).dataset_kind, Path(file)), plan.out / "reference_answers.jsonl"
-        )
-        overrides = dataclasses.replace(overrides, reference_answers=str(refs))
+    if references is not None:
+        overrides = dataclasses.replace(overrides, reference_answers=str(references))
     started = start_embedded(stack, overrides, plan.profile, plan.seed, plan.out / "engine.log")
     return msgspec.convert(started, SweepEndpoint)  # url, embedded, engine: the schema checks them
 
@@ -485,7 +484,7 @@ def run_sweep(args: argparse.Namespace) -> int:
         return print_plan(args)
     try:
         plan = _plan(args)
-        accuracy = _accuracy_runs(args, plan)
+        accuracy, references = _accuracy_runs(args, plan)
     except LoadtestError as e:
         return fail(e)
     if plan.submission_plan is not None:
@@ -503,7 +502,7 @@ def run_sweep(args: argparse.Namespace) -> int:
     try:
         with contextlib.ExitStack() as stack:
             try:
-                endpoint = _open_endpoint(stack, args, plan)
+                endpoint = _open_endpoint(stack, args, plan, references)
             except LoadtestError as e:
                 return fail(e)
             runner.run_args = [*plan.run_args, "--host", endpoint.url]

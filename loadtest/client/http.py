@@ -178,6 +178,10 @@ class ConnectTiming:
     tunnel_ns: int = 0
     tls_ns: int = 0
 
+    def micros(self) -> list[int]:
+        """The phases in µs, in the record line's ``new_connection`` order."""
+        return [self.dns_ns // 1000, self.connect_ns // 1000, self.tunnel_ns // 1000, self.tls_ns // 1000]
+
 
 def _open(host: str, port: int, timeout: float) -> tuple[gsocket.socket, int, int]:
     """A TCP connection to ``host:port`` as ``socket.create_connection`` makes it (each resolved address

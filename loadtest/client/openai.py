@@ -162,13 +162,7 @@ class OpenAIClient:
         rec.sent_ns = sent[0]
         rec.headers_ns = resp.headers_ns
         if resp.opened is not None:
-            o = resp.opened
-            rec.new_connection = [
-                o.dns_ns // 1000,
-                o.connect_ns // 1000,
-                o.tunnel_ns // 1000,
-                o.tls_ns // 1000,
-            ]
+            rec.new_connection = resp.opened.micros()
         rec.http_status = resp.status
         try:
             self._classify(rec, req, resp)

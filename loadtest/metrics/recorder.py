@@ -132,7 +132,7 @@ class Track:
             values.append(("schedule_lag", (rec.sent_ns - rec.scheduled_ns) // 1000))
         inc: dict[str, int] = {}
         merged = 0  # token gaps left out of ITL (merged_gap_mask)
-        inc_delivery = 0  # 1: a stream judged for merged delivery, 2: one delivered merged
+        judged_delivery = merged_stream = False  # how the stream was delivered (metrics/delivery.py)
         n_out, n_in = rec.output_tokens, rec.input_tokens
         if ok:
             e2e = (rec.done_ns - rec.scheduled_ns) // 1000
@@ -156,8 +156,8 @@ class Track:
                         gaps = gaps[~mask]
                     self._itl_pending.append(gaps)
                     self._pending_n += gaps.size
-                    if times.size >= MIN_EVENTS:  # how the stream was delivered (metrics/delivery.py)
-                        inc_delivery = 1 + bool(merged and merged_delivery(times))
+                    judged_delivery = times.size >= MIN_EVENTS
+                    merged_stream = judged_delivery and bool(merged) and bool(merged_delivery(times))
             # output_tokens / input_tokens: the counted tokens every figure uses; client_*: the client
             # tokenizer's own counts, kept as the cross-check (docs/metrics.md).
             inc = {
@@ -169,10 +169,10 @@ class Track:
             }
             if merged:
                 inc["itl_merged_gaps"] = merged
-            if inc_delivery:
+            if judged_delivery:
                 inc["delivery_streams"] = 1
-                if inc_delivery == 2:
-                    inc["delivery_merged_streams"] = 1
+            if merged_stream:
+                inc["delivery_merged_streams"] = 1
             if rec.completion_tokens_server is not None:
                 inc["usage_reports"] = 1
                 inc["usage_output_tokens"] = rec.completion_tokens_server

@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from loadtest.contracts.record_line import RecordLine
+from loadtest.metrics.hdr import loadgen_index
 from loadtest.run.providers import Contribution, Provider
 
 PHASES = ("dns", "connect", "tunnel", "tls")  # the order of a record line's ``new_connection``
@@ -19,11 +20,9 @@ def _figures(values: array) -> dict[str, float | None]:
     s = sorted(values)
     if not s:
         return {"p50": None, "p99": None, "max": None}
-
-    def at(p: float) -> float:
-        return round(s[min(len(s) - 1, int(p * len(s)))] / 1000, 3)
-
-    return {"p50": at(0.50), "p99": at(0.99), "max": at(1.0)}
+    return {
+        k: round(s[loadgen_index(len(s), p)] / 1000, 3) for k, p in (("p50", 50), ("p99", 99), ("max", 100))
+    }
 
 
 class ConnectionsProvider(Provider):
