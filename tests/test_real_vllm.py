@@ -61,13 +61,22 @@ def test_every_request_counts_like_the_server(vllm: ServedVllm, tmp_path: Path) 
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     ok = [r for r in records if r["outcome"] == "ok"]
     assert len(ok) >= 8 and len(ok) == len(records)
+    one_token_chunks = 0
     for r in ok:
         assert r["prompt_tokens"] == r["usage_prompt_tokens"], r["id"]
         assert r["output_tokens"] == r["usage_completion_tokens"] == r["requested_output_tokens"], r["id"]
         # the MLPerf Endpoints counts (plain text, as its reference client counts it): the whole answer,
-        # and what followed its first chunk (vLLM streams one token a chunk)
-        assert r["endpoints_output_tokens"] == r["usage_completion_tokens"], r["id"]
-        assert r["endpoints_tpot_tokens"] == r["usage_completion_tokens"] - 1 == len(r["chunk_chars"]) - 1
+        # and what followed its first chunk. vLLM streams one token a chunk, except where it holds a token
+        # back (an incomplete UTF-8 character from a random model) and sends it with the next one.
+        usage = r["usage_completion_tokens"]
+        assert r["endpoints_output_tokens"] == usage, r["id"]
+        merged = usage - len(r["chunk_chars"])
+        assert merged >= 0, r["id"]
+        assert usage - 1 - merged <= r["endpoints_tpot_tokens"] <= usage - 1, r["id"]
+        if merged == 0:
+            one_token_chunks += 1
+            assert r["endpoints_tpot_tokens"] == usage - 1, r["id"]
+    assert one_token_chunks >= len(ok) // 2
     assert "tiny-llama" in run["config"]["tokenizer"]  # the model's folder, not the profile's llama3
     assert run["endpoint"]["server"]["engine"] == "vllm"  # what `loadtest serve` started, recorded
     tel = run["telemetry"]
