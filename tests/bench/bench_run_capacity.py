@@ -17,10 +17,12 @@ compared at the same CPU share, as load generators are run. Every figure is prin
 ``name: value unit``; the ratios are what to compare across machines. The ``open`` part runs the whole
 `loadtest run` open loop (Poisson arrivals, 500 req/s, 50-token batched answers) and prints the arrival
 rate the schedule asked for and the rate the requests were sent at in the window, and the schedule lag.
+The ``short`` part is the batched one with 2-token answers at 32 streams: requests per CPU-second and
+microseconds a request, where the per-request cost is the whole cost.
 
     .venv/bin/python tests/bench/bench_run_capacity.py [--duration 10] [--warmup 3] [--rounds 3] [--concurrency 16] \
         [--paced-concurrency 400] [--paced-run-concurrency 800] [--open-rate 500] [--framing chunked|coalesced|content-length] \
-        [--only batched|paced|open] [--mlperf-endpoints PATH [--mlperf-root DIR] [--mlperf-tokenizer PATH]]
+        [--only batched|short|paced|open] [--short-concurrency 32] [--mlperf-endpoints PATH [--mlperf-root DIR] [--mlperf-tokenizer PATH]]
 
 With ``--mlperf-endpoints`` each round also measures the MLPerf Endpoints client (tests/bench/mlperf_peer.py):
 its whole benchmark command and its HTTP client alone.
@@ -47,6 +49,7 @@ ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
 CLIENT_CPU = "0"
 PACED_TTFT_MS, PACED_ITL_MS, PACED_TOKENS = 100.0, 20.0, 49
+SHORT_TOKENS = 2  # the short part: 2-token answers, where the per-request cost is all there is
 PEERS = ("gevent", "mlperf_benchmark", "mlperf_client")  # each round's baselines, in the order they run
 OPEN_TOKENS = 50  # tokens per response of the open-loop part (its subject is the per-request cost)
 
@@ -326,7 +329,8 @@ def part(
     baseline with ``streams[1]``, each against a fresh server. The machine's speed drifts between
     minutes, so the figures are the medians of the rounds and the ratio the median of each round's own
     ratio (its spread printed too)."""
-    extra = ["--framing", framing] if mode == "batched" else ["--tokens", str(PACED_TOKENS)]
+    extra = ["--framing", framing] if mode == "batched" else []
+    extra += ["--tokens", str(tokens)]
     ramp = PACED_TTFT_MS / 1e3 + PACED_TOKENS * PACED_ITL_MS / 1e3 if mode == "paced" else 0.0
     run_streams, base_streams = streams
     rounds: list[dict[str, float]] = []
@@ -398,6 +402,11 @@ def part(
         line(f"{name}_run_vs_{label}", med(f"{label}_vs"), "x", "{:.2f}")
         spread = [r[f"{label}_vs"] for r in rounds]
         line(f"{name}_run_vs_{label}_range", f"{min(spread):.2f}-{max(spread):.2f}", "x")
+    if mode == "batched":  # per request: what short answers, tool-call turns and high-rate runs cost
+        for label in ("run", "gevent"):
+            per_s = med(f"{label}_rate") / tokens
+            line(f"{name}_{label}_requests_per_cpu_s", per_s, "requests/s", "{:.0f}")
+            line(f"{name}_{label}_us_per_request", 1e6 / per_s, "us", "{:.1f}")
     if mode == "paced":
         line(f"{name}_run_ttft_p99_added", med("ttft_added"), "ms", "{:.2f}")
         line(f"{name}_gevent_ttft_p99_added", med("base_ttft_added"), "ms", "{:.2f}")
@@ -442,7 +451,10 @@ def main() -> None:
     ap.add_argument(
         "--open-rate", type=float, default=500.0, help="arrivals per second of the open-loop part"
     )
-    ap.add_argument("--only", choices=("batched", "paced", "open"))
+    ap.add_argument(
+        "--short-concurrency", type=int, default=32, help="streams of the short part (2-token answers)"
+    )
+    ap.add_argument("--only", choices=("batched", "short", "paced", "open"))
     ap.add_argument(
         "--mlperf-endpoints",
         metavar="PATH",
@@ -467,6 +479,9 @@ def main() -> None:
             args,
             250,
         )
+    if args.only in (None, "short"):
+        streams = (args.short_concurrency, args.short_concurrency)
+        part("short", "batched", args.framing, streams, args, SHORT_TOKENS)
     if args.only in (None, "paced"):
         streams = (args.paced_run_concurrency, args.paced_concurrency)
         part("paced", "paced", "chunked", streams, args, PACED_TOKENS)

@@ -2,6 +2,7 @@
 tests/bench/sse_server.py, printed as the top frames by own time and by total time.
 
     .venv/bin/python tests/bench/profile_run.py [batched|paced] [--framing chunked] [--seconds 10] [--top 25]
+        [--tokens N] [--concurrency N]
 
 py-spy (PyPI, in the project's ``bench`` extra) samples the process from outside at 250 Hz
 (``--nonblocking``: the run is never paused). Each line is ``own% total% function (file:line)`` over
@@ -26,9 +27,9 @@ ROOT = Path(__file__).resolve().parents[2]
 CLIENT_CPU = "0"
 
 
-def _profile(mode: str) -> dict[str, object]:
-    tokens = 250 if mode == "batched" else 49
-    streams = 16 if mode == "batched" else 800  # paced: about half a core, as bench_run_capacity
+def _profile(mode: str, tokens: int, streams: int | None) -> dict[str, object]:
+    if streams is None:
+        streams = 16 if mode == "batched" else 800  # paced: about half a core, as bench_run_capacity
     return {
         "name": "profile",
         "input_tokens": {"dist": "fixed", "value": 12},
@@ -85,12 +86,15 @@ def main() -> None:
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--raw", type=Path, help="also keep py-spy's raw stacks in this file")
     ap.add_argument("--native", action="store_true", help="with the C frames (py-spy --native)")
+    ap.add_argument("--tokens", type=int, help="content events per answer (batched 250, paced 49)")
+    ap.add_argument("--concurrency", type=int, help="streams (batched 16, paced 800)")
     args = ap.parse_args()
     spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
-    extra = ["--framing", args.framing] if args.mode == "batched" else ["--tokens", "49"]
+    tokens = args.tokens or (250 if args.mode == "batched" else 49)
+    extra = ["--tokens", str(tokens)] + (["--framing", args.framing] if args.mode == "batched" else [])
     with tempfile.TemporaryDirectory(prefix="profile-run-") as d, ServerProcess(args.mode, *extra) as srv:
         prof = Path(d) / "p.yaml"
-        prof.write_text(json.dumps(_profile(args.mode)))
+        prof.write_text(json.dumps(_profile(args.mode, tokens, args.concurrency)))
         cmd = ["taskset", "-c", CLIENT_CPU, sys.executable, "-m", "loadtest.cli.main", "run"]
         cmd += [
             "--profile",
