@@ -8,9 +8,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from loadtest.client import sse
 from loadtest.client.adapters import adapter_for
 from loadtest.client.adapters.base import classify_http
 from loadtest.client.http import Response
@@ -263,6 +265,21 @@ def test_chat_streams_of_wrong_shapes_never_raise(body: tuple[list[bytes], list[
     parse_stream(list(chunks), list(times))
     _read("chat", True, SSE, chunks, times)
     _read("completions", True, SSE, chunks, times)
+
+
+@FUZZ
+@given(reads(st.one_of(sse_soup, sse_body(chat_chunk_like))))
+def test_the_short_body_split_reads_every_body_as_the_array_split_does(
+    body: tuple[list[bytes], list[int]],
+) -> None:
+    """Bodies up to SMALL_BODY bytes take plain bytes splits, longer ones numpy's: the same result."""
+    chunks, times = body
+    results = []
+    for small in (0, 1 << 30):
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(sse, "SMALL_BODY", small)
+            results.append(parse_stream(list(chunks), list(times)))
+    assert results[0] == results[1]
 
 
 @FUZZ

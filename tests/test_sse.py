@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
+from loadtest.client import sse
 from loadtest.client.http import is_media_type
 from loadtest.client.sse import parse_stream
 
@@ -192,10 +195,15 @@ def test_a_short_last_line_falls_back_and_is_read() -> None:
     assert r.chunk_ns == [3] and r.answer_text == " a"
 
 
-def test_times_per_read_over_many_reads_of_one_event_each() -> None:
-    events = [chunk(f" t{i}") for i in range(50)]
-    r = parse_stream([*events, DONE], [10 * i for i in range(51)])
-    assert r.chunk_ns == [10 * i for i in range(50)] and r.saw_done
+@pytest.mark.parametrize("small_body", [0, 1 << 30], ids=["array-split", "bytes-split"])
+@pytest.mark.parametrize("n", [2, 50])
+def test_times_per_read_over_many_reads_of_one_event_each(
+    n: int, small_body: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sse, "SMALL_BODY", small_body)  # short bodies and long ones take either split
+    events = [chunk(f" t{i}") for i in range(n)]
+    r = parse_stream([*events, DONE], [10 * i for i in range(n + 1)])
+    assert r.chunk_ns == [10 * i for i in range(n)] and r.saw_done
 
 
 def test_an_empty_data_buffer_is_a_heartbeat_not_an_event() -> None:

@@ -222,11 +222,12 @@ def _general_split(
 
 _DONE_EVENT = b"data: [DONE]\n\n"
 _PREFIX = b"data: "
+SMALL_BODY = 2048  # bytes: a body up to this size is split without numpy (its set-up costs more there)
 _PREFIX_SPAN = np.arange(len(_PREFIX), dtype=np.int64)
 _SPACE = 32  # a prefix is blanked to spaces: same length, so byte offsets do not move
 
 
-def _fast_split(joined: list[bytes]) -> tuple[list[_Chunk], np.ndarray, bool] | None:
+def _fast_split(joined: list[bytes]) -> tuple[list[_Chunk], np.ndarray | list[int], bool] | None:
     """The common shape, in a few C-speed passes: every event one ``data: `` line, LF endings.
 
     ``joined`` holds the whole body as its one item, which this takes (so the caller keeps no copy).
@@ -241,6 +242,8 @@ def _fast_split(joined: list[bytes]) -> tuple[list[_Chunk], np.ndarray, bool] | 
     size = len(buf) - len(_DONE_EVENT) if saw_done else len(buf)
     if size <= 0 or not buf.startswith(_PREFIX):
         return None
+    if size <= SMALL_BODY:
+        return _small_split(buf, size, saw_done)
     newlines = np.flatnonzero(np.frombuffer(buf, dtype=np.uint8, count=size) == 10)
     n_events = len(newlines) // 2
     # Every newline is half of an event terminator: one line per event, nothing unterminated.
@@ -267,6 +270,28 @@ def _fast_split(joined: list[bytes]) -> tuple[list[_Chunk], np.ndarray, bool] | 
     except (msgspec.DecodeError, msgspec.ValidationError):
         return None  # bad JSON: let the general path say which
     if len(decoded) != n_events:
+        return None  # an empty data line (a heartbeat) decodes to nothing: the general path skips it
+    return decoded, ends, saw_done
+
+
+def _small_split(buf: bytes, size: int, saw_done: bool) -> tuple[list[_Chunk], list[int], bool] | None:
+    """_fast_split's shape for a short body (a few events): plain bytes splits, no array set-up, which
+    costs more than such a body's whole parse."""
+    events = buf[:size].split(b"\n\n")
+    if events.pop():  # the body must end with an event's blank line
+        return None
+    ends: list[int] = []
+    end = -1
+    for event in events:
+        if not event.startswith(_PREFIX) or b"\n" in event:
+            return None  # a comment, another field, a multi-line event, CRLF endings
+        end += len(event) + 2
+        ends.append(end)
+    try:
+        decoded = _one_decoder.decode_lines(b"\n".join([e[len(_PREFIX) :] for e in events]))
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    if len(decoded) != len(events):
         return None  # an empty data line (a heartbeat) decodes to nothing: the general path skips it
     return decoded, ends, saw_done
 
