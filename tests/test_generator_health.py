@@ -1,5 +1,5 @@
-"""The generator's own health with several processes on one host: its processes' CPU is added up per core
-they may use, so workers that share a core are judged together."""
+"""The generator's own health: with several processes on one host their CPU is added up per core they may
+use, so workers that share a core are judged together; a closed loop's streams held are measured."""
 
 from __future__ import annotations
 
@@ -33,3 +33,33 @@ def test_workers_sharing_one_core_are_judged_together(tmp_path: Path) -> None:
     assert check["value"] == max(host, one), (check, gen)
     if host > one:
         assert "each core its processes on this host share" in check["detail"]
+
+
+def test_the_streams_a_closed_loop_held_are_measured_and_judged(tmp_path: Path) -> None:
+    """run.json generator_health.mean_in_flight is the time-averaged count of requests in flight over
+    the steady state, recomputed here from the record log; 16 streams against the engine are held."""
+    prof = write_profile(
+        tmp_path / "p.yaml", load={"concurrency": 16}, output_tokens={"dist": "fixed", "value": 48}
+    )
+    out = tmp_path / "out"
+    argv = [sys.executable, "-m", "loadtest.cli.main", "run", "--profile", str(prof), "--duration", "8"]
+    argv += ["--generator-health", "warn", "--out", str(out)]
+    res = subprocess.run(argv, capture_output=True, text=True, timeout=240, cwd=ROOT)
+    assert (out / "run.json").exists(), res.stderr[-3000:]
+    doc = json.loads((out / "run.json").read_text())
+    health = doc["generator_health"]
+    lines = [json.loads(x) for x in (out / "records.jsonl").read_text().splitlines()]
+    t0 = min(r["t"] for r in lines)
+    start, end = t0 + health["startup_s"], max(r["t"] for r in lines)
+    busy = 0.0
+    for r in lines:
+        if r.get("sent_us") is None:
+            continue
+        sent = r["t"] + r["sent_us"] / 1e6
+        done = max(sent, r["t"] + (r.get("e2e_us") or 0) / 1e6)
+        busy += max(0.0, min(done, end) - max(sent, start))
+    assert abs(health["mean_in_flight"] - busy / (end - start)) <= 0.1, health
+    assert health["in_flight_ok_share"] == 1.0
+    assert 0.9 * 16 <= health["mean_in_flight"] <= 16, health
+    check = next(c for c in doc["verdict"]["checks"] if c["name"] == "streams_held")
+    assert check["passed"] and check["value"] == health["mean_in_flight"], check

@@ -479,6 +479,20 @@ def test_generator_overloaded() -> None:
     assert v.status == "invalid" and OVERLOADED in v.reasons[0] and "95" in v.reasons[0]
 
 
+def test_a_closed_loop_that_did_not_hold_its_streams_is_the_generators_fault() -> None:
+    """13,368 streams asked, 11,184 held on average: a lighter load than the one named, invalid; the
+    same run holding 12,500 (94 %) passes; without the figures there is no such check."""
+    metrics, hists = make_run()
+    health = {"schedule_lag_p99_ms": 1.0, "cpu_percent": 50.0, "streams_asked": 13368}
+    short = judge(metrics, hists, SLOS, ValidityRules(), {**health, "mean_in_flight": 11184.0})
+    assert short.status == "invalid" and short.exit_code == 11 and OVERLOADED in short.reasons[0]
+    assert "streams in flight 11,184 of 13,368 asked on average (84% < 90%)" in short.reasons[0]
+    held = judge(metrics, hists, SLOS, ValidityRules(), {**health, "mean_in_flight": 12500.0})
+    assert held.status == "pass"
+    assert any(c.name == "streams_held" and c.passed for c in held.checks)
+    assert not any(c.name == "streams_held" for c in judge(metrics, hists, SLOS, ValidityRules(), {}).checks)
+
+
 def test_generator_health_warn_reports_the_overload_but_never_blocks() -> None:
     """judging.generator_health: warn — the same overloaded run that fail calls invalid (exit 11) passes,
     with both health checks listed as failed, non-blocking checks and a warning among the reasons."""

@@ -349,6 +349,8 @@ class GeneratorHealth(_Section):
     requests: int
     schedule_lag_p99_ms: float | None
     whole_run_schedule_lag_p99_ms: float | None
+    mean_in_flight: float | None = None  # over a steady span of MIN_IN_FLIGHT_SPAN_S or more
+    in_flight_ok_share: float | None = None
 
 
 class GoodputRule(_Section):

@@ -23,6 +23,7 @@ from loadtest.metrics.slo import AnySlo, RequestSlo
 
 _NOT_CANCELLED, _GOOD, _OK_DONE = 1, 2, 4  # flag bits per request
 _NO_SEND = -1  # schedule lag column: the request was never sent
+MIN_IN_FLIGHT_SPAN_S = 2.0  # the steady span the streams held are averaged over, at least
 
 
 class LineAggregator:
@@ -191,6 +192,30 @@ class JudgingScan:
             "requests": len(used),
             "schedule_lag_p99_ms": p99(used),
             "whole_run_schedule_lag_p99_ms": p99(every),
+            **self._in_flight(t0 + startup_s),
+        }
+
+    def _in_flight(self, start: float) -> dict[str, Any]:
+        """Requests in flight, time-averaged from ``start`` to the last scheduled request (``mean_in_flight``;
+        the streams a closed loop actually held), and the share of the requests sent in that span that
+        ended ok (``in_flight_ok_share``: fast failures back a stream off, which is the endpoint's doing).
+        Empty when that span is shorter than MIN_IN_FLIGHT_SPAN_S."""
+        end = max(self._t, default=start)
+        if end - start < MIN_IN_FLIGHT_SPAN_S:
+            return {}
+        busy = 0.0
+        sent_n = ok_n = 0
+        for t, lag, done, flags in zip(self._t, self._lag, self._done, self._flags, strict=True):
+            if lag == _NO_SEND:
+                continue
+            sent = t + lag / 1e6
+            busy += max(0.0, min(max(done, sent), end) - max(sent, start))
+            if start <= sent < end:
+                sent_n += 1
+                ok_n += bool(flags & _OK_DONE)
+        return {
+            "mean_in_flight": round(busy / (end - start), 1),
+            "in_flight_ok_share": round(ok_n / sent_n, 4) if sent_n else None,
         }
 
     # ---- goodput ------------------------------------------------------------------------------

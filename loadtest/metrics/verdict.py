@@ -23,7 +23,7 @@ Status = Literal["pass", "slo_missed", "invalid", "error_rate", "quality_failed"
 GeneratorHealth = Literal["fail", "warn"]
 # The checks of the load generator's own health (run.json providers add other, non-blocking "health"
 # checks: a failing replica, loadtest/run/providers.py).
-GENERATOR_HEALTH_CHECKS = ("schedule_lag_p99", "generator_cpu")
+GENERATOR_HEALTH_CHECKS = ("schedule_lag_p99", "generator_cpu", "streams_held")
 
 # Process exit codes. 1 ("could not run": crash, endpoint unreachable before the run) and
 # 2 ("bad input": usage, profile or SLO errors) belong to the CLI and are never a verdict.
@@ -63,6 +63,9 @@ class ValidityRules:
     min_queries: int = 0
     max_schedule_lag_p99_ms: float = 50.0
     max_cpu_percent: float = 90.0
+    # A closed loop of one-request units must hold this share of its streams in flight on average
+    # (a generator that cannot keep them open measures a lighter load than asked).
+    min_streams_held: float = 0.9
     max_token_mismatch: float = 0.01
     confidence: float = es.DEFAULT_CONFIDENCE
     generator_health: GeneratorHealth = "fail"  # "warn": the health checks are non-blocking
@@ -256,6 +259,22 @@ def _health_checks(
                 "health",
                 float(cpu),
                 rules.max_cpu_percent,
+                blocking=blocking,
+                fix=HEALTH_FIX,
+            )
+        )
+    asked, held = health.get("streams_asked"), health.get("mean_in_flight")
+    if asked and held is not None:
+        ok = held >= rules.min_streams_held * asked
+        out.append(
+            Check(
+                "streams_held",
+                ok,
+                f"streams in flight {held:,.0f} of {asked:,} asked on average "
+                f"({held / asked:.0%} {'≥' if ok else '<'} {rules.min_streams_held:.0%}) over the steady state",
+                "health",
+                float(held),
+                rules.min_streams_held * asked,
                 blocking=blocking,
                 fix=HEALTH_FIX,
             )

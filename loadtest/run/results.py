@@ -226,6 +226,10 @@ def finalize(run: FinishedRun) -> Finalized:
         # process, or of a master's local processes together per core when that is higher
         "cpu_percent": doc["metrics"]["generator"]["cpu_p90_percent"],
     }
+    asked = streams_asked(profile)
+    ok_share = judged.health.get("in_flight_ok_share")
+    if asked is not None and ok_share is not None and ok_share >= STREAMS_OK_SHARE:
+        health["streams_asked"], health["mean_in_flight"] = asked, judged.health["mean_in_flight"]
     host_cpu = doc["metrics"]["generator"].get("host_cpu_p90_percent")
     if host_cpu is not None and host_cpu > (health["cpu_percent"] or 0):
         health["cpu_percent"], health["cpu_basis"] = host_cpu, "host"
@@ -429,6 +433,20 @@ def endpoint_section(settings: RunSettings, facts: EndpointFacts) -> dict[str, A
         endpoint["server"] = facts.server  # engine, version and flags of a server `loadtest serve` started
     endpoint.update(endpoint_extras(settings, facts.engine_info))  # replicas, hardware, price
     return endpoint
+
+
+STREAMS_OK_SHARE = 0.99  # the streams-held check needs an endpoint that answers (failures back streams off)
+
+
+def streams_asked(profile: Profile) -> int | None:
+    """The streams a closed loop must hold all the time: its concurrency, when every unit is one request
+    (sessions and agents think between calls, so their streams are idle by design); None otherwise."""
+    load = profile.load
+    if load.concurrency is None:
+        return None
+    if any(sc.kind not in ("chat", "trace") or sc.dataset is not None for sc in profile.scenarios):
+        return None
+    return load.concurrency
 
 
 def run_config(settings: RunSettings, profile: Profile, workload: Workload) -> dict[str, Any]:
