@@ -65,4 +65,9 @@ def read_agent_trace(
         raise TraceFormatError(
             path, None, f"unknown agent-trace format {name!r}: one of auto, {', '.join(AGENT_FORMATS)}"
         )
-    return AGENT_FORMATS[name].read(path, count)
+    try:
+        return AGENT_FORMATS[name].read(path, count)
+    except UnicodeDecodeError as e:
+        raise TraceFormatError(
+            path, None, f"not UTF-8 text ({e.reason} at byte {e.start}): give a text file"
+        ) from None

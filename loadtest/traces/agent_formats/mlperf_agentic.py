@@ -20,7 +20,7 @@ from typing import Any
 
 from loadtest.traces._io import json_lines
 from loadtest.traces.agent_formats.common import BLOCK_TOKENS, CountTokens
-from loadtest.traces.agent_graph import AgentCall, Conversation, RecordedChat, chain_hash_ids, parent_steps
+from loadtest.traces.agent_graph import AgentCall, Conversation, RecordedChat, chain_hash_ids
 from loadtest.traces.errors import TraceFormatError
 
 _NEXT = {
@@ -81,7 +81,7 @@ def _conversation(
                 lineno,
                 f"field 'turn': {turn!r} in conversation {cid!r}, expected {expect} (turns count 1, 2, ...)",
             )
-        if role not in _NEXT[state]:
+        if not isinstance(role, str) or role not in _NEXT[state]:
             raise TraceFormatError(
                 path,
                 lineno,
@@ -132,7 +132,7 @@ def _conversation(
             )
         )
     chained, _ = chain_hash_ids(calls, BLOCK_TOKENS, 1)
-    return Conversation(cid, BLOCK_TOKENS, parent_steps(chained, []), system_tokens=count(system or ""))
+    return Conversation(cid, BLOCK_TOKENS, tuple(chained), system_tokens=count(system or ""))
 
 
 def _messages(path: Path, lineno: int, row: dict[str, Any]) -> list[dict[str, Any]]:
