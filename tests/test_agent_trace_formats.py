@@ -329,13 +329,13 @@ def _mutate(value: Any, rng: random.Random) -> Any:
     return rng.choice(_ODD)
 
 
-@pytest.mark.parametrize("fmt", ["otel", "mlperf_agentic", "auto"])
+@pytest.mark.parametrize("fmt", ["otel", "mlperf_agentic", "cctraces", "auto"])
 def test_fuzzed_recordings_raise_nothing_but_the_format_error(tmp_path: Path, fmt: str) -> None:
     rng = random.Random(f"fuzz:{fmt}")
     errors = 0
     for i in range(400):
         path = tmp_path / f"m{i}.json"
-        src = (OTEL if (fmt == "otel" or (fmt == "auto" and i % 2)) else MLPERF).read_text()
+        src = (SAMPLES[fmt] if fmt in SAMPLES else list(SAMPLES.values())[i % 3]).read_text()
         if rng.random() < 0.25:  # a text edit: a slice dropped or a stray character
             a = rng.randrange(len(src))
             src = src[:a] + rng.choice(["", "{", "]", ",", '"', "\n", "é"]) + src[a + rng.randrange(1, 40) :]
@@ -433,6 +433,13 @@ def test_the_otel_sample_replays_every_recorded_call_with_its_fan_out(tmp_path: 
     after = convs[0].parent_calls[2]
     assert isinstance(after, AgentCall)
     assert truth["ag-0.2"]["arrival_ns"] - max(a1, b1) >= 0.9 * after.delay_before_s / 4.0 * 1e9
+    # The engine's prefix cache served what the recording's synthetic prefix chain says it can.
+    measured = sum(t["cached_tokens"] for t in truth.values()) / sum(
+        t["prompt_tokens"] for t in truth.values()
+    )
+    ceiling = prefix_ceiling(convs).hit_rate
+    print(f"prefix-cache hit rate {measured:.4f}, the recording's ceiling {ceiling:.4f}")
+    assert abs(measured - ceiling) <= 0.05, (measured, ceiling)
 
 
 def test_the_mlperf_sample_sends_the_recorded_conversation_salted(tmp_path: Path) -> None:
