@@ -362,13 +362,13 @@ def test_fuzzed_recordings_raise_nothing_but_the_format_error(tmp_path: Path, fm
 # ---- replays against the embedded engine ----
 
 
-def _profile(path: Path, trace: Path, **spec: Any) -> Path:
+def _profile(path: Path, trace: Path, duration_s: float = 8, **spec: Any) -> Path:
     path.write_text(
         json.dumps(
             {
                 "name": "agentfmt",
                 "api": "chat",
-                "duration_s": 8,
+                "duration_s": duration_s,
                 "load": {"concurrency": 2},
                 "judging": {"generator_health": "warn"},
                 "scenarios": [
@@ -380,7 +380,7 @@ def _profile(path: Path, trace: Path, **spec: Any) -> Path:
     return path
 
 
-def _replay(tmp: Path, trace: Path, **spec: Any) -> dict[str, Any]:
+def _replay(tmp: Path, trace: Path, units: tuple[str, ...] = ("ag-0", "ag-1"), **spec: Any) -> dict[str, Any]:
     prof = _profile(tmp / "p.yaml", trace, **spec)
     out = tmp / "run"
     with SimProcess(gpu="H200", speedup=20, extra_args=["--kv-blocks", "400000"]) as sim:
@@ -390,12 +390,13 @@ def _replay(tmp: Path, trace: Path, **spec: Any) -> dict[str, Any]:
             log = {h["headers"].get("x-request-id"): h for h in json.load(r)}
     assert res.returncode in (0, 10), res.stderr[-3000:]
     every = read_lines(sorted(out.glob("records*.jsonl")))
-    records = [r for r in every if r["id"].split(".")[0] in ("ag-0", "ag-1")]
+    records = [r for r in every if r["id"].split(".")[0] in units]
     by_wire = {t["request_id"]: t for t in truth}
     return {
         "records": records,
         "truth": {r["id"]: by_wire[r["wire_id"]] for r in records},
         "log": {r["id"]: log.get(r["wire_id"]) for r in records},
+        "every": every,
     }
 
 
@@ -489,3 +490,15 @@ def test_the_shipped_mlperf_agentic_profiles_build_their_recorded_turns() -> Non
             "[salt: "
         )
         assert body["messages"][1]["content"].startswith("The test tests/test_calc.py")
+
+
+def test_trajectories_end_the_run_after_that_many_conversations_each_pass_salted_anew(tmp_path: Path) -> None:
+    """``trajectories: 3`` over a recording of two: units 0, 1 and 2 (conversation 0's second pass) are
+    issued and no other, well before the 120 s duration; once the last is issued the run stops starting
+    calls (the --max-requests rule), so a conversation in flight then may end early."""
+    units = ("ag-0", "ag-1", "ag-2")
+    got = _replay(tmp_path, MLPERF, units, duration_s=120, trajectories=3, tool_delays=False)
+    assert {r["session"] for r in got["every"]} == set(units)
+    assert all(r["outcome"] == "ok" for r in got["every"])
+    a, b = (got["log"][f"{u}.0"]["messages"] for u in ("ag-0", "ag-2"))
+    assert a[1:] == b[1:] and a[0] != b[0]  # the same recorded text, the system prompt salted anew

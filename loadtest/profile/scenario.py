@@ -69,6 +69,8 @@ class AgentTraceSpec(Strict):
     salt: bool = True
     # every call's max_tokens (the reference's max_new_tokens); unset: each call's recorded output length
     max_tokens: int | None = Field(default=None, ge=1, le=MAX_TOKENS)
+    # issue this many conversations (units; past the recording's count they repeat, salted anew), then end
+    trajectories: int | None = Field(default=None, ge=1)
 
 
 class AgentSpec(Strict):

@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 
 from loadtest.client.openai import PreparedRequest
 from loadtest.client.record import RequestRecord
-from loadtest.profile.scenario import AgentTraceSpec
+from loadtest.profile.scenario import AgentTraceSpec, Scenario
 from loadtest.tokens.tokenizer import Tokenizer, get_tokenizer
 from loadtest.traces.agent_formats import read_agent_trace
 from loadtest.traces.agent_graph import AgentCall, Conversation, FanOut, RecordedChat
@@ -170,3 +170,21 @@ def salted(chat: RecordedChat, conversation: str, repeat: int) -> RecordedChat:
             messages[i] = {**m, "content": f"[salt: {first}]\n\n{m['content']}\n\n[salt: {last}]"}
             return RecordedChat(tuple(messages), chat.tools)
     return chat
+
+
+def trajectory_units(scenarios: list[Scenario]) -> int | None:
+    """Units a run issues when its agent_trace scenario gives ``trajectories`` (None when none does);
+    ValueError when the profile has other scenarios too (their share would decide the count)."""
+    given = [
+        (i, s) for i, s in enumerate(scenarios) if s.agent_trace is not None and s.agent_trace.trajectories
+    ]
+    if not given:
+        return None
+    i, sc = given[0]
+    if len(scenarios) > 1:
+        raise ValueError(
+            f"scenarios[{i}].agent_trace.trajectories: a trajectory count needs a profile with one scenario; "
+            "remove trajectories or the other scenarios"
+        )
+    assert sc.agent_trace is not None
+    return sc.agent_trace.trajectories

@@ -17,7 +17,7 @@ from loadtest.schedule.arrivals import arrival_offsets, stage_offsets, trace_off
 from loadtest.tokens.tokenizer import Tokenizer, get_tokenizer
 from loadtest.traces import BLOCK_TOKENS, TraceRecord, read_trace, rescale, trace_block_tokens, window
 from loadtest.traces.agent_graph import AgentCall
-from loadtest.workload.agent_replay import AgentTrace, AgentTraceUnit
+from loadtest.workload.agent_replay import AgentTrace, AgentTraceUnit, trajectory_units
 from loadtest.workload.api_requests import build_request
 from loadtest.workload.dataset import (
     Dataset,
@@ -171,9 +171,10 @@ class Workload:
             for i, s in enumerate(self.scenarios)
             if s.agent_trace is not None
         }
-        self.pass_units: int | None = pass_units(
-            self.scenarios, self.datasets
-        )  # dataset.passes: units in all
+        # dataset.passes or agent_trace.trajectories: units in all
+        self.pass_units: int | None = pass_units(self.scenarios, self.datasets) or trajectory_units(
+            self.scenarios
+        )
 
     # ---- what to send ----
     def scenario_for(self, index: int) -> Scenario:
