@@ -477,7 +477,7 @@ def test_the_mlperf_sample_sends_the_recorded_conversation_salted(tmp_path: Path
 
 
 def test_the_shipped_mlperf_agentic_profiles_build_their_recorded_turns() -> None:
-    for name, timeout in (("mlperf-kimi-k3-agentic", 86400), ("mlperf-qwen3.6-35b-a3b-agentic", 14400)):
+    for name, timeout in (("agentic-kimi-k3", 86400), ("agentic-qwen3.6-35b-a3b", 14400)):
         profile, _ = load_profile(name)
         assert profile.load.concurrency == 8 and profile.client.total_timeout_s == timeout
         work = Workload(profile, seed=1)
