@@ -502,3 +502,27 @@ def test_trajectories_end_the_run_after_that_many_conversations_each_pass_salted
     assert all(r["outcome"] == "ok" for r in got["every"])
     a, b = (got["log"][f"{u}.0"]["messages"] for u in ("ag-0", "ag-2"))
     assert a[1:] == b[1:] and a[0] != b[0]  # the same recorded text, the system prompt salted anew
+
+
+def test_a_file_read_as_another_format_says_which_it_looks_like(tmp_path: Path) -> None:
+    with pytest.raises(TraceFormatError) as e:
+        read_agent_trace(MLPERF, "otel")
+    assert str(e.value).startswith(f"{MLPERF}:1: ") and "looks like mlperf_agentic" in str(e.value)
+
+
+@pytest.mark.parametrize(
+    ("line", "change", "field"),
+    [(3, {"tool_results": []}, "tool_results"), (1, {"turn": 0}, "'turn'")],
+)
+def test_a_malformed_recording_stops_the_run_with_one_usage_error_line(
+    tmp_path: Path, line: int, change: dict[str, Any], field: str
+) -> None:
+    trace = tmp_path / "rec.jsonl"
+    trace.write_text(_mlperf_line(line, **change))
+    prof = tmp_path / "p.yaml"
+    prof.write_text(json.dumps({"name": "x", "load": {"concurrency": 1}, "scenarios": [
+        {"name": "ag", "kind": "agent_trace", "agent_trace": {"path": "rec.jsonl"}}]}))  # fmt: skip
+    res = run_cli(["run", "--profile", str(prof), "--out", str(tmp_path / "run"), "-d", "1"])
+    assert res.returncode == 2
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and f"{trace}:{line}: " in lines[0] and field in lines[0], res.stderr

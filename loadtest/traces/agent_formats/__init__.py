@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,6 +68,15 @@ def read_agent_trace(
         )
     try:
         return AGENT_FORMATS[name].read(path, count)
+    except TraceFormatError as e:
+        sniffed = name
+        if format != "auto":
+            with contextlib.suppress(TraceFormatError):
+                sniffed = sniff_agent_format(path)
+        if sniffed == name:
+            raise
+        hint = f"the file looks like {sniffed}: set agent_trace.format to it or auto"
+        raise TraceFormatError(path, e.line, f"{e.message} ({hint})") from None
     except UnicodeDecodeError as e:
         raise TraceFormatError(
             path, None, f"not UTF-8 text ({e.reason} at byte {e.start}): give a text file"
