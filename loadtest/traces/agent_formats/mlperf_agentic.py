@@ -66,13 +66,15 @@ def _conversation(
 ) -> Conversation:
     state = "start"
     history: list[dict[str, Any]] = []
-    pending: list[
-        tuple[int, dict[str, Any], tuple[dict[str, Any], ...], tuple[dict[str, Any], ...], float]
-    ] = []
+    history_tokens = 0  # the history's text tokens, counted once a message
+    # each client row: its input tokens, messages, tools and delay
+    pending: list[tuple[int, tuple[dict[str, Any], ...], tuple[dict[str, Any], ...], float]] = []
     answers: list[int] = []  # each client row's recorded answer tokens
+    tool_tokens: dict[str, int] = {}  # tool definitions' tokens by their JSON (rows repeat them)
     system = next((r["system"] for _, r in rows if isinstance(r.get("system"), str) and r["system"]), None)
     if system is not None:
         history.append({"role": "system", "content": system})
+        history_tokens = count(system)
     for expect, (lineno, row) in enumerate(rows, start=1):
         turn, role = row.get("turn"), row.get("role")
         if isinstance(turn, bool) or not isinstance(turn, int) or turn != expect:
@@ -89,9 +91,10 @@ def _conversation(
                 f"(allowed: {sorted(_NEXT[state])})",
             )
         msgs = _messages(path, lineno, row)
+        n_msgs = sum(_tokens(m, count) for m in msgs)
         if role == "assistant":
             if pending and len(answers) < len(pending):
-                answers.append(max(1, _tokens(msgs[0], count)))
+                answers.append(max(1, n_msgs))
         else:
             delay = row.get("delay_seconds", 0.0) or 0.0
             if (
@@ -110,16 +113,20 @@ def _conversation(
                 )
             if len(answers) < len(pending):
                 answers.append(1)  # a client row right after another: nothing recorded to answer it
-            pending.append((lineno, row, tuple(history + msgs), tuple(tools), float(delay)))
+            spec = json.dumps(tools) if tools else ""
+            if spec not in tool_tokens:
+                tool_tokens[spec] = count(spec) if spec else 0
+            n_in = history_tokens + n_msgs + tool_tokens[spec]
+            pending.append((n_in, tuple(history + msgs), tuple(tools), float(delay)))
         history += msgs
+        history_tokens += n_msgs
         state = role
     if len(answers) < len(pending):
         answers.append(1)
     calls: list[AgentCall] = []
     t = 0.0
-    for (_, _, messages, tools, delay), out in zip(pending, answers, strict=True):
+    for (n_in, messages, tools, delay), out in zip(pending, answers, strict=True):
         t += delay
-        n_in = sum(_tokens(m, count) for m in messages) + (count(json.dumps(list(tools))) if tools else 0)
         calls.append(
             AgentCall(
                 start_s=t,
