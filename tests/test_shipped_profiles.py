@@ -42,6 +42,8 @@ SHIPPED = [
     "shared-prefix-chat",
     "vision-chat",
     "sharegpt-chat",
+    "agentic-kimi-k3",
+    "agentic-qwen3.6-35b-a3b",
 ]
 
 # docs/sources.md §1: p99 TTFT / p99 TPOT limits in ms (Server, Interactive) and max output tokens.

@@ -58,11 +58,19 @@ class SessionSpec(Strict):
 
 
 class AgentTraceSpec(Strict):
-    """kind agent_trace: replay the recorded agent sessions of a cc-traces file, one conversation a unit."""
+    """kind agent_trace: replay the recorded agent sessions of a recording, one conversation a unit."""
 
-    path: str = Field(min_length=1)  # a cc-traces JSONL (docs/traces.md), relative to the profile
+    path: str = Field(min_length=1)  # a recording (docs/traces.md), relative to the profile
+    # cctraces, otel (OpenTelemetry GenAI spans), mlperf_agentic (MLPerf Endpoints rows); auto: sniffed
+    format: Literal["auto", "cctraces", "otel", "mlperf_agentic"] = "auto"
     speedup: float = Field(default=1.0, gt=0)  # the recorded tool and think delays divided by this
     tool_delays: bool = True  # false: the next call goes as soon as what it waits for has ended
+    # recorded messages with a system prompt: salt markers before and after it, per conversation and pass
+    salt: bool = True
+    # every call's max_tokens (the reference's max_new_tokens); unset: each call's recorded output length
+    max_tokens: int | None = Field(default=None, ge=1, le=MAX_TOKENS)
+    # issue this many conversations (units; past the recording's count they repeat, salted anew), then end
+    trajectories: int | None = Field(default=None, ge=1)
 
 
 class AgentSpec(Strict):

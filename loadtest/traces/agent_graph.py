@@ -3,7 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedChat:
+    """What a recording says the call sent: its whole message list (history and tool results) and its
+    tool definitions, as OpenAI chat messages."""
+
+    messages: tuple[dict[str, Any], ...]
+    tools: tuple[dict[str, Any], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,6 +33,7 @@ class AgentCall:
     streaming: bool = False
     model: str = ""
     ttft_s: float | None = None
+    recorded: RecordedChat | None = None  # the recorded messages to send instead of hash-block text
 
     @property
     def end_s(self) -> float:
@@ -150,3 +161,63 @@ def prefix_ceiling(conversations: Iterable[Conversation]) -> PrefixCeiling:
             reusable += min(n * conv.block_tokens, call.input_tokens)
             seen.update(call.hash_ids)
     return PrefixCeiling(total, reusable)
+
+
+def chain_hash_ids(
+    branch: Sequence[AgentCall], block_tokens: int, first_id: int
+) -> tuple[list[AgentCall], int]:
+    """Synthetic prefix-chained block ids for a branch of calls that carry none: each call repeats its
+    branch's whole previous context, so call k+1 starts with call k's full blocks (as many as both
+    inputs hold) and continues with new ones; ids are drawn from ``first_id`` on. Returns the calls
+    with their ids and the next free id."""
+    out: list[AgentCall] = []
+    prev: tuple[int, ...] = ()
+    prev_in = 0
+    nxt = first_id
+    for call in branch:
+        shared = prev[: min(prev_in, call.input_tokens) // block_tokens]
+        need = -(-call.input_tokens // block_tokens) - len(shared)
+        ids = shared + tuple(range(nxt, nxt + need))
+        nxt += need
+        out.append(replace(call, hash_ids=ids))
+        prev, prev_in = ids, call.input_tokens
+    return out, nxt
+
+
+def subagent_of(
+    agent_id: str, kind: str, start_s: float, end_s: float, calls: Sequence[AgentCall]
+) -> Subagent:
+    """A subagent from its calls: packed into streams; a stream's first call waited from the subagent's
+    start, each later one for the call before it."""
+    streams = []
+    for stream in pack_streams(calls):
+        ready, out = start_s, []
+        for c in stream:
+            out.append(replace(c, delay_before_s=max(0.0, c.start_s - ready)))
+            ready = c.end_s
+        streams.append(tuple(out))
+    last = max((c.end_s for s in streams for c in s), default=start_s)
+    return Subagent(agent_id, kind, start_s, max(end_s, last, start_s), tuple(streams))
+
+
+def parent_steps(calls: Sequence[AgentCall], subagents: Sequence[Subagent]) -> tuple[Step, ...]:
+    """The parent's steps in recorded order: its calls, each waiting from the end of the step before it,
+    and its fan-outs (subagents spawned with no parent call between them, joined before the next call)."""
+    items: list[AgentCall | Subagent] = sorted([*calls, *subagents], key=lambda x: x.start_s)
+    steps: list[Step] = []
+    pending: list[Subagent] = []
+    ready = 0.0
+    for item in items:
+        if isinstance(item, Subagent):
+            pending.append(item)
+            continue
+        if pending:
+            fan = FanOut(tuple(pending))
+            steps.append(fan)
+            ready, pending = max(ready, fan.end_s), []
+        call = replace(item, delay_before_s=max(0.0, item.start_s - ready))
+        steps.append(call)
+        ready = call.end_s
+    if pending:
+        steps.append(FanOut(tuple(pending)))
+    return tuple(steps)

@@ -17,14 +17,13 @@ prefix-chained blocks of ``block_size`` tokens, ``api_time`` (s) how long the ca
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
 import msgspec
 
 from loadtest.traces._io import finish, open_text
-from loadtest.traces.agent_graph import AgentCall, Conversation, FanOut, Step, Subagent, pack_streams
+from loadtest.traces.agent_graph import AgentCall, Conversation, Subagent, parent_steps, subagent_of
 from loadtest.traces.errors import TraceFormatError
 from loadtest.traces.record import TraceRecord
 
@@ -155,19 +154,10 @@ def _call(c: _Call, start_s: float, ready_s: float) -> AgentCall:
 
 
 def _subagent(entry: _Subagent) -> Subagent:
-    """A subagent's calls (``t`` below the subagent's own counts from its start), packed into streams; a
-    stream's first call waited from the subagent's start, each later one for the call before it."""
-    starts = pack_streams([_call(r, t, t) for t, r in ((_absolute(r.t, entry.t), r) for r in entry.requests)])
-    streams = []
-    for stream in starts:
-        ready, calls = entry.t, []
-        for c in stream:
-            calls.append(replace(c, delay_before_s=max(0.0, c.start_s - ready)))
-            ready = c.end_s
-        streams.append(tuple(calls))
-    last = max((c.end_s for s in streams for c in s), default=entry.t)
-    end = entry.t + entry.duration_ms / 1000.0 if entry.duration_ms is not None else last
-    return Subagent(entry.agent_id, entry.subagent_type, entry.t, max(end, entry.t), tuple(streams))
+    """A subagent's calls (``t`` below the subagent's own counts from its start), packed into streams."""
+    calls = [_call(r, _absolute(r.t, entry.t), entry.t) for r in entry.requests]
+    end = entry.t + entry.duration_ms / 1000.0 if entry.duration_ms is not None else entry.t
+    return subagent_of(entry.agent_id, entry.subagent_type, entry.t, end, calls)
 
 
 def _absolute(t: float, subagent_t: float) -> float:
@@ -177,22 +167,9 @@ def _absolute(t: float, subagent_t: float) -> float:
 
 def _conversation(trace: _Trace, path: Path, lineno: int) -> Conversation:
     """The parent's calls and its fan-outs (consecutive subagents), in the recorded order."""
-    steps: list[Step] = []
-    pending: list[Subagent] = []
-    ready = 0.0
-    for item in sorted(trace.requests, key=lambda r: r.t):
-        if isinstance(item, _Subagent):
-            pending.append(_subagent(item))
-            continue
-        if pending:
-            fan = FanOut(tuple(pending))
-            steps.append(fan)
-            ready, pending = max(ready, fan.end_s), []
-        call = _call(item, item.t, ready)
-        steps.append(call)
-        ready = call.end_s
-    if pending:
-        steps.append(FanOut(tuple(pending)))
-    if not steps:
+    calls = [_call(r, r.t, 0.0) for r in trace.requests if not isinstance(r, _Subagent)]
+    subagents = [_subagent(r) for r in trace.requests if isinstance(r, _Subagent)]
+    if not calls and not subagents:
         raise TraceFormatError(path, lineno, f"field 'requests': session {trace.id!r} holds no calls")
-    return Conversation(trace.id, trace.block_size, tuple(steps), trace.system_tokens, trace.tool_tokens)
+    steps = parent_steps(calls, subagents)
+    return Conversation(trace.id, trace.block_size, steps, trace.system_tokens, trace.tool_tokens)

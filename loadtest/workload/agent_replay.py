@@ -1,16 +1,19 @@
 """Recorded agent sessions as units: each conversation's calls in order, its subagents side by side, the
-recorded delays waited, every prompt built from its hash-id blocks so the server sees the recorded reuse."""
+recorded delays waited, every prompt the recorded messages (salted) or built from its hash-id blocks so the
+server sees the recorded reuse."""
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from loadtest.client.openai import PreparedRequest
 from loadtest.client.record import RequestRecord
-from loadtest.profile.scenario import AgentTraceSpec
-from loadtest.traces.agent_graph import AgentCall, Conversation, FanOut
-from loadtest.traces.cctraces import read_cc_conversations
+from loadtest.profile.scenario import AgentTraceSpec, Scenario
+from loadtest.tokens.tokenizer import Tokenizer, get_tokenizer
+from loadtest.traces.agent_formats import read_agent_trace
+from loadtest.traces.agent_graph import AgentCall, Conversation, FanOut, RecordedChat
 from loadtest.workload.prefix import PrefixBank
 from loadtest.workload.units import Step, Unit
 
@@ -25,16 +28,30 @@ class AgentTrace:
     conversations: list[Conversation]
     speedup: float
     tool_delays: bool
+    salt: bool = True
+    max_tokens: int | None = None
 
     @classmethod
-    def load(cls, spec: AgentTraceSpec, where: str) -> AgentTrace:
-        """The spec's recording; ``where`` names the field in errors (``scenarios[0].agent_trace.path``)."""
+    def load(cls, spec: AgentTraceSpec, where: str, tokenizer: Tokenizer | None = None) -> AgentTrace:
+        """The spec's recording; ``where`` names the field in errors (``scenarios[0].agent_trace.path``);
+        ``tokenizer`` counts the tokens of recorded text (the default tokenizer without one)."""
+        count = (tokenizer or get_tokenizer()).count
         try:
-            return cls(read_cc_conversations(spec.path), spec.speedup, spec.tool_delays)
+            convs = read_agent_trace(spec.path, spec.format, count)
         except OSError as e:
             raise ValueError(
-                f"{where}: cannot read {spec.path} ({e.strerror or e}): give a cc-traces JSONL file"
+                f"{where}: cannot read {spec.path} ({e.strerror or e}): give a recording (docs/traces.md)"
             ) from None
+        return cls(convs, spec.speedup, spec.tool_delays, spec.salt, spec.max_tokens)
+
+    def sent(self, call: AgentCall, conversation: str, repeat: int) -> AgentCall:
+        """The call as this pass of its conversation sends it: the recorded messages salted, the output
+        length the spec's ``max_tokens`` when it gives one."""
+        if self.max_tokens is not None:
+            call = replace(call, output_tokens=self.max_tokens)
+        if self.salt and call.recorded is not None:
+            call = replace(call, recorded=salted(call.recorded, conversation, repeat))
+        return call
 
     def wait_s(self, recorded_s: float) -> float:
         """How long the replay waits for a recorded delay: sped up (0 without delays)."""
@@ -84,6 +101,7 @@ class AgentTraceUnit(Unit):
     ) -> None:
         self.scenario = scenario
         conv = trace.conversations[index % len(trace.conversations)]
+        repeat = index // len(trace.conversations)
         base = f"{scenario}-{index}"
         self._plan: list[_Planned] = []
         self._bank, self._build = bank, build
@@ -94,7 +112,8 @@ class AgentTraceUnit(Unit):
                 branches += _branches(trace, step, base, len(branches), ready, bank, build, scenario)
                 continue
             wait = trace.wait_s(step.delay_before_s)
-            self._plan.append(_Planned(f"{base}.{len(self._plan)}", step, wait, tuple(branches)))
+            call = trace.sent(step, conv.id, repeat)
+            self._plan.append(_Planned(f"{base}.{len(self._plan)}", call, wait, tuple(branches)))
             branches, ready = [], step.end_s
         if self._plan:
             self._plan[-1] = replace(self._plan[-1], last=True)
@@ -129,10 +148,43 @@ def _branches(
             plan = [
                 _Planned(
                     f"{base}.a{j}-{s}.{k}",
-                    call,
+                    trace.sent(call, agent.agent_id, 0),
                     trace.wait_s(call.delay_before_s + (spawn if k == 0 else 0.0)),
                 )
                 for k, call in enumerate(stream)
             ]
             out.append(_Stream(scenario, plan, bank, build))
     return out
+
+
+def salted(chat: RecordedChat, conversation: str, repeat: int) -> RecordedChat:
+    """The MLPerf Endpoints trajectory salt (docs/sources.md §20): the first system message becomes
+    ``[salt: <pass>]\n\n<system>\n\n[salt: <conversation>]``, each a 2-byte BLAKE2b of the pass number and
+    of the conversation id, so no two passes nor conversations share a cached prefix; a recording
+    without a system prompt is sent as it is."""
+    messages = list(chat.messages)
+    for i, m in enumerate(messages):
+        if m.get("role") == "system" and isinstance(m.get("content"), str):
+            first = hashlib.blake2b(str(repeat).encode(), digest_size=2).hexdigest()
+            last = hashlib.blake2b(conversation.encode(), digest_size=2).hexdigest()
+            messages[i] = {**m, "content": f"[salt: {first}]\n\n{m['content']}\n\n[salt: {last}]"}
+            return RecordedChat(tuple(messages), chat.tools)
+    return chat
+
+
+def trajectory_units(scenarios: list[Scenario]) -> int | None:
+    """Units a run issues when its agent_trace scenario gives ``trajectories`` (None when none does);
+    ValueError when the profile has other scenarios too (their share would decide the count)."""
+    given = [
+        (i, s) for i, s in enumerate(scenarios) if s.agent_trace is not None and s.agent_trace.trajectories
+    ]
+    if not given:
+        return None
+    i, sc = given[0]
+    if len(scenarios) > 1:
+        raise ValueError(
+            f"scenarios[{i}].agent_trace.trajectories: a trajectory count needs a profile with one scenario; "
+            "remove trajectories or the other scenarios"
+        )
+    assert sc.agent_trace is not None
+    return sc.agent_trace.trajectories

@@ -17,7 +17,7 @@ from loadtest.schedule.arrivals import arrival_offsets, stage_offsets, trace_off
 from loadtest.tokens.tokenizer import Tokenizer, get_tokenizer
 from loadtest.traces import BLOCK_TOKENS, TraceRecord, read_trace, rescale, trace_block_tokens, window
 from loadtest.traces.agent_graph import AgentCall
-from loadtest.workload.agent_replay import AgentTrace, AgentTraceUnit
+from loadtest.workload.agent_replay import AgentTrace, AgentTraceUnit, trajectory_units
 from loadtest.workload.api_requests import build_request
 from loadtest.workload.dataset import (
     Dataset,
@@ -167,13 +167,14 @@ class Workload:
         }
         # Each agent_trace scenario's recorded sessions, read now (a malformed line names file and field).
         self.agent_traces: dict[str, AgentTrace] = {
-            s.name: AgentTrace.load(s.agent_trace, f"scenarios[{i}].agent_trace.path")
+            s.name: AgentTrace.load(s.agent_trace, f"scenarios[{i}].agent_trace.path", self.tokenizer)
             for i, s in enumerate(self.scenarios)
             if s.agent_trace is not None
         }
-        self.pass_units: int | None = pass_units(
-            self.scenarios, self.datasets
-        )  # dataset.passes: units in all
+        # dataset.passes or agent_trace.trajectories: units in all
+        self.pass_units: int | None = pass_units(self.scenarios, self.datasets) or trajectory_units(
+            self.scenarios
+        )
 
     # ---- what to send ----
     def scenario_for(self, index: int) -> Scenario:
@@ -368,22 +369,24 @@ class Workload:
         session = f"{sc.name}-{index}"
 
         def build(request_id: str, call: AgentCall, bank: PrefixBank) -> PreparedRequest:
-            messages = [
-                {
-                    "role": "user",
-                    "content": bank.blocks_text(
-                        call.hash_ids, max(1, call.input_tokens - self._chat_overhead(sc, []))
-                    ),
-                }
-            ]
+            tools: list[dict[str, Any]] = []
+            if call.recorded is not None:  # the recorded conversation as it was sent
+                messages, tools = list(call.recorded.messages), list(call.recorded.tools)
+            else:
+                text = bank.blocks_text(
+                    call.hash_ids, max(1, call.input_tokens - self._chat_overhead(sc, []))
+                )
+                messages = [{"role": "user", "content": text}]
             n_out = max(1, call.output_tokens)
             body: dict[str, Any] = {"messages": messages, "max_tokens": n_out}
+            if tools:
+                body["tools"] = tools
             _length_controls(body, n_out, sc, self.model_seed)
             return PreparedRequest(
                 request_id=request_id,
                 api="chat",
                 body=body,
-                prompt_tokens=self.tokenizer.count_chat(messages),
+                prompt_tokens=self.tokenizer.count_request(messages, tools or None),
                 requested_output_tokens=n_out,
                 scenario=sc.name,
                 stream=self.profile.stream,
