@@ -63,6 +63,12 @@ class AgentTraceSpec(Strict):
     path: str = Field(min_length=1)  # a cc-traces JSONL (docs/traces.md), relative to the profile
     speedup: float = Field(default=1.0, gt=0)  # the recorded tool and think delays divided by this
     tool_delays: bool = True  # false: the next call goes as soon as what it waits for has ended
+    # t*: where each conversation starts: its first call (beginning) or a parent call drawn per unit
+    # (sampled), whose recorded input carries the earlier context (docs/sources.md §18).
+    start: Literal["beginning", "sampled"] = "beginning"
+    # Each conversation's first call unique from its first token (no cache shared across replays of
+    # one recording); false: replays of one recorded session send the same texts.
+    cache_bust_first_turn: bool = True
 
 
 class AgentSpec(Strict):

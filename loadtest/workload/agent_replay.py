@@ -3,6 +3,7 @@ recorded delays waited, every prompt built from its hash-id blocks so the server
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -10,6 +11,7 @@ from loadtest.client.openai import PreparedRequest
 from loadtest.client.record import RequestRecord
 from loadtest.profile.scenario import AgentTraceSpec
 from loadtest.traces.agent_graph import AgentCall, Conversation, FanOut
+from loadtest.traces.agent_graph import Step as GraphStep
 from loadtest.traces.cctraces import read_cc_conversations
 from loadtest.workload.prefix import PrefixBank
 from loadtest.workload.units import Step, Unit
@@ -25,12 +27,20 @@ class AgentTrace:
     conversations: list[Conversation]
     speedup: float
     tool_delays: bool
+    sampled_start: bool = False  # t*: each unit starts at a parent call drawn for it (start_call)
+    cache_bust: bool = True  # each unit's texts its own (cache_bust_first_turn)
 
     @classmethod
     def load(cls, spec: AgentTraceSpec, where: str) -> AgentTrace:
         """The spec's recording; ``where`` names the field in errors (``scenarios[0].agent_trace.path``)."""
         try:
-            return cls(read_cc_conversations(spec.path), spec.speedup, spec.tool_delays)
+            return cls(
+                read_cc_conversations(spec.path),
+                spec.speedup,
+                spec.tool_delays,
+                spec.start == "sampled",
+                spec.cache_bust_first_turn,
+            )
         except OSError as e:
             raise ValueError(
                 f"{where}: cannot read {spec.path} ({e.strerror or e}): give a cc-traces JSONL file"
@@ -89,7 +99,8 @@ class AgentTraceUnit(Unit):
         self._bank, self._build = bank, build
         branches: list[Unit] = []
         ready = 0.0  # when the parent's previous call ended, in the recording
-        for step in conv.steps:
+        first = start_call(conv, scenario, index) if trace.sampled_start else 0
+        for step in steps_from(conv, first):
             if isinstance(step, FanOut):
                 branches += _branches(trace, step, base, len(branches), ready, bank, build, scenario)
                 continue
@@ -136,3 +147,27 @@ def _branches(
             ]
             out.append(_Stream(scenario, plan, bank, build))
     return out
+
+
+def start_call(conv: Conversation, scenario: str, index: int) -> int:
+    """t*: the parent call unit ``index`` starts at, drawn uniformly from the conversation's parent calls
+    (seeded by the scenario and the unit, so a run and its replays draw the same)."""
+    n = len(conv.parent_calls)
+    return random.Random(f"{scenario}:t-star:{index}").randrange(n) if n else 0
+
+
+def steps_from(conv: Conversation, first: int) -> tuple[GraphStep, ...]:
+    """The conversation's steps from its ``first`` parent call on (the fan-outs before it dropped): that
+    call's recorded input holds the earlier context, so the server sees the recorded prefix from it."""
+    if first <= 0:
+        return conv.steps
+    at = conv.steps.index(conv.parent_calls[first])
+    return conv.steps[at:]
+
+
+def bank_key(trace: AgentTrace, scenario: str, index: int) -> str:
+    """What a unit's block texts are keyed by (with the run nonce): the unit itself when each
+    conversation's first call is made unique (cache busting: its first block, hence every prefix, is its
+    own), else the recorded session, so replays of one recording send the same texts."""
+    conv = index % len(trace.conversations)
+    return f"{scenario}:{index}" if trace.cache_bust else f"{scenario}:session:{conv}"
