@@ -18,8 +18,11 @@ import pytest
 
 from loadtest.contracts.record_line import RecordLine
 from loadtest.fmt import fmt_ms, fmt_pct
+from loadtest.locust.ui_stats import conversation_stats, request_counts, slo_rows
 from loadtest.metrics import early_stopping as es
 from loadtest.metrics.conversations import ConversationTally
+from loadtest.metrics.judged import record_from_line
+from loadtest.metrics.recorder import Recorder, RunAggregates
 from loadtest.metrics.slo import ConversationSlo, RequestSlo, parse_slos
 from loadtest.metrics.verdict import conversation_checks
 from loadtest.telemetry.scrape import ScrapeError, fetch
@@ -270,3 +273,40 @@ def test_prometheus_serves_the_conversations_during_the_run_merged_over_workers(
     mean = (_series(final, "loadtest_conversation_seconds_sum") or 0.0) / conv["completed"]
     assert mean == pytest.approx(conv["latency_s"]["mean"], rel=0.02)
     assert sum(1 for n in chats["sessions_per_file"].values() if n) == 2  # each worker ran some
+
+
+def test_the_live_figures_follow_the_record_log_rules_and_merge_from_two_workers() -> None:
+    """Two workers' recorders each see their own conversations' calls as they finish; the master's merge of
+    their deltas gives the UI's figures and its conversation SLO row the record log's counts."""
+    slo = RequestSlo(ttft_ms=500)
+    calls = {
+        0: [_call("done", k, last=k == 2) for k in range(3)]
+        + [_call("cut", k) for k in range(2)]
+        + [_call("stopped", 0), _call("stopped", 1, last=True, outcome="cancelled")],
+        1: [_call("slow", k, last=k == 1, ttft_ms=900 if k == 1 else 100) for k in range(2)]
+        + [_call("failed", 0), _call("failed", 1, last=True, outcome="http_5xx")],
+    }
+    tally = ConversationTally(slo)
+    master = RunAggregates()
+    for lines in calls.values():
+        worker = Recorder()
+        for line in lines:
+            rec = record_from_line(line)
+            worker.add(rec)
+            worker.converse(rec, slo.is_good_record(rec))
+        master.merge_wire(worker.take_delta())
+        tally.add(lines)
+    want = tally.result(20.0)
+    live = conversation_stats(master.all)
+    assert want is not None and live is not None
+    for key in ("started", "completed", "judged", "good", "slo_attainment"):
+        assert live[key] == want[key], key
+    assert master.all.hists["conversation"].get_total_count() == want["completed"]
+    assert live["latency_s"]["p99"] == pytest.approx(11.0, rel=0.01)  # "done": 0 → 11 s
+    (row,) = slo_rows([ConversationSlo(0.9)], master.all, request_counts(master.all))
+    assert (row["key"], row["value"], row["met"]) == (
+        "conversation_attainment",
+        want["slo_attainment"],
+        False,
+    )
+    assert conversation_stats(Recorder().result().all) is None  # no conversation yet
