@@ -145,9 +145,9 @@ class LiveConversations:
             c.failed = True
             into.note(LIVE_FAILED)
         c.good = c.good and good and rec.outcome == "ok"
-        if rec.session_last and rec.outcome == "ok":
+        if rec.session_last:  # its planned end: whatever came back, nothing of it follows
             del self._open[sid]
-            if c.failed:
+            if c.failed or rec.outcome != "ok":
                 return
             end = rec.scheduled_epoch + ((rec.done_ns or rec.scheduled_ns) - rec.scheduled_ns) / 1e9
             into.note(LIVE_COMPLETED)
