@@ -34,13 +34,7 @@ class AgentTrace:
     def load(cls, spec: AgentTraceSpec, where: str) -> AgentTrace:
         """The spec's recording; ``where`` names the field in errors (``scenarios[0].agent_trace.path``)."""
         try:
-            return cls(
-                read_cc_conversations(spec.path),
-                spec.speedup,
-                spec.tool_delays,
-                spec.start == "sampled",
-                spec.cache_bust_first_turn,
-            )
+            return cls(read_cc_conversations(spec.path), spec.speedup, spec.tool_delays)
         except OSError as e:
             raise ValueError(
                 f"{where}: cannot read {spec.path} ({e.strerror or e}): give a cc-traces JSONL file"
@@ -147,6 +141,11 @@ def _branches(
             ]
             out.append(_Stream(scenario, plan, bank, build))
     return out
+
+
+def with_replay_options(trace: AgentTrace, spec: AgentTraceSpec) -> AgentTrace:
+    """The recording with the spec's AgentX options: t* (``start``) and first-turn cache busting."""
+    return replace(trace, sampled_start=spec.start == "sampled", cache_bust=spec.cache_bust_first_turn)
 
 
 def start_call(conv: Conversation, scenario: str, index: int) -> int:

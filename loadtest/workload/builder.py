@@ -17,7 +17,7 @@ from loadtest.schedule.arrivals import arrival_offsets, stage_offsets, trace_off
 from loadtest.tokens.tokenizer import Tokenizer, get_tokenizer
 from loadtest.traces import BLOCK_TOKENS, TraceRecord, read_trace, rescale, trace_block_tokens, window
 from loadtest.traces.agent_graph import AgentCall
-from loadtest.workload.agent_replay import AgentTrace, AgentTraceUnit, bank_key
+from loadtest.workload.agent_replay import AgentTrace, AgentTraceUnit, bank_key, with_replay_options
 from loadtest.workload.api_requests import build_request
 from loadtest.workload.dataset import (
     Dataset,
@@ -167,7 +167,9 @@ class Workload:
         }
         # Each agent_trace scenario's recorded sessions, read now (a malformed line names file and field).
         self.agent_traces: dict[str, AgentTrace] = {
-            s.name: AgentTrace.load(s.agent_trace, f"scenarios[{i}].agent_trace.path")
+            s.name: with_replay_options(
+                AgentTrace.load(s.agent_trace, f"scenarios[{i}].agent_trace.path"), s.agent_trace
+            )
             for i, s in enumerate(self.scenarios)
             if s.agent_trace is not None
         }
