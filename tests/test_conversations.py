@@ -24,9 +24,10 @@ from loadtest.metrics.conversations import ConversationTally
 from loadtest.metrics.judged import record_from_line
 from loadtest.metrics.recorder import Recorder, RunAggregates
 from loadtest.metrics.slo import ConversationSlo, RequestSlo, parse_slos
-from loadtest.metrics.verdict import conversation_checks
+from loadtest.metrics.verdict import ValidityRules, conversation_checks, judge
 from loadtest.telemetry.scrape import ScrapeError, fetch
 from tests.conftest import CLI, read_lines, write_profile
+from tests.test_slo_verdict import SLOS, make_run
 
 
 def _call(
@@ -310,3 +311,17 @@ def test_the_live_figures_follow_the_record_log_rules_and_merge_from_two_workers
         False,
     )
     assert conversation_stats(Recorder().result().all) is None  # no conversation yet
+
+
+def test_a_missed_conversation_slo_is_the_verdict_s_first_reason_and_exit_10() -> None:
+    """A run whose requests all pass their own SLO but whose conversations miss their target: the
+    verdict is slo_missed (exit 10) and its first reason names conversation_attainment; met and proven,
+    it passes."""
+    slos = [*parse_slos(SLOS), ConversationSlo(0.9)]
+    missed = judge(
+        *make_run(), slos, ValidityRules(), {}, extra_checks=conversation_checks(slos[-1], 400, 300)
+    )
+    assert (missed.status, missed.exit_code) == ("slo_missed", 10), missed.reasons
+    assert missed.reasons[0].startswith("SLO missed: conversation_attainment: 75.00 % of 400"), missed.reasons
+    kept = judge(*make_run(), slos, ValidityRules(), {}, extra_checks=conversation_checks(slos[-1], 400, 390))
+    assert kept.status == "pass", kept.reasons
