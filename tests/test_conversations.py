@@ -18,7 +18,7 @@ import pytest
 
 from loadtest.contracts.record_line import RecordLine
 from loadtest.fmt import fmt_ms, fmt_pct
-from loadtest.locust.ui_stats import conversation_stats, request_counts, slo_rows
+from loadtest.locust.ui_stats import conversation_stats, request_counts, scope_stats, slo_rows, table_rows
 from loadtest.metrics import early_stopping as es
 from loadtest.metrics.conversations import ConversationTally
 from loadtest.metrics.judged import record_from_line
@@ -311,6 +311,18 @@ def test_the_live_figures_follow_the_record_log_rules_and_merge_from_two_workers
         False,
     )
     assert conversation_stats(Recorder().result().all) is None  # no conversation yet
+    # The LLM tab's row of the whole run
+    stats = {
+        "profile": {"name": "p", "load": "closed", "slos_text": "conversation_attainment ≥ 90.00%"},
+        "overall": scope_stats(master.all, 200.0),
+        "scenarios": {},
+        "slos": [row],
+        "verdict": None,
+        "run": None,
+    }
+    (conv_row,) = [r for r in table_rows(stats) if r["metric"] == "conversations completed / started"]
+    assert conv_row["value"].startswith(f"{want['completed']} / {want['started']}, latency p50 ")
+    assert f"{fmt_pct(want['slo_attainment'])} of {want['judged']} judged" in conv_row["value"]
 
 
 def test_a_missed_conversation_slo_is_the_verdict_s_first_reason_and_exit_10() -> None:

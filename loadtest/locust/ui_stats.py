@@ -242,6 +242,18 @@ def table_rows(st: dict[str, Any]) -> list[dict[str, Any]]:
                 f" (error rate {fmt_pct(r['error_rate'])})",
             }
         )
+        c = sc.get("conversations")
+        if c is not None:
+            lat = c["latency_s"]
+            rows.append(
+                {
+                    "section": label,
+                    "metric": "conversations completed / started",
+                    "value": f"{fmt_int(c['completed'])} / {fmt_int(c['started'])}, "
+                    f"latency p50 {fmt_ms(lat['p50'])} s p99 {fmt_ms(lat['p99'])} s, "
+                    f"{fmt_pct(c['slo_attainment'])} of {fmt_int(c['judged'])} judged within the SLOs",
+                }
+            )
         for e in sc["errors"]:
             rows.append(
                 {
