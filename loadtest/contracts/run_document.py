@@ -459,7 +459,9 @@ class Conversations(_Section):
     calls_per_conversation: dict[str, float] | None
     e2e_interactivity: float | None  # output tokens ÷ the calls' time (tool time excluded), mean
     e2e_interactivity_with_tool_time: float | None  # output tokens ÷ the conversation's latency, mean
-    slo_attainment: float | None  # share of completed conversations whose every call met the SLOs
+    slo_attainment: float | None  # good ÷ judged
+    judged: int = 0  # completed or failed (not cut short by the run's end)
+    good: int = 0  # completed with every call within the per-request SLOs
 
 
 class StoppedEarly(_Section):

@@ -252,6 +252,9 @@ class RunContext:
         self.recorder.add(rec)
         if self.request_slo is not None and rec.outcome != "cancelled":
             self.recorder.judge_request(rec, self.request_slo.is_good_record(rec))
+        if rec.session is not None:
+            slo = self.request_slo
+            self.recorder.converse(rec, rec.outcome == "ok" if slo is None else slo.is_good_record(rec))
         self.log.write(rec)
         if self.capture is not None:
             self.capture.offer(rec)

@@ -1,6 +1,6 @@
 """The run's live metrics in Prometheus text on a port of their own (``--prometheus-port``): TTFT, ITL,
 TPOT and E2E histograms, tokens, outcomes, requests in flight and SLO attainment, per scenario and
-endpoint."""
+endpoint; the run's conversations (counters and a latency histogram)."""
 
 from __future__ import annotations
 
@@ -18,8 +18,20 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from loadtest.metrics import hdr
+from loadtest.metrics.conversations import (
+    LIVE_COMPLETED,
+    LIVE_FAILED,
+    LIVE_GOOD,
+    LIVE_LATENCY,
+    LIVE_STARTED,
+)
 from loadtest.metrics.recorder import Aggregate, RunAggregates
 from loadtest.telemetry.names import (
+    LIVE_CONVERSATION_SECONDS,
+    LIVE_CONVERSATIONS_COMPLETED,
+    LIVE_CONVERSATIONS_GOOD,
+    LIVE_CONVERSATIONS_JUDGED,
+    LIVE_CONVERSATIONS_STARTED,
     LIVE_FINISHED,
     LIVE_HISTOGRAMS,
     LIVE_IN_FLIGHT,
@@ -36,6 +48,8 @@ from loadtest.telemetry.names import (
 # ranges, a little wider at the top so that an overloaded endpoint's tail stays inside).
 REQUEST_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0, 160.0, 320.0)
 TOKEN_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1, 0.2, 0.5, 1.0, 2.5, 5.0)
+# A conversation's latency: from a second to a long agent session.
+CONVERSATION_BUCKETS = (1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0, 160.0, 320.0, 640.0, 1280.0, 2560.0, 5120.0)
 BUCKETS = {"ttft": REQUEST_BUCKETS, "e2e": REQUEST_BUCKETS, "itl": TOKEN_BUCKETS, "tpot": TOKEN_BUCKETS}
 LABELS = ("scenario", "endpoint")
 
@@ -129,6 +143,38 @@ class LiveCollector(Collector):
                     sum_value=hdr.total_estimate(h) / 1e6 if count else 0.0,
                 )
         yield from (requests, out_tok, in_tok, tps, judged, good, attain, *hists.values())
+        yield from conversation_families(view.aggregates.all)
+
+
+def conversation_families(agg: Aggregate) -> list[Any]:
+    """The run's conversation counters and latency histogram (none before a conversation started)."""
+    totals = agg.totals
+    if not totals.get(LIVE_STARTED):
+        return []
+    done = totals.get(LIVE_COMPLETED, 0)
+    counts = (
+        (LIVE_CONVERSATIONS_STARTED, "conversations started", totals.get(LIVE_STARTED, 0)),
+        (LIVE_CONVERSATIONS_COMPLETED, "conversations completed as planned", done),
+        (LIVE_CONVERSATIONS_JUDGED, "conversations completed or failed", done + totals.get(LIVE_FAILED, 0)),
+        (
+            LIVE_CONVERSATIONS_GOOD,
+            "completed conversations whose every call met the SLOs",
+            totals.get(LIVE_GOOD, 0),
+        ),
+    )
+    out: list[Any] = [
+        CounterMetricFamily(name.removesuffix("_total"), text, value=float(n)) for name, text, n in counts
+    ]
+    h = agg.hists[LIVE_LATENCY]
+    latency = HistogramMetricFamily(
+        LIVE_CONVERSATION_SECONDS, "a conversation's first send to its last call's end, in seconds"
+    )
+    latency.add_metric(
+        [],
+        cumulative_buckets(h, CONVERSATION_BUCKETS),
+        sum_value=hdr.total_estimate(h) / 1e6 if h.get_total_count() else 0.0,
+    )
+    return [*out, latency]
 
 
 class LiveMetrics:

@@ -6,9 +6,16 @@ from typing import Any
 
 from loadtest.contracts.run_document import RunDocument
 from loadtest.fmt import fmt_int, fmt_ms, fmt_num, fmt_pct
+from loadtest.metrics.conversations import (
+    LIVE_COMPLETED,
+    LIVE_FAILED,
+    LIVE_GOOD,
+    LIVE_LATENCY,
+    LIVE_STARTED,
+)
 from loadtest.metrics.hdr import fast_percentiles
 from loadtest.metrics.recorder import Aggregate
-from loadtest.metrics.slo import AnySlo, ErrorRateSlo, QualitySlo
+from loadtest.metrics.slo import AnySlo, ConversationSlo, ErrorRateSlo, QualitySlo
 
 LATENCIES: tuple[tuple[str, str], ...] = (("ttft", "TTFT"), ("itl", "ITL"), ("tpot", "TPOT"), ("e2e", "E2E"))
 RECENT_S = 5  # output tokens/s over the last few complete seconds
@@ -47,11 +54,42 @@ def slo_rows(slos: list[AnySlo], agg: Aggregate, requests: dict[str, Any]) -> li
         if isinstance(s, QualitySlo):  # judged from the record log at the end of the run
             rows.append({"key": s.key, "limit": s.limit, "value": None, "unit": "fraction", "met": None})
             continue
+        if isinstance(s, ConversationSlo):  # so far; early stopping is applied at the end
+            conv = conversation_stats(agg)
+            share = None if conv is None else conv["slo_attainment"]
+            met = None if share is None else share >= s.limit
+            rows.append({"key": s.key, "limit": s.limit, "value": share, "unit": "fraction", "met": met})
+            continue
         (us,) = fast_percentiles(agg.hists[s.metric], (s.percentile,))
         value = _ms(us)
         met = None if value is None else value <= s.limit_ms
         rows.append({"key": s.key, "limit": s.limit_ms, "value": value, "unit": "ms", "met": met})
     return rows
+
+
+def conversation_stats(agg: Aggregate) -> dict[str, Any] | None:
+    """The live conversation figures (metrics/conversations.LiveConversations: the whole run's only), None
+    before a conversation started: counts, completed per second, latency p50/p90/p99 in s, attainment."""
+    started = int(agg.totals.get(LIVE_STARTED, 0))
+    if not started:
+        return None
+    done, good = int(agg.totals.get(LIVE_COMPLETED, 0)), int(agg.totals.get(LIVE_GOOD, 0))
+    judged = done + int(agg.totals.get(LIVE_FAILED, 0))
+    first, last = agg.first_scheduled, agg.last_done
+    duration = (last - first) if first is not None and last is not None else 0.0
+    p50, p90, p99 = (
+        None if v is None else round(v / 1e6, 3)
+        for v in fast_percentiles(agg.hists[LIVE_LATENCY], (50.0, 90.0, 99.0))
+    )
+    return {
+        "started": started,
+        "completed": done,
+        "judged": judged,
+        "good": good,
+        "per_s": round(done / duration, 4) if duration > 0 else 0.0,
+        "latency_s": {"p50": p50, "p90": p90, "p99": p99},
+        "slo_attainment": round(good / judged, 4) if judged else None,
+    }
 
 
 def recent_output_tps(agg: Aggregate, now: float, seconds: int = RECENT_S) -> float:
@@ -98,6 +136,7 @@ def scope_stats(agg: Aggregate, now: float) -> dict[str, Any]:
         "requests_per_s": round(req["ok"] / duration, 4) if duration > 0 else 0.0,
         "requests": req,
         "errors": errors,
+        "conversations": conversation_stats(agg),
     }
 
 
@@ -134,7 +173,7 @@ def judged_figures(run: RunDocument) -> dict[str, Any]:
 def slo_value_text(row: dict[str, Any]) -> str:
     """An SLO row's measured value and limit for people: ``412 ms ≤ 2,000 ms`` or ``0.50 % ≤ 1.00 %``."""
     if row["unit"] == "fraction":
-        op = "≥" if row["key"].startswith("quality") else "≤"
+        op = "≥" if row["key"] in ("quality_min", "conversation_attainment") else "≤"
         return f"{fmt_pct(row['value'])} {op} {fmt_pct(row['limit'])}"
     return f"{fmt_ms(row['value'])} ms ≤ {fmt_ms(row['limit'])} ms"
 
@@ -143,7 +182,7 @@ def slos_text(slos: list[AnySlo]) -> str:
     """The SLOs for people, with their units: ``ttft_p99 ≤ 2,000 ms, error_rate ≤ 1.00%``."""
     parts = []
     for s in slos:
-        if isinstance(s, QualitySlo):  # a share that must be reached
+        if isinstance(s, QualitySlo | ConversationSlo):  # a share that must be reached
             parts.append(f"{s.key} ≥ {fmt_pct(s.limit)}")
         elif isinstance(s, ErrorRateSlo):
             parts.append(f"{s.key} ≤ {fmt_pct(s.limit)}")
@@ -203,6 +242,18 @@ def table_rows(st: dict[str, Any]) -> list[dict[str, Any]]:
                 f" (error rate {fmt_pct(r['error_rate'])})",
             }
         )
+        c = sc.get("conversations")
+        if c is not None:
+            lat = c["latency_s"]
+            rows.append(
+                {
+                    "section": label,
+                    "metric": "conversations completed / started",
+                    "value": f"{fmt_int(c['completed'])} / {fmt_int(c['started'])}, "
+                    f"latency p50 {fmt_ms(lat['p50'])} s p99 {fmt_ms(lat['p99'])} s, "
+                    f"{fmt_pct(c['slo_attainment'])} of {fmt_int(c['judged'])} judged within the SLOs",
+                }
+            )
         for e in sc["errors"]:
             rows.append(
                 {

@@ -11,6 +11,7 @@ from hdrh.histogram import HdrHistogram
 
 from loadtest.client.record import RequestRecord, merged_gap_mask
 from loadtest.metrics import hdr
+from loadtest.metrics.conversations import LIVE_LATENCY, LiveConversations
 from loadtest.metrics.delivery import MIN_EVENTS, merged_delivery
 
 # Histogram names and what they hold (all integers; docs/metrics.md defines each).
@@ -33,8 +34,13 @@ HEALTH_METRICS: dict[str, str] = {
     # cores are judged together (each alone can look idle on a saturated core).
     "generator_host_cpu": "the generator's processes on this host together, permille of each core they may use",
 }
+# A conversation's latency, µs (metrics/conversations.py LiveConversations): up to a day.
+CONVERSATION_METRICS: dict[str, str] = {
+    LIVE_LATENCY: "a conversation's first send to its last call's end, µs"
+}
 HIST_HIGHEST = {
     **{n: hdr.HIGHEST_US for n in LATENCY_METRICS},
+    LIVE_LATENCY: 86_400_000_000,
     "output_tps": 10**10,
     "generator_cpu": 100_000,
     "generator_host_cpu": 100_000,
@@ -304,6 +310,7 @@ class Recorder:
         self.per_endpoint = per_endpoint
         self.scenarios: dict[str, Track] = {}
         self.cells: dict[tuple[str, int], Track] = {}
+        self.conversations = LiveConversations()
 
     def add(self, rec: RequestRecord) -> None:
         self.all.add(rec)
@@ -339,6 +346,11 @@ class Recorder:
             if good:
                 t.note("slo_good")
                 t.note("slo_good_output_tokens", rec.output_tokens)
+
+    def converse(self, rec: RequestRecord, good: bool) -> None:
+        """Account a conversation's call (``good``: it met the per-request SLOs) in the run's live
+        conversation figures (the whole run's track)."""
+        self.conversations.add(rec, good, self.all)
 
     def sample_cpu(self, percent: float) -> None:
         """One sample of this process's CPU use (percent of one core)."""

@@ -9,8 +9,10 @@ from typing import Any
 from loadtest.contracts.record_line import LineLike, as_line
 from loadtest.profile.slo_spec import (
     ALLOWED_FORMS,
+    RATE_KEYS,
     SLO_METRICS,
     AnySlo,
+    ConversationSlo,
     ErrorRateSlo,
     QualitySlo,
     Slo,
@@ -23,6 +25,7 @@ __all__ = [
     "ALLOWED_FORMS",
     "SLO_METRICS",
     "AnySlo",
+    "ConversationSlo",
     "ErrorRateSlo",
     "QualitySlo",
     "RequestSlo",
@@ -125,7 +128,7 @@ class RequestSlo:
 
 def latency_slos(limits_ms: Mapping[str, float]) -> list[Slo]:
     """Latency SLOs from keys and limits already in milliseconds (run.json, sweep.json: no units)."""
-    keys = [(parse_slo(k, "0ms"), v) for k, v in limits_ms.items() if k not in ("error_rate", "quality_min")]
+    keys = [(parse_slo(k, "0ms"), v) for k, v in limits_ms.items() if k not in RATE_KEYS]
     return [Slo(s.metric, s.percentile, float(v)) for s, v in keys if isinstance(s, Slo)]
 
 

@@ -14,7 +14,7 @@ from loadtest.client.failures import commonest_from_metrics, failing_text, pct
 from loadtest.metrics import delivery, hdr
 from loadtest.metrics import early_stopping as es
 from loadtest.metrics.samples import LatencySamples
-from loadtest.metrics.slo import AnySlo, ErrorRateSlo, Slo, parse_slos
+from loadtest.metrics.slo import AnySlo, ConversationSlo, ErrorRateSlo, Slo, parse_slos
 
 CheckKind = Literal["endpoint", "quality", "validity", "health", "slo", "tokens"]
 Status = Literal["pass", "slo_missed", "invalid", "error_rate", "quality_failed"]
@@ -379,6 +379,52 @@ def _percentile_checks(
             fix="" if es_ok else _more_requests(need, n, metrics),
         ),
     ]
+
+
+def conversation_checks(
+    slo: ConversationSlo,
+    judged: int,
+    good: int,
+    confidence: float = es.DEFAULT_CONFIDENCE,
+    smoke: bool = False,
+) -> list[ExtraCheck]:
+    """The conversation attainment SLO and its early-stopping check: a conversation that is not good is
+    a sample over the limit of a percentile at ``slo.limit`` (LoadGen's rule on the conversations'
+    count: it passes with n ≥ find_min_passing(t, p) + t, t the conversations not good)."""
+    key = slo.key
+    want = f"≥ {slo.limit * 100:g} %"
+    if not judged:
+        check = Check(key, False, f"no conversation ended to judge {key} {want}", "validity", None, slo.limit)
+        return [ExtraCheck(check, _reason(check))]
+    share = good / judged
+    ok = share >= slo.limit
+    raw = Check(
+        key,
+        ok,
+        f"{share * 100:.2f} % of {judged} conversations had every call within the SLOs "
+        f"({'meets' if ok else 'under'} {want})",
+        "slo",
+        round(share, 4),
+        slo.limit,
+    )
+    over = judged - good
+    need = es.find_min_passing(over, slo.limit, confidence) + over
+    es_ok = judged >= need
+    more = f"a longer run (≥ {need} judged conversations)"
+    stop = Check(
+        f"early_stopping.{key}",
+        es_ok,
+        f"{over} of {judged} conversations not good; early stopping at {confidence:g} confidence needs "
+        f"≥ {need} conversations"
+        + ("" if es_ok else f", have {judged}: not enough evidence")
+        + (" (smoke run: reported, not applied)" if smoke and not es_ok else ""),
+        "validity",
+        float(judged),
+        float(need),
+        blocking=ok and not smoke,
+        fix="" if es_ok else more,
+    )
+    return [ExtraCheck(c, _reason(c)) for c in (raw, stop)]
 
 
 def describe_judging(slos: Sequence[AnySlo], rate: float | None, judged_s: float) -> list[str]:

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ValidationError
 from loadtest.profile.base import NAME_PATTERN
 
 DOCS_HINT = "see docs/profiles.md"
-SLO_KEY_HINT = "not an SLO key: use <metric>_p<percentile> (e.g. ttft_p99, tpot_p90, e2e_p99.9), error_rate or quality_min"
+SLO_KEY_HINT = "not an SLO key: use <metric>_p<percentile> (e.g. ttft_p99, tpot_p90, e2e_p99.9), error_rate, quality_min or conversation_attainment"
 
 
 def _members(tp: Any) -> list[Any]:

@@ -71,6 +71,12 @@ class AgentTraceSpec(Strict):
     max_tokens: int | None = Field(default=None, ge=1, le=MAX_TOKENS)
     # issue this many conversations (units; past the recording's count they repeat, salted anew), then end
     trajectories: int | None = Field(default=None, ge=1)
+    # t*: where each conversation starts: its first call (beginning) or a parent call drawn per unit
+    # (sampled), whose recorded input carries the earlier context (docs/sources.md §18).
+    start: Literal["beginning", "sampled"] = "beginning"
+    # Each conversation's first call unique from its first token (no cache shared across replays of
+    # one recording); false: replays of one recorded session send the same texts.
+    cache_bust_first_turn: bool = True
 
 
 class AgentSpec(Strict):

@@ -62,7 +62,7 @@ __all__ = [
     "UniformDist",
 ]
 
-SLO_KEY_PATTERN = r"^[a-z][a-z0-9_]*(_p\d+(\.\d+)?)?$|^error_rate$|^quality_min$"
+SLO_KEY_PATTERN = r"^[a-z][a-z0-9_]*(_p\d+(\.\d+)?)?$|^error_rate$|^quality_min$|^conversation_attainment$"
 
 # Scenario fields a profile may give at its top level instead of a scenarios list (the flat form).
 FLAT_KEYS = tuple(k for k in Scenario.model_fields if k not in ("name", "weight", "api"))

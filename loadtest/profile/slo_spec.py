@@ -16,13 +16,15 @@ _NUMBER = r"(\d+(?:\.\d+)?|\.\d+)"
 _DURATION = re.compile(rf"^{_NUMBER}\s*(us|µs|ms|s)?$")
 _PERCENT = re.compile(rf"^{_NUMBER}\s*%$")
 _KEY = re.compile(r"^(?P<metric>[a-z][a-z0-9_]*?)_p(?P<pct>\d+(?:\.\d+)?)$")
-RATE_KEYS = ("error_rate", "quality_min")
+RATE_KEYS = ("error_rate", "quality_min", "conversation_attainment")
 ALLOWED_FORMS = (
     "<metric>_p<percentile>=<duration> with metric one of "
     + ", ".join(SLO_METRICS)
     + " and a duration with its unit: 2s, 80ms, 1.5 s, 500us (e.g. ttft_p99=2s); "
     "error_rate=<percent> like 0.5% (or a fraction below 1 such as 0.005); "
-    "quality_min=<percent> like 99% (the least share of ok requests passing every answer check)"
+    "quality_min=<percent> like 99% (the least share of ok requests passing every answer check); "
+    "conversation_attainment=<percent> like 90% (the least share of conversations whose every call met "
+    "the per-request SLOs)"
 )
 
 
@@ -121,7 +123,19 @@ class QualitySlo:
         return "quality_min"
 
 
-AnySlo = Slo | ErrorRateSlo | QualitySlo
+@dataclass(frozen=True, slots=True)
+class ConversationSlo:
+    """The share of judged conversations whose every call met the per-request SLOs must be ≥ ``limit``
+    (judged with early stopping on the conversations' count, metrics/conversations.py)."""
+
+    limit: float
+
+    @property
+    def key(self) -> str:
+        return "conversation_attainment"
+
+
+AnySlo = Slo | ErrorRateSlo | QualitySlo | ConversationSlo
 
 
 def _close_key(key: str) -> str:
@@ -144,6 +158,11 @@ def parse_slo(key: str, value: Any) -> AnySlo:
             return QualitySlo(parse_percent(value))
         if key == "error_rate":
             return ErrorRateSlo(parse_percent(value))
+        if key == "conversation_attainment":
+            share = parse_percent(value)
+            if not 0.0 < share < 1.0:
+                raise ValueError("the share must be strictly between 0% and 100% (e.g. 90%)")
+            return ConversationSlo(share)
         m = _KEY.match(key)
         if not m or m.group("metric") not in SLO_METRICS:
             raise ValueError(f"unknown SLO key{_close_key(key)}. Allowed forms: {ALLOWED_FORMS}")

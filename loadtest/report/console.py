@@ -165,6 +165,7 @@ def format_summary(run: RunDocument) -> str:
         ),
         *_goodput_lines(run),
         *_quality_lines(run),
+        *_conversation_lines(run),
         "",
         *_latency_table(run),
         *_whole_run_lines(run),
@@ -205,3 +206,31 @@ def _goodput_lines(run: RunDocument) -> list[str]:
         f"{_sig(gp.good_output_tokens_per_s)} good tok/s"
         + ("; not measurable: its TPOT limit judged merged tokens" if meaningless else ""),
     )
+
+
+def _conversation_lines(run: RunDocument) -> list[str]:
+    """The whole run's conversations, when it had sessions: counts and rate, latency, calls each,
+    interactivity with and without tool time, SLO attainment (three significant digits)."""
+    c = run.conversations
+    if c is None:
+        return []
+    lat, calls = c.latency_s or {}, c.calls_per_conversation or {}
+    return [
+        "",
+        "Conversations (whole run)",
+        *_kv(
+            "Completed",
+            f"{fmt_int(c.completed)} of {fmt_int(c.started)} started, {_sig(c.per_s)} per s; "
+            f"{_sig(calls.get('mean'))} calls each",
+        ),
+        *_kv("Latency (s)", "  ".join(f"{p} {_sig(lat.get(p))}" for p in ("p50", "p90", "p99", "mean"))),
+        *_kv(
+            "Interactiv.",
+            f"{_sig(c.e2e_interactivity)} tok/s without tool time, "
+            f"{_sig(c.e2e_interactivity_with_tool_time)} with",
+        ),
+        *_kv(
+            "SLO",
+            f"{fmt_pct(c.slo_attainment, NA)} of {fmt_int(c.judged)} judged had every call within the SLOs",
+        ),
+    ]

@@ -287,6 +287,7 @@ def render_html(
             verdict_reasons=verdict_reasons(run),
             goodput_text=sections.goodput_text(run),
             conversations_text=sections.conversations_text(run),
+            conversations_rows=sections.conversations_rows(run),
             judged_text=sections.judged_text(run),
         )
     )

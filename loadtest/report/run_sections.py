@@ -190,8 +190,37 @@ def conversations_text(run: RunDocument) -> str | None:
         if c.e2e_interactivity_with_tool_time is not None:
             text += f" ({fmt_num(c.e2e_interactivity_with_tool_time, 1)} with tool time)"
     if c.slo_attainment is not None:
-        text += f"; every call within the SLOs in {fmt_pct(c.slo_attainment)} of them"
+        text += f"; every call within the SLOs in {fmt_pct(c.slo_attainment)} of {fmt_int(c.judged)} judged"
     return text + "."
+
+
+def conversations_rows(run: RunDocument) -> list[tuple[str, str]]:
+    """The Conversations section's rows (label, figure; three significant digits), empty without sessions."""
+    c = run.conversations
+    if c is None:
+        return []
+
+    def pcts(d: dict[str, float] | None, unit: str) -> str:
+        if d is None:
+            return "—"
+        return (
+            " · ".join(f"{k} {fmt_ms(d[k])}" for k in ("p50", "p90", "p95", "p99", "mean") if k in d) + unit
+        )
+
+    tok = " tokens/s"
+    return [
+        ("started", fmt_int(c.started)),
+        ("completed (planned end, every call ok)", fmt_int(c.completed)),
+        ("completed per second", fmt_ms(c.per_s)),
+        ("latency: first send to last call's end", pcts(c.latency_s, " s")),
+        ("calls per conversation", pcts(c.calls_per_conversation, "")),
+        ("e2e interactivity, tool time excluded", fmt_ms(c.e2e_interactivity) + tok),
+        ("e2e interactivity, tool time included", fmt_ms(c.e2e_interactivity_with_tool_time) + tok),
+        (
+            "SLO attainment (every call within the SLOs)",
+            f"{fmt_pct(c.slo_attainment)} of {fmt_int(c.judged)} judged ({fmt_int(c.good)} good)",
+        ),
+    ]
 
 
 def judged_text(run: RunDocument) -> str:

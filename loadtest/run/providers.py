@@ -20,9 +20,15 @@ from loadtest.metrics.conversations import ConversationTally
 from loadtest.metrics.endpoints import UsageAgreement
 from loadtest.metrics.judged import record_from_line
 from loadtest.metrics.recorder import Recorder
-from loadtest.metrics.slo import AnySlo, QualitySlo, RequestSlo
+from loadtest.metrics.slo import AnySlo, ConversationSlo, QualitySlo, RequestSlo
 from loadtest.metrics.summary import build_metrics
-from loadtest.metrics.verdict import DEFAULT_QUALITY_MIN, Check, ExtraCheck, quality_reason
+from loadtest.metrics.verdict import (
+    DEFAULT_QUALITY_MIN,
+    Check,
+    ExtraCheck,
+    conversation_checks,
+    quality_reason,
+)
 from loadtest.metrics.window import WindowScan
 from loadtest.profile.quality import QualitySpec
 from loadtest.run.tokens import tokens_section
@@ -328,15 +334,29 @@ class ConversationsProvider(Provider):
     """run.json ``conversations``: the per-conversation figures of a run with sessions (multi-turn chats,
     agents, recorded agent sessions; metrics/conversations.py)."""
 
-    def __init__(self, slos: Sequence[AnySlo]) -> None:
+    def __init__(self, slos: Sequence[AnySlo], smoke: bool = False) -> None:
         self.tally = ConversationTally(RequestSlo.from_slos(slos))
+        self.slo = next((s for s in slos if isinstance(s, ConversationSlo)), None)
+        self.smoke = smoke
 
     def add(self, lines: Sequence[RecordLine]) -> None:
         self.tally.add(lines)
 
     def contribute(self, doc: Mapping[str, Any]) -> Contribution:
+        """The section, and with a ``conversation_attainment`` SLO its checks (judged even when the run
+        had no conversation: then nothing could be judged)."""
         section = self.tally.result(float(doc["metrics"]["window"]["duration_s"]))
-        return Contribution(sections={"conversations": section} if section is not None else {})
+        checks = (
+            conversation_checks(
+                self.slo,
+                section["judged"] if section else 0,
+                section["good"] if section else 0,
+                smoke=self.smoke,
+            )
+            if self.slo is not None
+            else []
+        )
+        return Contribution(sections={"conversations": section} if section is not None else {}, checks=checks)
 
 
 class EconomicsProvider(Provider):

@@ -139,7 +139,7 @@ def finalize(run: FinishedRun) -> Finalized:
         QualityProvider(profile.quality, run.slos),
         WindowProvider(),
         ConnectionsProvider(),
-        ConversationsProvider(run.slos),
+        ConversationsProvider(run.slos, judging.smoke),
     ]
     server = TelemetryProvider(run.telemetry, outcome.started_epoch or None)
 

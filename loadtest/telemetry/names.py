@@ -120,6 +120,12 @@ LIVE_SLO_GOOD = "loadtest_slo_good_total"
 LIVE_SLO_ATTAINMENT = "loadtest_slo_attainment"  # gauge: good / judged
 LIVE_FINISHED = "loadtest_run_finished"  # gauge: 1 once the load and the drain are over (final figures)
 LIVE_HISTOGRAMS = {m: f"loadtest_{m}_seconds" for m in ("ttft", "itl", "tpot", "e2e")}
+# Conversations (sessions: multi-turn chats, agents, recorded agent sessions), the whole run's.
+LIVE_CONVERSATIONS_STARTED = "loadtest_conversations_started_total"
+LIVE_CONVERSATIONS_COMPLETED = "loadtest_conversations_completed_total"
+LIVE_CONVERSATIONS_JUDGED = "loadtest_conversations_judged_total"  # completed or failed
+LIVE_CONVERSATIONS_GOOD = "loadtest_conversations_good_total"  # completed, every call within the SLOs
+LIVE_CONVERSATION_SECONDS = "loadtest_conversation_seconds"  # histogram: first send to last call's end
 LIVE_NAMES = (
     LIVE_REQUESTS,
     LIVE_OUTPUT_TOKENS,
@@ -130,6 +136,10 @@ LIVE_NAMES = (
     LIVE_SLO_GOOD,
     LIVE_SLO_ATTAINMENT,
     LIVE_FINISHED,
+    LIVE_CONVERSATIONS_STARTED,
+    LIVE_CONVERSATIONS_COMPLETED,
+    LIVE_CONVERSATIONS_JUDGED,
+    LIVE_CONVERSATIONS_GOOD,
 )
 ENGINE_SERIES["loadtest"] = {
     "requests_running": [Gauge(LIVE_IN_FLIGHT)],

@@ -5,6 +5,7 @@ server sees the recorded reuse."""
 from __future__ import annotations
 
 import hashlib
+import random
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -14,6 +15,7 @@ from loadtest.profile.scenario import AgentTraceSpec, Scenario
 from loadtest.tokens.tokenizer import Tokenizer, get_tokenizer
 from loadtest.traces.agent_formats import read_agent_trace
 from loadtest.traces.agent_graph import AgentCall, Conversation, FanOut, RecordedChat
+from loadtest.traces.agent_graph import Step as GraphStep
 from loadtest.workload.prefix import PrefixBank
 from loadtest.workload.units import Step, Unit
 
@@ -30,6 +32,8 @@ class AgentTrace:
     tool_delays: bool
     salt: bool = True
     max_tokens: int | None = None
+    sampled_start: bool = False  # t*: each unit starts at a parent call drawn for it (start_call)
+    cache_bust: bool = True  # each unit's texts its own (cache_bust_first_turn)
 
     @classmethod
     def load(cls, spec: AgentTraceSpec, where: str, tokenizer: Tokenizer | None = None) -> AgentTrace:
@@ -107,7 +111,8 @@ class AgentTraceUnit(Unit):
         self._bank, self._build = bank, build
         branches: list[Unit] = []
         ready = 0.0  # when the parent's previous call ended, in the recording
-        for step in conv.steps:
+        first = start_call(conv, scenario, index) if trace.sampled_start else 0
+        for step in steps_from(conv, first):
             if isinstance(step, FanOut):
                 branches += _branches(trace, step, base, len(branches), ready, bank, build, scenario)
                 continue
@@ -188,3 +193,32 @@ def trajectory_units(scenarios: list[Scenario]) -> int | None:
         )
     assert sc.agent_trace is not None
     return sc.agent_trace.trajectories
+
+
+def with_replay_options(trace: AgentTrace, spec: AgentTraceSpec) -> AgentTrace:
+    """The recording with the spec's AgentX options: t* (``start``) and first-turn cache busting."""
+    return replace(trace, sampled_start=spec.start == "sampled", cache_bust=spec.cache_bust_first_turn)
+
+
+def start_call(conv: Conversation, scenario: str, index: int) -> int:
+    """t*: the parent call unit ``index`` starts at, drawn uniformly from the conversation's parent calls
+    (seeded by the scenario and the unit, so a run and its replays draw the same)."""
+    n = len(conv.parent_calls)
+    return random.Random(f"{scenario}:t-star:{index}").randrange(n) if n else 0
+
+
+def steps_from(conv: Conversation, first: int) -> tuple[GraphStep, ...]:
+    """The conversation's steps from its ``first`` parent call on (the fan-outs before it dropped): that
+    call's recorded input holds the earlier context, so the server sees the recorded prefix from it."""
+    if first <= 0:
+        return conv.steps
+    at = conv.steps.index(conv.parent_calls[first])
+    return conv.steps[at:]
+
+
+def bank_key(trace: AgentTrace, scenario: str, index: int) -> str:
+    """What a unit's block texts are keyed by (with the run nonce): the unit itself when each
+    conversation's first call is made unique (cache busting: its first block, hence every prefix, is its
+    own), else the recorded session, so replays of one recording send the same texts."""
+    conv = index % len(trace.conversations)
+    return f"{scenario}:{index}" if trace.cache_bust else f"{scenario}:session:{conv}"

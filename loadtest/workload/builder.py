@@ -17,7 +17,13 @@ from loadtest.schedule.arrivals import arrival_offsets, stage_offsets, trace_off
 from loadtest.tokens.tokenizer import Tokenizer, get_tokenizer
 from loadtest.traces import BLOCK_TOKENS, TraceRecord, read_trace, rescale, trace_block_tokens, window
 from loadtest.traces.agent_graph import AgentCall
-from loadtest.workload.agent_replay import AgentTrace, AgentTraceUnit, trajectory_units
+from loadtest.workload.agent_replay import (
+    AgentTrace,
+    AgentTraceUnit,
+    bank_key,
+    trajectory_units,
+    with_replay_options,
+)
 from loadtest.workload.api_requests import build_request
 from loadtest.workload.dataset import (
     Dataset,
@@ -167,7 +173,10 @@ class Workload:
         }
         # Each agent_trace scenario's recorded sessions, read now (a malformed line names file and field).
         self.agent_traces: dict[str, AgentTrace] = {
-            s.name: AgentTrace.load(s.agent_trace, f"scenarios[{i}].agent_trace.path", self.tokenizer)
+            s.name: with_replay_options(
+                AgentTrace.load(s.agent_trace, f"scenarios[{i}].agent_trace.path", self.tokenizer),
+                s.agent_trace,
+            )
             for i, s in enumerate(self.scenarios)
             if s.agent_trace is not None
         }
@@ -360,11 +369,11 @@ class Workload:
         return n
 
     def _agent_trace_unit(self, sc: Scenario, index: int) -> AgentTraceUnit:
-        """Conversation ``index`` (cycling) of the scenario's recording, with block texts of its own: keyed
-        by the run nonce and the unit, so no two units (nor runs) share a cached prefix."""
+        """Conversation ``index`` (cycling) of the scenario's recording, its block texts keyed by the run
+        nonce and ``bank_key`` (the unit's own by default: no two units, nor runs, share a cached prefix)."""
         trace = self.agent_traces[sc.name]
         conv = trace.conversations[index % len(trace.conversations)]
-        key = hashlib.sha256(f"{self.nonce}:{sc.name}:{index}".encode()).hexdigest()
+        key = hashlib.sha256(f"{self.nonce}:{bank_key(trace, sc.name, index)}".encode()).hexdigest()
         bank = PrefixBank(self.seed, self.tokenizer, block_tokens=conv.block_tokens, nonce=int(key[:15], 16))
         session = f"{sc.name}-{index}"
 
