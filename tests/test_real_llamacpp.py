@@ -144,13 +144,13 @@ def test_recorded_agent_sessions_fan_out_and_reuse_llamacpp_s_prompt_cache(tmp_p
     context the call before left (`prefix-match hit`): the recorded prefix reuse reached the server."""
     with LlamaCppServer(tmp_path / "server.log", interrupt_requests=False) as srv:
         res, run, records = run_load(
-            ["--profile", str(agent_trace_profile(tmp_path / "p.json", 20, 1)), "--host", srv.url],
+            ["--profile", str(agent_trace_profile(tmp_path / "p.json", 25, 1)), "--host", srv.url],
             tmp_path / "o",
         )
         server_log = srv.log.read_text(errors="replace")
     assert res.returncode == 0, (res.stdout + res.stderr)[-3000:] + server_log[-3000:]
     assert records and all(r["outcome"] == "ok" for r in records), [r["error"] for r in records][:3]
-    # one slot on one core answers the first session's calls in about 20 s: its fan-out is among them
+    # one slot on one core answers the first session's first calls in about 12-20 s: its fan-out is among them
     (a_start, a_end), (b_start, b_end) = subagent_spans(records, "cc-0")
     assert a_start < b_end and b_start < a_end  # both subagents sent before either was answered
     hits = [(int(h), int(m)) for h, m in PREFIX_HIT.findall(server_log)]
