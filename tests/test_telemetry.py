@@ -375,6 +375,9 @@ def test_replicas_given_one_metrics_url_each_are_shown_side_by_side(tmp_path: Pa
     table = html[html.index('id="replica-table"') :]
     table = table[: table.index("</table>")]
     assert all(s.base_url in table for s in sims) and "prefix-cache hit rate" in table
+    console = res.stdout[res.stdout.index("Replicas (each one's own /metrics)") :]
+    for rep in replicas:
+        assert f"{rep['url']}: {rep['requests']:,} requests" in console
 
 
 def test_one_metrics_url_has_no_replica_view(tmp_path: Path) -> None:
