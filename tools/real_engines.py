@@ -57,6 +57,7 @@ ENGINES: dict[str, EngineEnv] = {
     "litellm": EngineEnv(
         name="litellm",
         requirements=("litellm[proxy]==1.106.12",),
+        env={"LITELLM_LOCAL_MODEL_COST_MAP": "True"},  # its bundled cost map: the import reaches no host
         import_check="import litellm.proxy.proxy_server",
     ),
     # vllm-router is a Rust binary inside the wheel (bin/vllm-router); its own environment keeps it apart.
