@@ -10,7 +10,7 @@ from typing import Any
 from loadtest.client.network import NetworkPolicy, same_origin
 from loadtest.telemetry import histograms as hist
 from loadtest.telemetry.names import SERIES, Delta, Gauge, Ratio, Source, candidates, source_names
-from loadtest.telemetry.replicas import ReplicaView, fraction, increase
+from loadtest.telemetry.replicas import ReplicaView, fraction, gauge_value, increase
 from loadtest.telemetry.scrape import Scrape, ScrapeError, scrape
 
 log = logging.getLogger(__name__)
@@ -53,11 +53,7 @@ def went_backwards(prev: Scrape, cur: Scrape) -> bool:
 
 def value_of(src: Source, prev: Scrape, cur: Scrape, dt: float) -> float | None:
     if isinstance(src, Gauge):
-        if src.name not in cur.total:
-            return None
-        if src.fraction:
-            return fraction(cur.mean[src.name] * src.scale)
-        return round((cur.mean if src.mean else cur.total)[src.name] * src.scale, 3)
+        return gauge_value(src, cur) if src.name in cur.total else None
     if isinstance(src, Delta):
         d = increase(prev, cur, src.name)
         if d is None:

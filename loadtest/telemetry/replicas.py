@@ -30,6 +30,7 @@ def fraction(v: float) -> float:
 
 
 def gauge_value(src: Gauge, cur: Scrape) -> float:
+    """A level as the series reads it: a fraction averaged over label sets, a mean, or a sum."""
     if src.fraction:
         return fraction(cur.mean[src.name] * src.scale)
     return round((cur.mean if src.mean else cur.total)[src.name] * src.scale, 3)
