@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -97,7 +98,7 @@ def pid_alive(pid: int) -> bool:
 class ServedVllm:
     """`loadtest serve vllm --preset tiny-llama-cpu`: the real vLLM, started by the project's own launcher."""
 
-    def __init__(self, model_dir: Path, workdir: Path) -> None:
+    def __init__(self, model_dir: Path, workdir: Path, extra_args: str = "") -> None:
         self.python = engine_python("vllm")
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -107,6 +108,8 @@ class ServedVllm:
         argv = [*CLI, "serve", "vllm", "--preset", "tiny-llama-cpu", "--model", str(model_dir)]
         argv += ["--python", str(self.python), "--cpu-cores", ENGINE_CORE, "--port", str(self.port)]
         argv += ["--log-dir", str(workdir / "serve"), "--health-timeout", f"{VLLM_START_S:g}"]
+        if extra_args:
+            argv.append(f"--extra-args={extra_args}")
         self.state_dir = workdir / "state"
         env = dict(os.environ, LOADTEST_STATE_DIR=str(self.state_dir))
         with self.log.open("w") as log:
@@ -136,6 +139,53 @@ class ServedVllm:
 
     def stop(self) -> None:
         stop_process(self.proc, timeout=90)
+
+    def received(self) -> list[str]:
+        """The request ids vLLM's own log says it received (``--enable-log-requests``; a chat request's id
+        is ``chatcmpl-`` and the X-Request-Id the client sent), in arrival order."""
+        log = self.workdir / "serve" / "server.log"
+        return RECEIVED.findall(log.read_text(errors="replace")) if log.exists() else []
+
+
+RECEIVED = re.compile(r"Received request (?:chatcmpl-|cmpl-)?([0-9A-Za-z_.-]+)")
+
+
+class VllmRouter:
+    """vllm-router (PyPI, a Rust binary in its own cached environment) over ``workers`` with ``policy``;
+    its consistent-hash policy keys on the X-Session-ID header."""
+
+    def __init__(self, workers: list[str], policy: str, log: Path) -> None:
+        binary = engine_python("router").parent / "vllm-router"
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = log
+        argv = [str(binary), "--host", "127.0.0.1", "--port", str(self.port), "--policy", policy]
+        argv += ["--worker-urls", *workers, "--prometheus-port", str(free_port())]
+        argv += ["--worker-startup-timeout-secs", "60", "--log-level", "info"]
+        with log.open("w") as out:
+            self.proc = subprocess.Popen(
+                ["taskset", "-c", ENGINE_CORE, *argv],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+    def __enter__(self) -> VllmRouter:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"vllm-router exited {self.proc.returncode}:\n{self.tail()}")
+            if _answers(self.url + "/v1/models"):
+                return self
+            time.sleep(0.5)
+        self.__exit__()
+        raise AssertionError(f"vllm-router not ready in 90 s:\n{self.tail()}")
+
+    def __exit__(self, *exc: object) -> None:
+        stop_process(self.proc, timeout=20)
+
+    def tail(self, n: int = 3000) -> str:
+        return self.log.read_text(errors="replace")[-n:] if self.log.exists() else ""
 
 
 class LlamaCppServer:
@@ -205,6 +255,31 @@ def run_load(
         if line
     ]
     return res, run, records
+
+
+AGENT_SAMPLE = ROOT / "traffic_profiles" / "traces" / "cc-traces-sample.jsonl"
+
+
+def agent_trace_profile(path: Path, duration_s: int, concurrency: int) -> Path:
+    """A profile replaying the shipped cc-traces sample (two recorded agent sessions, one with two
+    subagents in parallel), its tool delays sped up 4 times."""
+    scenario = {"name": "cc", "kind": "agent_trace", "agent_trace": {"path": str(AGENT_SAMPLE), "speedup": 4}}
+    doc = {"name": "agentx", "api": "chat", "duration_s": duration_s, "load": {"concurrency": concurrency}}
+    path.write_text(json.dumps({**doc, "scenarios": [scenario]}))
+    return path
+
+
+def subagent_spans(records: list[dict[str, Any]], unit: str) -> list[tuple[float, float]]:
+    """Each subagent stream of conversation ``unit`` (record ids ``unit.aN.k``): from its first call's
+    send to its last call's last byte, in epoch seconds."""
+    streams: dict[str, list[dict[str, Any]]] = {}
+    for r in records:
+        if r["id"].startswith(unit + ".a"):
+            streams.setdefault(r["id"].split(".")[1], []).append(r)
+    return [
+        (min(r["t"] + r["sent_us"] / 1e6 for r in rs), max(r["t"] + r["e2e_us"] / 1e6 for r in rs))
+        for rs in streams.values()
+    ]
 
 
 def print_figures(engine: str, run: dict[str, Any], records: list[dict[str, Any]]) -> None:

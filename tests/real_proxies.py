@@ -1,15 +1,19 @@
 """Real reverse proxies in front of the engine for the tests: nginx (Debian's package, which `python3 dev.py
-test` installs), started from a config written here, stopped by its process id."""
+test` installs) and LiteLLM's proxy (PyPI, in its own cached environment: tools/real_engines.py), started
+from a config written here, stopped by their process id."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import subprocess
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
+from real_engines import engine_python, stop_process
 
 # nginx's own defaults for a proxied location: proxy_buffering on, HTTP/1.0 to the upstream (whose answer
 # then has no chunked framing and is held in nginx's buffers). "off" passes every read on; HTTP/1.1 to the
@@ -118,3 +122,55 @@ class Nginx:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+LITELLM_CONF = """
+model_list:
+  - model_name: {model}
+    litellm_params:
+      model: openai/{model}
+      api_base: {upstream}/v1
+      api_key: none
+"""
+
+
+class LiteLLMProxy:
+    """LiteLLM's proxy (an API gateway) on loopback in front of ``upstream`` (a base URL) serving ``model``,
+    offline (its bundled model cost map, no hub), requiring ``master_key`` as the clients' Bearer key."""
+
+    def __init__(self, root: Path, upstream: str, model: str, master_key: str) -> None:
+        binary = engine_python("litellm").parent / "litellm"
+        root.mkdir(parents=True, exist_ok=True)
+        (root / "config.yaml").write_text(LITELLM_CONF.format(model=model, upstream=upstream))
+        self.port = _free_port()
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        self.log = root / "litellm.log"
+        env = dict(os.environ, LITELLM_MASTER_KEY=master_key, LITELLM_LOCAL_MODEL_COST_MAP="True")
+        env |= {"HF_HUB_OFFLINE": "1", "LITELLM_TELEMETRY": "False"}
+        argv = [str(binary), "--config", str(root / "config.yaml"), "--host", "127.0.0.1"]
+        argv += ["--port", str(self.port), "--num_workers", "1"]
+        with self.log.open("w") as out:
+            self.proc = subprocess.Popen(
+                argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=env, cwd=root
+            )
+
+    def __enter__(self) -> LiteLLMProxy:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"litellm exited {self.proc.returncode}:\n{self.tail()}")
+            try:
+                with urllib.request.urlopen(self.base_url + "/health/liveliness", timeout=2) as r:
+                    if r.status == 200:
+                        return self
+            except OSError:
+                pass
+            time.sleep(0.5)
+        self.__exit__()
+        raise AssertionError(f"litellm not ready in 120 s:\n{self.tail()}")
+
+    def __exit__(self, *exc: object) -> None:
+        stop_process(self.proc, timeout=20)
+
+    def tail(self, n: int = 3000) -> str:
+        return self.log.read_text(errors="replace")[-n:] if self.log.exists() else ""

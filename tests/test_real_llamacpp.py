@@ -8,10 +8,17 @@ default abandons a running request when a new one arrives (`interrupt_requests`)
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
-from real_engines import LlamaCppServer, print_figures, run_load
+from real_engines import (
+    LlamaCppServer,
+    agent_trace_profile,
+    print_figures,
+    run_load,
+    subagent_spans,
+)
 
 from loadtest.tokens.tokenizer import get_tokenizer
 
@@ -129,3 +136,31 @@ def test_a_parquet_prompt_file_runs_on_llamacpp_with_the_dataset_text(tmp_path: 
     assert {json.loads(c["request"])["prompt"] for c in captured} <= prompts
     assert all(c["answer"] for c in captured)
     print_figures("llama.cpp parquet", run, records)
+
+
+def test_recorded_agent_sessions_fan_out_and_reuse_llamacpp_s_prompt_cache(tmp_path: Path) -> None:
+    """The shipped cc-traces sample on llama.cpp, one conversation at a time: the recorded subagents are
+    sent side by side (its one slot serves them in turn), and its log shows each call reusing the
+    context the call before left (`prefix-match hit`): the recorded prefix reuse reached the server."""
+    with LlamaCppServer(tmp_path / "server.log", interrupt_requests=False) as srv:
+        res, run, records = run_load(
+            ["--profile", str(agent_trace_profile(tmp_path / "p.json", 25, 1)), "--host", srv.url],
+            tmp_path / "o",
+        )
+        server_log = srv.log.read_text(errors="replace")
+    assert res.returncode == 0, (res.stdout + res.stderr)[-3000:] + server_log[-3000:]
+    assert records and all(r["outcome"] == "ok" for r in records), [r["error"] for r in records][:3]
+    # one slot on one core answers the first session's first calls in about 12-20 s: its fan-out is among them
+    (a_start, a_end), (b_start, b_end) = subagent_spans(records, "cc-0")
+    assert a_start < b_end and b_start < a_end  # both subagents sent before either was answered
+    hits = [(int(h), int(m)) for h, m in PREFIX_HIT.findall(server_log)]
+    reused = sum(h for h, _ in hits) / max(1, sum(h + m for h, m in hits))
+    # every call but the first found a prefix of its prompt in the one context the slot keeps (the
+    # subagents, served in turn, share the recorded system and tools prefix): measured 5 of 6, 0.50
+    assert len(hits) >= len(records) - 1 and reused > 0.35, (hits, len(records), reused)
+    line = f"llama.cpp agent trace: {len(hits)} of {len(records)} calls reused a cached prefix ({reused:.2f} of their tokens)"
+    print("\n" + line)
+    print_figures("llama.cpp agent trace", run, records)
+
+
+PREFIX_HIT = re.compile(r"Llama\.generate: (\d+) prefix-match hit, remaining (\d+) prompt tokens")

@@ -14,7 +14,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from real_engines import CLI, PIN_GENERATOR, ROOT, ServedVllm, pid_alive, print_figures, run_load
+from real_engines import (
+    AGENT_SAMPLE,
+    CLI,
+    PIN_GENERATOR,
+    ROOT,
+    ServedVllm,
+    agent_trace_profile,
+    pid_alive,
+    print_figures,
+    run_load,
+    subagent_spans,
+)
+
+from loadtest.traces.agent_graph import prefix_ceiling
+from loadtest.traces.cctraces import read_cc_conversations
 
 pytestmark = [pytest.mark.real_engine, pytest.mark.timeout(900)]
 
@@ -266,3 +280,34 @@ def test_accuracy_against_the_tiny_model_fails_and_says_so(vllm: ServedVllm, tmp
     result = json.loads((out / "accuracy.json").read_text())
     assert result["answered"] == result["samples"] == 4 and not result["passed"]
     assert result["scores"]["rouge1"] < 38.3914
+
+
+def test_recorded_agent_sessions_fan_out_and_reuse_vllm_s_prefix_cache(
+    vllm: ServedVllm, tmp_path: Path
+) -> None:
+    """The shipped cc-traces sample, one conversation at a time: the recorded subagents reach vLLM side
+    by side, every call counts like vLLM's usage, and vLLM's own prefix-cache counters show the
+    recorded reuse (each call resends the previous one's context)."""
+    env_state = {"LOADTEST_STATE_DIR": str(vllm.state_dir)}
+    res, run, records = run_load(
+        ["--profile", str(agent_trace_profile(tmp_path / "p.json", 12, 1)), "--host", vllm.url],
+        tmp_path / "o",
+        env=env_state,
+    )
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert records and all(r["outcome"] == "ok" for r in records), [r["error"] for r in records][:3]
+    assert all(r["output_tokens"] == r["usage_completion_tokens"] for r in records)
+    calls = read_cc_conversations(AGENT_SAMPLE)[0].calls()
+    assert sum(r["session"] == "cc-0" for r in records) == len(calls)  # the whole first session went out
+    (a_start, a_end), (b_start, b_end) = subagent_spans(records, "cc-0")
+    assert a_start < b_end and b_start < a_end  # both subagents in flight at once, with one conversation
+    cache = run["prefix_cache"]
+    ceiling = prefix_ceiling(read_cc_conversations(AGENT_SAMPLE)).hit_rate
+    # vLLM caches whole 16-token blocks of its own tokens: the recorded reuse, less the partial blocks
+    # (measured 0.552 against 0.595)
+    assert ceiling - 0.12 <= cache["hit_rate"] <= ceiling + 0.05, (cache, ceiling)
+    assert "vllm:prefix_cache_hits_total" in cache["source"]
+    assert not any("warm prefix cache" in n for n in run["notes"])
+    line = f"vllm agent trace: prefix-cache hit rate {cache['hit_rate']:.3f} (the recording's ceiling {ceiling:.3f})"
+    print("\n" + line)
+    print_figures("vllm agent trace", run, records)

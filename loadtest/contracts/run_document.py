@@ -414,6 +414,8 @@ class Telemetry(_OptionalSection):
     series: dict[str, list[float | None]]
     server_latency: JsonObject | None = None
     energy: JsonObject | None = None  # GPU power polled (dcgm-exporter): telemetry/energy.py
+    mixed_instances: int | None = None  # ticks whose counters went down: replicas behind one URL
+    replicas: list[JsonObject] | None = None  # each polled replica's own figures: telemetry/replicas.py
 
 
 class PrefixCache(_OptionalSection):

@@ -111,6 +111,23 @@ def _server_table(run: RunDocument) -> list[str]:
     return lines
 
 
+def _replica_lines(run: RunDocument) -> list[str]:
+    """Each replica's own figures (run.json ``telemetry.replicas``), one line each, for several metrics URLs."""
+    replicas = (run.telemetry.replicas if run.telemetry is not None else None) or []
+    if len(replicas) < 2:
+        return []
+    lines = ["", "Replicas (each one's own /metrics)"]
+    for r in replicas:
+        lines += _kv(
+            "",
+            f"{r.get('url')}: {fmt_int(r.get('requests'), NA)} requests, "
+            f"{fmt_num(r.get('generation_tokens_per_s'), 1, NA)} output tok/s, "
+            f"prefix-cache hit {fmt_pct(r.get('prefix_cache_hit_rate'), NA)}, "
+            f"KV usage mean {fmt_pct(r.get('kv_cache_usage_mean'), NA)}",
+        )
+    return lines
+
+
 def _warm_lines(run: RunDocument) -> list[str]:
     note = facts.warm_warning(run)
     return ["", *_kv("WARNING", note)] if note else []
@@ -172,6 +189,7 @@ def format_summary(run: RunDocument) -> str:
         *_server_table(run),
         "",
         *_token_table(run),
+        *_replica_lines(run),
         *_warm_lines(run),
     ]
     return "\n".join(line.rstrip() for line in lines) + "\n"

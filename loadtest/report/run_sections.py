@@ -537,7 +537,39 @@ def telemetry_section(run: RunDocument) -> dict[str, Any] | None:
             html(fig),
             "No data: the telemetry block holds no values.",
         ),
+        "replicas": replica_rows(tel.replicas or []),
     }
+
+
+# (run.json telemetry.replicas[] key, column, formatter): one row per replica, side by side
+REPLICA_COLUMNS = (
+    ("requests", "requests", fmt_int),
+    ("generation_tokens_per_s", "output tok/s", fmt_num),
+    ("prompt_tokens_per_s", "input tok/s", fmt_num),
+    ("prefix_cache_hit_rate", "prefix-cache hit rate", fmt_pct),
+    ("kv_cache_usage_mean", "KV usage (mean)", fmt_pct),
+    ("kv_cache_usage_max", "KV usage (max)", fmt_pct),
+    ("requests_running_mean", "running (mean)", fmt_num),
+    ("requests_waiting_mean", "waiting (mean)", fmt_num),
+)
+
+
+def replica_rows(replicas: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The per-replica table of the telemetry section (each polled replica's own figures and the sum of
+    its requests and token rates); None for a single metrics URL."""
+    if len(replicas) < 2:
+        return None
+    rows = [
+        {"url": r.get("url", ""), "cells": [fmt(r.get(key)) for key, _, fmt in REPLICA_COLUMNS]}
+        for r in replicas
+    ]
+    summed = ("requests", "generation_tokens_per_s", "prompt_tokens_per_s")
+    total = []
+    for key, _, fmt in REPLICA_COLUMNS:
+        values = [r.get(key) for r in replicas]
+        known = [v for v in values if v is not None]
+        total.append(fmt(sum(known)) if key in summed and known else "")
+    return {"columns": [label for _, label, _ in REPLICA_COLUMNS], "rows": rows, "total": total}
 
 
 def engine_json(run: RunDocument) -> str | None:

@@ -105,6 +105,14 @@ ENGINE_SERIES: dict[str, dict[str, list[Source]]] = {
         "prompt_tokens_per_s": [Delta("dynamo_frontend_input_sequence_tokens_sum", True)],
     },
 }
+# Finished requests per instance (run.json telemetry.replicas[].requests), first present wins: vLLM's
+# vllm:request_success_total (by finished_reason), SGLang's, Dynamo's frontend, loadtest's live metrics.
+REQUEST_COUNTERS = (
+    "vllm:request_success_total",
+    "sglang:num_requests_total",
+    "dynamo_frontend_requests_total",
+    "loadtest_requests_total",
+)
 # The embedded engine (loadtest/sim/prom.py) speaks vLLM's names.
 ENGINE_SERIES["loadtest-sim"] = ENGINE_SERIES["vllm"]
 
@@ -225,13 +233,17 @@ def source_names(src: Source) -> tuple[str, ...]:
 
 def wanted_names() -> frozenset[str]:
     """Every sample name any mapping reads (counters also without `_total`, as older exporters wrote)."""
-    names = {
-        n
-        for table in (*ENGINE_SERIES.values(), GPU_SERIES)
-        for srcs in table.values()
-        for s in srcs
-        for n in source_names(s)
-    } | set(LIVE_NAMES)
+    names = (
+        {
+            n
+            for table in (*ENGINE_SERIES.values(), GPU_SERIES)
+            for srcs in table.values()
+            for s in srcs
+            for n in source_names(s)
+        }
+        | set(LIVE_NAMES)
+        | set(REQUEST_COUNTERS)
+    )
     hists = {h + suffix for h in HISTOGRAM_BASES for suffix in ("_bucket", "_sum", "_count")}
     return frozenset(names | {n.removesuffix("_total") for n in names} | hists)
 

@@ -10,6 +10,7 @@ from typing import Any
 from loadtest.client.network import NetworkPolicy, same_origin
 from loadtest.telemetry import histograms as hist
 from loadtest.telemetry.names import SERIES, Delta, Gauge, Ratio, Source, candidates, source_names
+from loadtest.telemetry.replicas import ReplicaView, fraction, gauge_value, increase
 from loadtest.telemetry.scrape import Scrape, ScrapeError, scrape
 
 log = logging.getLogger(__name__)
@@ -41,20 +42,6 @@ def combine(scrapes: list[Scrape]) -> Scrape:
     return out
 
 
-def _fraction(v: float) -> float:
-    """0..1; an exporter that reports percent (values above 1) is scaled down."""
-    if v > 1.0 + 1e-9:
-        v /= 100.0
-    return round(min(max(v, 0.0), 1.0), 4)
-
-
-def _delta(prev: Scrape, cur: Scrape, name: str) -> float | None:
-    if name not in prev.total or name not in cur.total:
-        return None
-    d = cur.total[name] - prev.total[name]
-    return cur.total[name] if d < 0 else d  # a restarted server starts its counters again
-
-
 def went_backwards(prev: Scrape, cur: Scrape) -> bool:
     """Whether a counter of ``prev`` is lower in ``cur``: the engine's token and request counters
     (``*_total``) only rise, unless the process behind the URL changed."""
@@ -66,22 +53,18 @@ def went_backwards(prev: Scrape, cur: Scrape) -> bool:
 
 def value_of(src: Source, prev: Scrape, cur: Scrape, dt: float) -> float | None:
     if isinstance(src, Gauge):
-        if src.name not in cur.total:
-            return None
-        if src.fraction:
-            return _fraction(cur.mean[src.name] * src.scale)
-        return round((cur.mean if src.mean else cur.total)[src.name] * src.scale, 3)
+        return gauge_value(src, cur) if src.name in cur.total else None
     if isinstance(src, Delta):
-        d = _delta(prev, cur, src.name)
+        d = increase(prev, cur, src.name)
         if d is None:
             return None
         return round(d / dt, 3) if src.per_s else round(d, 3)
-    num = _delta(prev, cur, src.num)
-    dens = [_delta(prev, cur, n) for n in src.den]
+    num = increase(prev, cur, src.num)
+    dens = [increase(prev, cur, n) for n in src.den]
     if num is None or any(d is None for d in dens):
         return None
     den = sum(d for d in dens if d is not None)
-    return _fraction(num / den) if den > 0 else None
+    return fraction(num / den) if den > 0 else None
 
 
 class TelemetryPoller:
@@ -130,6 +113,9 @@ class TelemetryPoller:
         self._bounds: dict[str, tuple[float, ...]] = {}
         self._final_taken = False
         self.backwards = 0  # ticks whose counters went down from the tick before
+        # each polled URL's own scrapes, for the per-replica figures of several URLs
+        self.views: dict[str, ReplicaView] = {}
+        self._parts: dict[str, Scrape] = {}
 
     # ---- lifecycle -----------------------------------------------------------------------------
     def start(self) -> TelemetryPoller:
@@ -151,6 +137,8 @@ class TelemetryPoller:
                 self._keep(cur, time.monotonic() - self._t0)
 
     def _keep(self, cur: Scrape, t: float) -> None:
+        for url, part in self._parts.items():
+            self.views.setdefault(url, ReplicaView(url)).keep(part, t)
         if self.first is None:
             self.first = cur
         self.last = cur
@@ -169,6 +157,7 @@ class TelemetryPoller:
             except Exception as e:  # a malformed exposition: skip the tick, never break the run
                 self.errors[url] = f"unreadable metrics: {e}"
                 return None
+        self._parts = dict(zip(self.urls, got, strict=True))
         return combine(got)
 
     def _baseline(self) -> Scrape | None:
@@ -197,6 +186,7 @@ class TelemetryPoller:
                     continue
                 keep.append(url)
             if keep == self.urls and len(got) == len(keep):
+                self._parts = dict(zip(keep, got, strict=True))
                 return combine(got)
             self.urls = keep
             tick += 1
@@ -293,7 +283,18 @@ class TelemetryPoller:
             out["server_latency"] = lat
         if self.mixed_note is not None:
             out["mixed_instances"] = self.backwards
+        replicas = self.replicas()
+        if replicas:
+            out["replicas"] = replicas
         return out
+
+    def replicas(self) -> list[dict[str, Any]]:
+        """Each engine URL's own figures (run.json ``telemetry.replicas``) when more than one is polled
+        (replicas given with --metrics-url, or --host per replica); a GPU exporter is not a replica."""
+        urls = [u for u in self.urls if u not in self.bare_urls and u in self.views]
+        if len(urls) < 2:
+            return []
+        return [self.views[u].figures() for u in urls]
 
     def server_latency(
         self, shift: float = 0.0, window: dict[str, Any] | None = None
@@ -344,15 +345,15 @@ class TelemetryPoller:
         if src is None:
             return None
         if isinstance(src, Ratio):
-            num = _delta(self.first, self.last, src.num)
-            dens = [_delta(self.first, self.last, n) for n in src.den]
+            num = increase(self.first, self.last, src.num)
+            dens = [increase(self.first, self.last, n) for n in src.den]
             if num is None or any(d is None for d in dens):
                 return None
             den = sum(d for d in dens if d is not None)
             if den <= 0:
                 return None
             return {
-                "hit_rate": _fraction(num / den),
+                "hit_rate": fraction(num / den),
                 "hit": round(num, 3),
                 "queried": round(den, 3),
                 "source": f"{src.num} / {' + '.join(src.den)}",

@@ -10,7 +10,8 @@ from typing import Any
 # TTFT is a cache-hit figure, not the cold prefill the profile describes.
 WARM_THRESHOLD = 0.5
 REUSE_KINDS = {"multi_turn": "multi-turn sessions resend their history", "agent": "agent sessions share a prefix",
-               "trace": "trace replays reuse recorded prefixes"}  # fmt: skip
+               "trace": "trace replays reuse recorded prefixes",
+               "agent_trace": "recorded agent sessions resend their history"}  # fmt: skip
 
 
 def expected_reuse(profile: dict[str, Any] | None) -> str | None:
