@@ -4,6 +4,7 @@ against the real embedded engine behind a forward proxy and a TLS relay written 
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import socket
@@ -17,6 +18,7 @@ from typing import Any
 import pytest
 import trustme
 
+from loadtest.cli.endpoint_flags import add_hosts_options
 from loadtest.client.http import Endpoint
 from loadtest.client.network import NetworkPolicy, bypassed
 from loadtest.errors import EXIT_COULD_NOT_RUN
@@ -155,6 +157,19 @@ def test_a_proxy_with_credentials_or_a_missing_bundle_is_refused() -> None:
 )
 def test_host_url_templates(host: str, route: str, target: str) -> None:
     assert Endpoint.parse(host).api_path(route) == target
+
+
+def test_hosts_given_with_commas_are_replicas_and_a_bad_port_is_named() -> None:
+    parser = argparse.ArgumentParser()
+    add_hosts_options(parser)
+    args = parser.parse_args(["--host", "http://a:1, http://b:2", "--host", "http://c:3"])
+    assert args.hosts == ["http://a:1", "http://b:2", "http://c:3"] and args.host == "http://a:1"
+    with pytest.raises(
+        ValueError, match=r"the port in 'a:1,http:' is not a number.*separate them with commas"
+    ):
+        Endpoint.parse("http://a:1,http://b:2")
+    with pytest.raises(ValueError, match=r"host 'http://a:x/v1': the port in 'a:x' is not a number"):
+        Endpoint.parse("http://a:x/v1")
 
 
 def test_raw_replay_keeps_the_host_query_string() -> None:

@@ -16,7 +16,8 @@ class HostAction(argparse.Action):
     def __call__(
         self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, option: Any = None
     ) -> None:
-        hosts = [*(getattr(namespace, "hosts", None) or []), str(values)]
+        given = [h.strip() for h in str(values).split(",") if h.strip()]  # a,b: two replicas
+        hosts = [*(getattr(namespace, "hosts", None) or []), *(given or [str(values)])]
         namespace.hosts = hosts
         namespace.host = hosts[0]
 
@@ -28,8 +29,8 @@ def add_hosts_options(parser: argparse.ArgumentParser) -> None:
         "--host",
         action=HostAction,
         metavar="URL",
-        help="endpoint base URL, e.g. http://10.0.0.5:8000; give it again for each replica "
-        "(default: start the embedded engine)",
+        help="endpoint base URL, e.g. http://10.0.0.5:8000; give it again (or a comma-separated list) "
+        "for each replica (default: start the embedded engine)",
     )
     add_fleet_options(parser)
 

@@ -150,7 +150,14 @@ class Endpoint:
         route = next((r for r in API_ROUTES if path.endswith(r)), "")
         fixed = path if route else ""  # a full API path: every request goes there
         prefix = path.removesuffix(route) if route else path if path.endswith("/v1") else f"{path}/v1"
-        port = u.port or (443 if u.scheme == "https" else 80)
+        try:
+            port = u.port or (443 if u.scheme == "https" else 80)
+        except ValueError:
+            netloc = u.netloc.rpartition("@")[2]
+            raise ValueError(
+                f"host {url!r}: the port in {netloc!r} is not a number from 0 to 65535"
+                + ("; give each replica its own --host (or separate them with commas)" if "," in url else "")
+            ) from None
         return cls(u.scheme, u.hostname, port, prefix, fixed, f"?{u.query}" if u.query else "")
 
     def api_path(self, route: str) -> str:
