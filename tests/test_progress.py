@@ -98,7 +98,7 @@ def _in_a_terminal(argv: list[str], timeout: float) -> tuple[int, str]:
         os.close(leader)
 
 
-def test_a_60_s_run_in_a_terminal_shows_progress_and_a_piped_quiet_one_shows_none(tmp_path: Path) -> None:
+def test_a_20_s_run_in_a_terminal_shows_progress_and_a_piped_quiet_one_shows_none(tmp_path: Path) -> None:
     prof = write_profile(
         tmp_path / "p.yaml", load={"concurrency": 1}, output_tokens={"dist": "fixed", "value": 4}
     )
@@ -108,7 +108,7 @@ def test_a_60_s_run_in_a_terminal_shows_progress_and_a_piped_quiet_one_shows_non
             "--profile",
             str(prof),
             "--duration",
-            "60",
+            "20",
             "--engine-speedup",
             "10",
             "--out",
@@ -118,7 +118,7 @@ def test_a_60_s_run_in_a_terminal_shows_progress_and_a_piped_quiet_one_shows_non
     )
     assert code == 0, seen[-2000:]
     ticks = [ln for ln in seen.splitlines() if ln.startswith("progress ")]
-    assert len(ticks) >= 10, seen[-3000:]  # every 5 s by default on a terminal
+    assert 3 <= len(ticks) <= 5, seen[-3000:]  # every 5 s by default on a terminal: at 5, 10, 15 (20) s
     piped = run_cli(
         ["run", "--profile", str(prof), "--duration", "6", "--quiet", "--out", str(tmp_path / "p")]
     )
