@@ -10,7 +10,7 @@ from time import perf_counter_ns
 from typing import Any
 
 from loadtest.client.adapters import adapter_for, response_cap
-from loadtest.client.adapters.base import classify_http, done_time
+from loadtest.client.adapters.base import classify_http, done_time, with_model
 from loadtest.client.http import Connection, Endpoint, HttpFailure, Response, build_request
 from loadtest.client.network import NetworkPolicy
 from loadtest.client.record import RequestRecord, count_merged_gaps
@@ -126,7 +126,8 @@ class OpenAIClient:
         if adapter.default_headers:
             have = {h.lower() for h in headers}
             headers.update((k, v) for k, v in adapter.default_headers if k.lower() not in have)
-        return build_request(self.endpoint, "POST", adapter.path(self.endpoint, req), body, headers)
+        path = with_model(adapter.path(self.endpoint, req), self.model)
+        return build_request(self.endpoint, "POST", path, body, headers)
 
     def send(
         self,

@@ -1,8 +1,9 @@
 """The aiohttp app: OpenAI-compatible routes in front of the simulated engine, plus /sim/* truth.
 
 Each API is a route (sim/routes): its path, its request parsing and its answer's wire shapes. This module
-serves every route with the engine through one of two flows: ``_generate`` (tokens, streamed or whole) and
-``_prefill`` (one prefill-only pass per input, embeddings)."""
+serves every route with the engine through one of three flows: ``_generate`` (tokens, streamed or whole),
+``_prefill`` (one prefill-only pass per input, embeddings) and ``_compute`` (one timed pass of a non-LLM
+model, KServe v2)."""
 
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ from loadtest.sim.reference import prompt_of
 from loadtest.sim.request import SHUTDOWN, SimRequest
 from loadtest.sim.request_log import RequestLog
 from loadtest.sim.routes import ROUTES, Answer, ApiRoute, PrefillRequest, StreamWriter
-from loadtest.sim.routes.base import Flow
+from loadtest.sim.routes.base import ComputeRequest, Flow
 from loadtest.sim.truth import (
     OUTCOME_CLIENT_DISCONNECTED,
     OUTCOME_ERROR,
@@ -73,6 +74,7 @@ class SimState:
     metrics: SimMetrics | None = None
     submit_ids: bool | None = None  # whether Engine.submit takes token ids (None: not yet known)
     requests: RequestLog = field(default_factory=RequestLog)  # what clients sent (GET /sim/requests)
+    device: asyncio.Lock = field(default_factory=asyncio.Lock)  # compute routes' passes, one at a time
 
 
 STATE_KEY = web.AppKey("sim_state", SimState)
@@ -596,9 +598,58 @@ async def _prefill(request: web.Request, route: ApiRoute) -> web.StreamResponse:
         _finish(st, rec, submitted=True)
 
 
+async def _compute(request: web.Request, route: ApiRoute) -> web.StreamResponse:
+    """A route served as one timed pass of a non-LLM model (its cost model's time over the speedup), one
+    request at a time on the device: a whole answer; pre-engine faults only."""
+    arrival_ns = time.perf_counter_ns()
+    st = request.app[STATE_KEY]
+    raw = await request.read()
+    body: dict[str, Any] | None = None
+    try:
+        body = json_body(raw)
+        c = route.parse({**body, **request.match_info}, get_tokenizer(st.config.model.tokenizer))
+        assert isinstance(c, ComputeRequest), f"a {route.flow} route parses into a ComputeRequest"
+        fault = _admit(st, request, c.model)
+    except RequestError as err:
+        st.requests.add(request, raw, body)
+        st.stats.rejected(err.status)
+        return _error(err)
+    st.requests.add(request, raw, body)
+    st.stats.received(request.path)
+    client_id = request.headers.get("X-Request-Id")
+    response_id = route.id_prefix + uuid.uuid4().hex
+    rec = TruthRecord(client_id or response_id, response_id, request.path, False, arrival_ns)
+    try:
+        if fault is not None and fault.kind in F.PRE_ENGINE:
+            rec.fault = rec.outcome = fault.kind
+            return _pre_engine_fault(request, fault)
+        async with st.device:
+            rec.first_token_ns = time.perf_counter_ns()  # the pass starts: the queue wait ends
+            await asyncio.sleep(c.seconds / st.config.speedup)
+        _check_connected(request)
+        headers = {"X-Request-Id": client_id} if client_id else {}
+        answer = Answer(response_id, int(time.time()), st.config.model_name, "stop", 0)
+        resp = web.json_response(route.whole(c, answer), headers=headers)
+        await resp.prepare(request)
+        await resp.write_eof()
+        rec.done_ns = time.perf_counter_ns()
+        rec.finish_reason = "stop"
+        return resp
+    except (ConnectionError, _Disconnected) as e:
+        rec.outcome = OUTCOME_CLIENT_DISCONNECTED
+        return web.Response(status=499, text=str(e))
+    except asyncio.CancelledError:
+        rec.outcome = OUTCOME_CLIENT_DISCONNECTED
+        raise
+    finally:
+        rec.done_ns = rec.done_ns or time.perf_counter_ns()
+        _finish(st, rec, submitted=rec.outcome == OUTCOME_OK)
+
+
 _FLOWS: dict[Flow, Callable[[web.Request, ApiRoute], Awaitable[web.StreamResponse]]] = {
     "generate": _generate,
     "prefill": _prefill,
+    "compute": _compute,
 }
 
 

@@ -11,6 +11,7 @@ from loadtest.client.adapters.base import ApiAdapter, size_cap
 from loadtest.client.adapters.chat import ChatAdapter
 from loadtest.client.adapters.completions import CompletionsAdapter
 from loadtest.client.adapters.embeddings import EmbeddingsAdapter
+from loadtest.client.adapters.kserve_v2 import KServeV2Adapter
 from loadtest.client.adapters.messages import MessagesAdapter
 from loadtest.client.adapters.raw import RawAdapter
 from loadtest.client.adapters.rerank import RerankAdapter
@@ -51,6 +52,7 @@ _BUILTIN: tuple[ApiAdapter, ...] = (
     RawAdapter(),
     MessagesAdapter(),
     RerankAdapter(),
+    KServeV2Adapter(),
 )
 for _adapter in _BUILTIN:
     register(_adapter)

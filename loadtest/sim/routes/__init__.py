@@ -8,6 +8,7 @@ from loadtest.sim.routes.base import Answer, ApiRoute, PrefillRequest, StreamWri
 from loadtest.sim.routes.chat import ChatRoute
 from loadtest.sim.routes.completions import CompletionsRoute
 from loadtest.sim.routes.embeddings import EmbeddingsRoute
+from loadtest.sim.routes.kserve_v2 import KServeV2Route
 from loadtest.sim.routes.messages import MessagesRoute
 from loadtest.sim.routes.rerank import RerankRoute
 from loadtest.sim.routes.responses import ResponsesRoute
@@ -37,6 +38,7 @@ _BUILTIN: tuple[ApiRoute, ...] = (
     EmbeddingsRoute(),
     MessagesRoute(),
     RerankRoute(),
+    KServeV2Route(),
 )
 for _route in _BUILTIN:
     register(_route)

@@ -1,7 +1,8 @@
 """What one API of the embedded engine is (``ApiRoute``): its path, how a request body becomes the engine's
 request, and how the answer is written, streamed (``StreamWriter``) or whole. server.py serves every
-route with one of two flows: ``generate`` (the engine generates the answer's tokens) or ``prefill`` (one
-prefill-only pass per input, as a pooling model's forward pass: embeddings)."""
+route with one of three flows: ``generate`` (the engine generates the answer's tokens), ``prefill`` (one
+prefill-only pass per input, as a pooling model's forward pass: embeddings) or ``compute`` (one timed pass
+of a non-LLM model from the route's cost model, one request at a time on the device: KServe v2)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import Any, Literal, Protocol
 from loadtest.sim.protocol import GenRequest, OutputPlan
 from loadtest.tokens.tokenizer import Tokenizer
 
-Flow = Literal["generate", "prefill"]
+Flow = Literal["generate", "prefill", "compute"]
 
 
 @dataclass(frozen=True)
@@ -22,7 +23,17 @@ class PrefillRequest:
     model: str | None
 
 
-EngineRequest = GenRequest | PrefillRequest
+@dataclass(frozen=True)
+class ComputeRequest:
+    """A request served as one timed pass of a non-LLM model on the engine's device (``compute`` routes):
+    its samples and the pass's time at speedup 1."""
+
+    samples: int
+    seconds: float
+    model: str | None
+
+
+EngineRequest = GenRequest | PrefillRequest | ComputeRequest
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +90,8 @@ class ApiRoute(Protocol):
 
     def parse(self, body: dict[str, Any], tok: Tokenizer) -> EngineRequest:
         """The engine's request from a decoded body; RequestError (400) when malformed. ``generate``
-        routes return a GenRequest, ``prefill`` routes a PrefillRequest."""
+        routes return a GenRequest, ``prefill`` routes a PrefillRequest, ``compute`` routes a
+        ComputeRequest (the body carries the path's parameters too, e.g. ``model``)."""
         ...
 
     def writer(
