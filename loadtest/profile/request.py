@@ -9,9 +9,13 @@ from pydantic import Field, field_validator
 
 from loadtest.profile.base import Strict, rule_error
 
-Api = Literal["chat", "completions", "responses", "embeddings", "raw", "messages", "rerank", "kserve_v2"]
-# APIs whose requests are single inputs (no output tokens, no chat features): input batches of a size
+Api = Literal[
+    "chat", "completions", "responses", "embeddings", "raw", "messages", "rerank", "kserve_v2", "videogen"
+]
+# APIs whose requests carry a batch of inputs (inputs_per_request)
 BATCH_APIS = ("embeddings", "rerank", "kserve_v2")
+# APIs that generate no output tokens: single requests without chat features
+NO_OUTPUT_APIS = (*BATCH_APIS, "videogen")
 # Body fields the workload itself sets: extra_body may not replace them.
 WORKLOAD_FIELDS = frozenset({"model", "stream", "stream_options", "messages", "prompt", "input"})
 _HEADER_NAME = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")
@@ -100,14 +104,14 @@ def check_api(sc: Any, api: str, i: int) -> None:
         )
     if api != "raw" and sc.raw is not None:
         raise rule_error(f"raw applies to api raw only (api is {api})", "scenarios", i, "raw")
-    if api in ("responses", "raw", "messages", *BATCH_APIS) and sc.kind != "chat":
+    if api in ("responses", "raw", "messages", *NO_OUTPUT_APIS) and sc.kind != "chat":
         raise rule_error(
             f"the {api} api sends single requests: use kind chat (multi_turn and agent need api chat)",
             "scenarios",
             i,
             "kind",
         )
-    if api in ("raw", *BATCH_APIS) and (sc.images is not None or sc.reasoning or sc.prefix is not None):
+    if api in ("raw", *NO_OUTPUT_APIS) and (sc.images is not None or sc.reasoning or sc.prefix is not None):
         raise rule_error(f"images, reasoning and prefix do not apply to the {api} api", "scenarios", i, "api")
     if api == "messages" and sc.images is not None:
         raise rule_error("images do not apply to the messages api (use api: chat)", "scenarios", i, "images")
@@ -122,9 +126,9 @@ def check_api(sc: Any, api: str, i: int) -> None:
 
 
 def push_api(data: Any) -> Any:
-    """A profile-level ``api: embeddings|rerank|kserve_v2|raw`` also applies to each scenario that names none (so that the
+    """A profile-level ``api: embeddings|rerank|kserve_v2|videogen|raw`` also applies to each scenario that names none (so that the
     scenario's own rules, e.g. no output_tokens for embeddings, see it)."""
-    if not isinstance(data, dict) or data.get("api") not in ("raw", *BATCH_APIS):
+    if not isinstance(data, dict) or data.get("api") not in ("raw", *NO_OUTPUT_APIS):
         return data
     scenarios = data.get("scenarios")
     if isinstance(scenarios, list):

@@ -9,7 +9,7 @@ from pydantic import Field, model_validator
 from loadtest.profile.base import MAX_TOKENS, MAX_TURNS, NAME_PATTERN, Strict, check_ceiling, rule_error
 from loadtest.profile.dataset import DatasetSpec
 from loadtest.profile.dists import Dist, Length
-from loadtest.profile.request import BATCH_APIS, Api, RawSpec
+from loadtest.profile.request import NO_OUTPUT_APIS, Api, RawSpec
 
 
 class PrefixSpec(Strict):
@@ -102,9 +102,9 @@ RECORDED_KINDS = ("trace", "agent_trace")  # their lengths come from the recordi
 
 
 def _length_optional(sc: Scenario, key: str) -> bool:
-    """Raw replay takes both lengths from the recorded bodies; embeddings, rerank and kserve_v2 produce no
-    output tokens."""
-    return sc.raw is not None or (sc.api in BATCH_APIS and key == "output_tokens")
+    """Raw replay takes both lengths from the recorded bodies; embeddings, rerank, kserve_v2 and videogen
+    produce no output tokens."""
+    return sc.raw is not None or (sc.api in NO_OUTPUT_APIS and key == "output_tokens")
 
 
 # Scenario keys that make synthetic text: a dataset's prompts are sent as they are (docs/datasets.md).

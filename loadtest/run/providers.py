@@ -223,7 +223,9 @@ class EmbeddingsProvider(_LatencyOnlyProvider):
     KEY, INPUTS = "embeddings", "inputs"
 
     def selects(self, ln: RecordLine) -> bool:
-        return ln.api not in ("rerank", "kserve_v2") and (ln.api == "embeddings" or bool(ln.n_inputs))
+        return ln.api not in ("rerank", "kserve_v2", "videogen") and (
+            ln.api == "embeddings" or bool(ln.n_inputs)
+        )
 
 
 class RerankProvider(_LatencyOnlyProvider):
@@ -239,13 +241,13 @@ class RerankProvider(_LatencyOnlyProvider):
 
 
 class SamplesProvider(RerankProvider):
-    """``metrics.samples``: queries, samples, samples/s and request latency of KServe v2 inference requests
-    (MLPerf's Offline samples/s; its Server figure is the run's queries/s)."""
+    """``metrics.samples``: queries, samples, samples/s and request latency of KServe v2 inference and video
+    generation requests (one video a sample; MLPerf's Offline samples/s, its Server figure the queries/s)."""
 
     KEY, INPUTS = "samples", "samples"
 
     def selects(self, ln: RecordLine) -> bool:
-        return ln.api == "kserve_v2"
+        return ln.api in ("kserve_v2", "videogen")
 
 
 CHECK_WORDS = {

@@ -1,4 +1,4 @@
-"""Requests of the Responses, Messages, embeddings, rerank and KServe v2 APIs, and raw replay of recorded
+"""Requests of the Responses, Messages, embeddings, rerank, KServe v2 and videogen APIs, and raw replay of recorded
 bodies."""
 
 from __future__ import annotations
@@ -36,6 +36,8 @@ def build_request(w: Workload, sc: Scenario, index: int) -> PreparedRequest | No
         return _rerank(w, sc, index)
     if api == "kserve_v2":
         return _kserve_v2(w, sc, index)
+    if api == "videogen":
+        return _videogen(w, sc, index)
     if api == "raw":
         return _raw(w, sc, index)
     return None
@@ -116,6 +118,21 @@ def _kserve_v2(w: Workload, sc: Scenario, index: int) -> PreparedRequest:
         api="kserve_v2",
         body={"inputs": [tensor]},
         prompt_tokens=0,  # tensors, not tokens
+        requested_output_tokens=None,
+        scenario=sc.name,
+        stream=False,
+    )
+
+
+def _videogen(w: Workload, sc: Scenario, index: int) -> PreparedRequest:
+    """One video's prompt of the scenario's input length (the generation fields come from the profile's
+    ``request.extra_body``, else the server's defaults)."""
+    (prompt,) = _texts(w, sc, index, 1)
+    return PreparedRequest(
+        request_id=f"{w.seed:x}-{index}",
+        api="videogen",
+        body={"prompt": prompt},
+        prompt_tokens=w.tokenizer.count(prompt),
         requested_output_tokens=None,
         scenario=sc.name,
         stream=False,

@@ -16,6 +16,7 @@ from loadtest.client.adapters.messages import MessagesAdapter
 from loadtest.client.adapters.raw import RawAdapter
 from loadtest.client.adapters.rerank import RerankAdapter
 from loadtest.client.adapters.responses import ResponsesAdapter
+from loadtest.client.adapters.videogen import VideoGenAdapter
 
 if TYPE_CHECKING:
     from loadtest.client.openai import PreparedRequest
@@ -53,6 +54,7 @@ _BUILTIN: tuple[ApiAdapter, ...] = (
     MessagesAdapter(),
     RerankAdapter(),
     KServeV2Adapter(),
+    VideoGenAdapter(),
 )
 for _adapter in _BUILTIN:
     register(_adapter)
