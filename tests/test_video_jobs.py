@@ -160,3 +160,82 @@ def test_the_shipped_wan_profiles_run_with_a_valid_verdict(
     p50 = s["latency_ms"]["p50"]
     alone_ms = generation_s(81, 20, 720, 1280) / SPEEDUP * 1000  # 21 s over the speedup
     assert p50 >= alone_ms * 0.95 and (scenario == "offline" or p50 < alone_ms * 3)
+
+
+# ---- the job API: create, poll, download ---------------------------------------------------------------
+POLL_S = 0.02
+
+
+def test_a_job_run_records_its_parts_against_the_engines_truth(engine: SimProcess, tmp_path: Path) -> None:
+    prof = write_profile(
+        tmp_path / "j.yaml",
+        api="video_jobs",
+        input_tokens={"dist": "fixed", "value": 30},
+        load={"concurrency": 2},
+        poll_interval_s=POLL_S,
+        request={"extra_body": {"seconds": "4", "size": "480x832"}},
+    )
+    data = json.loads(prof.read_text())
+    del data["output_tokens"]
+    prof.write_text(json.dumps(data))
+    run = _run(["--profile", str(prof), "--duration", "3", "--host", engine.base_url], tmp_path / "run")
+    s = run["metrics"]["samples"]
+    assert s["requests"] == s["requests_ok"] == s["samples_total"] > 5
+    gen_ms = generation_s(4 * 16 + 1, 20, 480, 832) / SPEEDUP * 1000
+    truth = _truth(engine)
+    slack_ms = POLL_S * 1000 + 100  # a poll sees a change up to one interval late (plus its round trip)
+    queued_seen = 0
+    for ln in read_lines(sorted((tmp_path / "run").glob("records*.jsonl"))):
+        t = truth[ln["wire_id"]]
+        assert t["path"] == "/v1/videos" and t["outcome"] == "ok" and ln["outcome"] == "ok"
+        submit, queued, generating, download = (us / 1000 for us in ln["job_us"])
+        # the parts add up to the send-to-content time (E2E counts from the schedule: less sent_us)
+        assert abs(submit + queued + generating + download - (ln["e2e_us"] - ln["sent_us"]) / 1000) < 1
+        served_gen = (t["done_ns"] - t["first_token_ns"]) / 1e6
+        served_wait = (t["first_token_ns"] - t["arrival_ns"]) / 1e6
+        assert served_gen >= gen_ms * 0.95
+        assert served_gen - slack_ms <= generating <= served_gen + slack_ms + served_wait
+        assert queued <= served_wait + slack_ms and download > 0
+        queued_seen += queued > 0
+    assert queued_seen  # two streams, one device: some jobs waited, and the polls saw it
+
+
+def _job_answer(client: OpenAIClient, body: dict[str, Any]) -> RequestRecord:
+    """A create answer of ``body`` read by the job adapter of ``client`` (which then polls its server)."""
+    resp = Response(
+        200, {"content-type": "application/json"}, 1, [json.dumps(body).encode()], [5], complete=True
+    )
+    req = PreparedRequest("r", "video_jobs", {"prompt": "x"}, 1, None, stream=False, poll_s=POLL_S)
+    rec = RequestRecord("r", stream=False)
+    adapter_for("video_jobs").classify(client, rec, req, resp)
+    return rec
+
+
+def test_job_answers_that_are_not_jobs_or_jobs_that_fail_are_endpoint_outcomes(engine: SimProcess) -> None:
+    client = OpenAIClient(engine.base_url, None, get_tokenizer("llama3"))
+    try:
+        failed = {"id": "video_1", "status": "failed", "error": {"message": "moderation blocked"}}
+        rec = _job_answer(client, failed)
+        assert rec.outcome == "stream_error" and "moderation blocked" in rec.error
+        for body in (
+            {"status": "queued"},
+            {"id": "video_1", "status": "done"},
+            {"id": "a/b", "status": "queued"},
+        ):
+            assert _job_answer(client, body).outcome == "protocol_error", body
+        rec = _job_answer(client, {"id": "video_unknown", "status": "queued"})  # the engine never made it
+        assert rec.outcome == "http_4xx" and "no such job" in rec.error
+    finally:
+        client.close()
+    with FaultServer(["html_502", "json_not_sse"]) as srv:
+        client = OpenAIClient(srv.base_url + "/v1/completions", None, get_tokenizer("llama3"))
+        try:
+            got = [
+                client.send(
+                    PreparedRequest(f"h{i}", "video_jobs", {"prompt": "x"}, 1, None, False), 0, 0.0
+                ).outcome
+                for i in range(2)
+            ]
+        finally:
+            client.close()
+    assert got == ["http_5xx", "protocol_error"]

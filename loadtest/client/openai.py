@@ -51,6 +51,7 @@ class PreparedRequest:
     session_last: bool = False  # the session's planned last call (its end, for the conversation figures)
     path: str | None = None  # raw mode: the path the recorded body is sent to, unchanged
     reference: str | None = None  # a dataset's reference answer (quality checks)
+    poll_s: float | None = None  # a job API's poll interval (video_jobs)
 
 
 @dataclass(slots=True)

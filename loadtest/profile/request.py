@@ -10,12 +10,22 @@ from pydantic import Field, field_validator
 from loadtest.profile.base import Strict, rule_error
 
 Api = Literal[
-    "chat", "completions", "responses", "embeddings", "raw", "messages", "rerank", "kserve_v2", "videogen"
+    "chat",
+    "completions",
+    "responses",
+    "embeddings",
+    "raw",
+    "messages",
+    "rerank",
+    "kserve_v2",
+    "videogen",
+    "video_jobs",
 ]
 # APIs whose requests carry a batch of inputs (inputs_per_request)
 BATCH_APIS = ("embeddings", "rerank", "kserve_v2")
 # APIs that generate no output tokens: single requests without chat features
-NO_OUTPUT_APIS = (*BATCH_APIS, "videogen")
+NO_OUTPUT_APIS = (*BATCH_APIS, "videogen", "video_jobs")
+DEFAULT_POLL_S = 1.0  # video_jobs: seconds between two polls of a job (a scenario's poll_interval_s)
 # Body fields the workload itself sets: extra_body may not replace them.
 WORKLOAD_FIELDS = frozenset({"model", "stream", "stream_options", "messages", "prompt", "input"})
 _HEADER_NAME = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")
@@ -115,6 +125,13 @@ def check_api(sc: Any, api: str, i: int) -> None:
         raise rule_error(f"images, reasoning and prefix do not apply to the {api} api", "scenarios", i, "api")
     if api == "messages" and sc.images is not None:
         raise rule_error("images do not apply to the messages api (use api: chat)", "scenarios", i, "images")
+    if api != "video_jobs" and sc.poll_interval_s != DEFAULT_POLL_S:
+        raise rule_error(
+            f"poll_interval_s applies to api video_jobs only (api is {api})",
+            "scenarios",
+            i,
+            "poll_interval_s",
+        )
     if api not in BATCH_APIS and sc.inputs_per_request != 1:
         raise rule_error(
             "inputs_per_request applies to api embeddings, rerank and kserve_v2 only (rerank: documents,"
@@ -126,7 +143,7 @@ def check_api(sc: Any, api: str, i: int) -> None:
 
 
 def push_api(data: Any) -> Any:
-    """A profile-level ``api: embeddings|rerank|kserve_v2|videogen|raw`` also applies to each scenario that names none (so that the
+    """A profile-level ``api: embeddings|rerank|kserve_v2|videogen|video_jobs|raw`` also applies to each scenario that names none (so that the
     scenario's own rules, e.g. no output_tokens for embeddings, see it)."""
     if not isinstance(data, dict) or data.get("api") not in ("raw", *NO_OUTPUT_APIS):
         return data

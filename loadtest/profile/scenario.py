@@ -9,7 +9,7 @@ from pydantic import Field, model_validator
 from loadtest.profile.base import MAX_TOKENS, MAX_TURNS, NAME_PATTERN, Strict, check_ceiling, rule_error
 from loadtest.profile.dataset import DatasetSpec
 from loadtest.profile.dists import Dist, Length
-from loadtest.profile.request import NO_OUTPUT_APIS, Api, RawSpec
+from loadtest.profile.request import DEFAULT_POLL_S, NO_OUTPUT_APIS, Api, RawSpec
 
 
 class PrefixSpec(Strict):
@@ -142,6 +142,9 @@ class Scenario(Strict):
     agent_trace: AgentTraceSpec | None = None  # kind agent_trace: the recorded sessions to replay
     images: ImageSpec | None = None
     raw: RawSpec | None = None  # api: raw: the recorded bodies to replay
+    poll_interval_s: float = Field(
+        default=DEFAULT_POLL_S, gt=0, le=60
+    )  # video_jobs: between two polls of a job
     inputs_per_request: int = Field(
         default=1, ge=1, le=2048
     )  # embeddings: inputs; rerank: documents; kserve_v2: samples

@@ -223,7 +223,7 @@ class EmbeddingsProvider(_LatencyOnlyProvider):
     KEY, INPUTS = "embeddings", "inputs"
 
     def selects(self, ln: RecordLine) -> bool:
-        return ln.api not in ("rerank", "kserve_v2", "videogen") and (
+        return ln.api not in ("rerank", "kserve_v2", "videogen", "video_jobs") and (
             ln.api == "embeddings" or bool(ln.n_inputs)
         )
 
@@ -247,7 +247,7 @@ class SamplesProvider(RerankProvider):
     KEY, INPUTS = "samples", "samples"
 
     def selects(self, ln: RecordLine) -> bool:
-        return ln.api in ("kserve_v2", "videogen")
+        return ln.api in ("kserve_v2", "videogen", "video_jobs")
 
 
 CHECK_WORDS = {

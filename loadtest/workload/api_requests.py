@@ -1,4 +1,4 @@
-"""Requests of the Responses, Messages, embeddings, rerank, KServe v2 and videogen APIs, and raw replay of recorded
+"""Requests of the Responses, Messages, embeddings, rerank, KServe v2, videogen and video job APIs, and raw replay of recorded
 bodies."""
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ def build_request(w: Workload, sc: Scenario, index: int) -> PreparedRequest | No
         return _rerank(w, sc, index)
     if api == "kserve_v2":
         return _kserve_v2(w, sc, index)
-    if api == "videogen":
-        return _videogen(w, sc, index)
+    if api in ("videogen", "video_jobs"):
+        return _videogen(w, sc, index, api)
     if api == "raw":
         return _raw(w, sc, index)
     return None
@@ -124,13 +124,14 @@ def _kserve_v2(w: Workload, sc: Scenario, index: int) -> PreparedRequest:
     )
 
 
-def _videogen(w: Workload, sc: Scenario, index: int) -> PreparedRequest:
+def _videogen(w: Workload, sc: Scenario, index: int, api: str) -> PreparedRequest:
     """One video's prompt of the scenario's input length (the generation fields come from the profile's
-    ``request.extra_body``, else the server's defaults)."""
+    ``request.extra_body``, else the server's defaults); a job API's poll interval."""
     (prompt,) = _texts(w, sc, index, 1)
     return PreparedRequest(
         request_id=f"{w.seed:x}-{index}",
-        api="videogen",
+        api=api,
+        poll_s=sc.poll_interval_s if api == "video_jobs" else None,
         body={"prompt": prompt},
         prompt_tokens=w.tokenizer.count(prompt),
         requested_output_tokens=None,

@@ -16,6 +16,7 @@ from loadtest.client.adapters.messages import MessagesAdapter
 from loadtest.client.adapters.raw import RawAdapter
 from loadtest.client.adapters.rerank import RerankAdapter
 from loadtest.client.adapters.responses import ResponsesAdapter
+from loadtest.client.adapters.video_jobs import VideoJobsAdapter
 from loadtest.client.adapters.videogen import VideoGenAdapter
 
 if TYPE_CHECKING:
@@ -55,6 +56,7 @@ _BUILTIN: tuple[ApiAdapter, ...] = (
     RerankAdapter(),
     KServeV2Adapter(),
     VideoGenAdapter(),
+    VideoJobsAdapter(),
 )
 for _adapter in _BUILTIN:
     register(_adapter)

@@ -12,6 +12,7 @@ from loadtest.sim.routes.kserve_v2 import KServeV2Route
 from loadtest.sim.routes.messages import MessagesRoute
 from loadtest.sim.routes.rerank import RerankRoute
 from loadtest.sim.routes.responses import ResponsesRoute
+from loadtest.sim.routes.video_jobs import VideoJobsRoute
 from loadtest.sim.routes.videogen import VideoGenRoute
 
 __all__ = ["ROUTES", "Answer", "ApiRoute", "PrefillRequest", "StreamWriter", "register", "route_for"]
@@ -41,6 +42,7 @@ _BUILTIN: tuple[ApiRoute, ...] = (
     RerankRoute(),
     KServeV2Route(),
     VideoGenRoute(),
+    VideoJobsRoute(),
 )
 for _route in _BUILTIN:
     register(_route)

@@ -35,6 +35,14 @@ def generation_s(frames: int, steps: int, width: int, height: int) -> float:
     return REFERENCE_S * (frames * steps * width * height) / (FRAMES * STEPS * WIDTH * HEIGHT)
 
 
+def parse_size(size: Any) -> tuple[int, int]:
+    """A ``WxH`` frame size; RequestError (400) otherwise."""
+    m = _SIZE.match(size) if isinstance(size, str) else None
+    if m is None:
+        raise RequestError(400, "'size' must be 'WxH', e.g. 720x1280", "invalid_value", "size")
+    return int(m.group(1)), int(m.group(2))
+
+
 def _count(body: dict[str, Any], key: str, default: int, most: int) -> int:
     v = body.get(key, default)
     if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= most:
@@ -51,17 +59,15 @@ def parse_video_request(body: dict[str, Any]) -> VideoRequest:
         )
     frames = _count(body, "num_frames", FRAMES, 1000)
     steps = _count(body, "num_inference_steps", STEPS, 1000)
-    size = body.get("size", f"{WIDTH}x{HEIGHT}")
-    m = _SIZE.match(size) if isinstance(size, str) else None
-    if m is None:
-        raise RequestError(400, "'size' must be 'WxH', e.g. 720x1280", "invalid_value", "size")
+    width, height = parse_size(body.get("size", f"{WIDTH}x{HEIGHT}"))
+    size = f"{width}x{height}"
     fmt = body.get("response_format", "video_path")
     if fmt not in ("video_path", "video_bytes"):
         raise RequestError(
             400, "'response_format' is video_path or video_bytes", "invalid_value", "response_format"
         )
     model = body.get("model")
-    seconds = generation_s(frames, steps, int(m.group(1)), int(m.group(2)))
+    seconds = generation_s(frames, steps, width, height)
     return VideoRequest(
         1, seconds, model if isinstance(model, str) else None, frames, steps, size, fmt == "video_bytes"
     )
