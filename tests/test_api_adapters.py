@@ -65,7 +65,7 @@ def test_the_size_cap_follows_max_tokens_except_for_embeddings_and_rerank() -> N
         req = PreparedRequest("x", api, {}, 0, requested_output_tokens=10_000)
         want = (
             CAP_UNLIMITED_BYTES
-            if api in ("embeddings", "rerank", "kserve_v2", "videogen", "video_jobs")
+            if api in ("embeddings", "rerank", "kserve_v2", "videogen", "video_jobs", "images")
             else 10_000 * 4096
         )
         assert response_cap(req) == want, api
@@ -115,6 +115,7 @@ CASES = [
     ("kserve_v2", False, None),
     ("videogen", False, None),
     ("video_jobs", False, None),
+    ("images", False, None),
     *[("raw", bool(body.get("stream")), path) for path, body in RAW_BODIES.items()],
 ]
 
@@ -134,7 +135,7 @@ def _workload(tmp_path: Path, api: str, stream: bool, raw_path: str | None) -> W
         del fields["stream"]
     prof = write_profile(tmp_path / "p.yaml", **fields)
     data = json.loads(prof.read_text())
-    if api in ("embeddings", "rerank", "kserve_v2", "videogen", "video_jobs", "raw"):
+    if api in ("embeddings", "rerank", "kserve_v2", "videogen", "video_jobs", "images", "raw"):
         del data["output_tokens"]
     if api == "raw":
         del data["input_tokens"]
@@ -161,7 +162,7 @@ def test_each_adapter_round_trips_against_the_embedded_engine(
     path = raw_path or with_model(adapter_for(api).path(Endpoint.parse(engine.base_url), req), model)
     assert truth["path"] == path and truth["stream"] == stream and truth["outcome"] == "ok"
     assert 0 < rec.sent_ns <= rec.headers_ns <= rec.done_ns
-    if api in ("kserve_v2", "videogen", "video_jobs"):  # no tokens: one score per sample, one video
+    if api in ("kserve_v2", "videogen", "video_jobs", "images"):  # no tokens: scores, a video, an image
         assert rec.inputs == (3 if api == "kserve_v2" else 1) and rec.first_token_ns == 0
         assert rec.finish_reason == "stop"
         return

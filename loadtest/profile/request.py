@@ -20,11 +20,12 @@ Api = Literal[
     "kserve_v2",
     "videogen",
     "video_jobs",
+    "images",
 ]
 # APIs whose requests carry a batch of inputs (inputs_per_request)
 BATCH_APIS = ("embeddings", "rerank", "kserve_v2")
 # APIs that generate no output tokens: single requests without chat features
-NO_OUTPUT_APIS = (*BATCH_APIS, "videogen", "video_jobs")
+NO_OUTPUT_APIS = (*BATCH_APIS, "videogen", "video_jobs", "images")
 DEFAULT_POLL_S = 1.0  # video_jobs: seconds between two polls of a job (a scenario's poll_interval_s)
 # Body fields the workload itself sets: extra_body may not replace them.
 WORKLOAD_FIELDS = frozenset({"model", "stream", "stream_options", "messages", "prompt", "input"})
@@ -143,7 +144,7 @@ def check_api(sc: Any, api: str, i: int) -> None:
 
 
 def push_api(data: Any) -> Any:
-    """A profile-level ``api: embeddings|rerank|kserve_v2|videogen|video_jobs|raw`` also applies to each scenario that names none (so that the
+    """A profile-level ``api: embeddings|rerank|kserve_v2|videogen|video_jobs|images|raw`` also applies to each scenario that names none (so that the
     scenario's own rules, e.g. no output_tokens for embeddings, see it)."""
     if not isinstance(data, dict) or data.get("api") not in ("raw", *NO_OUTPUT_APIS):
         return data

@@ -223,7 +223,7 @@ class EmbeddingsProvider(_LatencyOnlyProvider):
     KEY, INPUTS = "embeddings", "inputs"
 
     def selects(self, ln: RecordLine) -> bool:
-        return ln.api not in ("rerank", "kserve_v2", "videogen", "video_jobs") and (
+        return ln.api not in ("rerank", "kserve_v2", "videogen", "video_jobs", "images") and (
             ln.api == "embeddings" or bool(ln.n_inputs)
         )
 
@@ -242,12 +242,12 @@ class RerankProvider(_LatencyOnlyProvider):
 
 class SamplesProvider(RerankProvider):
     """``metrics.samples``: queries, samples, samples/s and request latency of KServe v2 inference and video
-    generation requests (one video a sample; MLPerf's Offline samples/s, its Server figure the queries/s)."""
+    generation requests (one video or image a sample; MLPerf's Offline samples/s, its Server figure the queries/s)."""
 
     KEY, INPUTS = "samples", "samples"
 
     def selects(self, ln: RecordLine) -> bool:
-        return ln.api in ("kserve_v2", "videogen", "video_jobs")
+        return ln.api in ("kserve_v2", "videogen", "video_jobs", "images")
 
 
 CHECK_WORDS = {

@@ -1,4 +1,4 @@
-"""Requests of the Responses, Messages, embeddings, rerank, KServe v2, videogen and video job APIs, and raw replay of recorded
+"""Requests of the Responses, Messages, embeddings, rerank, KServe v2, videogen, video job and image generation APIs, and raw replay of recorded
 bodies."""
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def build_request(w: Workload, sc: Scenario, index: int) -> PreparedRequest | No
         return _rerank(w, sc, index)
     if api == "kserve_v2":
         return _kserve_v2(w, sc, index)
-    if api in ("videogen", "video_jobs"):
+    if api in ("videogen", "video_jobs", "images"):
         return _videogen(w, sc, index, api)
     if api == "raw":
         return _raw(w, sc, index)
@@ -125,7 +125,7 @@ def _kserve_v2(w: Workload, sc: Scenario, index: int) -> PreparedRequest:
 
 
 def _videogen(w: Workload, sc: Scenario, index: int, api: str) -> PreparedRequest:
-    """One video's prompt of the scenario's input length (the generation fields come from the profile's
+    """One video's or image's prompt of the scenario's input length (the generation fields come from the profile's
     ``request.extra_body``, else the server's defaults); a job API's poll interval."""
     (prompt,) = _texts(w, sc, index, 1)
     return PreparedRequest(

@@ -11,6 +11,7 @@ from loadtest.client.adapters.base import ApiAdapter, size_cap
 from loadtest.client.adapters.chat import ChatAdapter
 from loadtest.client.adapters.completions import CompletionsAdapter
 from loadtest.client.adapters.embeddings import EmbeddingsAdapter
+from loadtest.client.adapters.images import ImagesAdapter
 from loadtest.client.adapters.kserve_v2 import KServeV2Adapter
 from loadtest.client.adapters.messages import MessagesAdapter
 from loadtest.client.adapters.raw import RawAdapter
@@ -57,6 +58,7 @@ _BUILTIN: tuple[ApiAdapter, ...] = (
     KServeV2Adapter(),
     VideoGenAdapter(),
     VideoJobsAdapter(),
+    ImagesAdapter(),
 )
 for _adapter in _BUILTIN:
     register(_adapter)

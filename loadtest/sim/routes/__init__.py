@@ -8,6 +8,7 @@ from loadtest.sim.routes.base import Answer, ApiRoute, PrefillRequest, StreamWri
 from loadtest.sim.routes.chat import ChatRoute
 from loadtest.sim.routes.completions import CompletionsRoute
 from loadtest.sim.routes.embeddings import EmbeddingsRoute
+from loadtest.sim.routes.images import ImagesRoute
 from loadtest.sim.routes.kserve_v2 import KServeV2Route
 from loadtest.sim.routes.messages import MessagesRoute
 from loadtest.sim.routes.rerank import RerankRoute
@@ -43,6 +44,7 @@ _BUILTIN: tuple[ApiRoute, ...] = (
     KServeV2Route(),
     VideoGenRoute(),
     VideoJobsRoute(),
+    ImagesRoute(),
 )
 for _route in _BUILTIN:
     register(_route)
