@@ -49,7 +49,7 @@ def ensure_venv(for_tests: bool) -> None:
 
 
 def ensure_real_engines() -> None:
-    """The real-engine tests need vLLM (CPU build) and llama.cpp's server in their own cached environments
+    """The real-engine tests need vLLM (CPU build), llama.cpp's server and MLServer in their own cached environments
     (tools/real_engines.py); LOADTEST_SKIP_REAL_ENGINES=1 skips the install, and those tests skip."""
     if os.environ.get("LOADTEST_SKIP_REAL_ENGINES") == "1":
         print("note: LOADTEST_SKIP_REAL_ENGINES=1: the real-engine tests will be skipped", flush=True)

