@@ -259,3 +259,34 @@ def test_a_run_against_a_real_kserve_v2_server(tmp_path: Path) -> None:
     assert s["requests_ok"] == run["metrics"]["requests"]["completed"] > 10
     assert s["samples_total"] == 8 * s["requests_ok"]
     assert all(r["outcome"] == "ok" and r["inputs"] == 8 and r["e2e_us"] > 0 for r in records)
+
+
+def test_the_engines_faults_reach_the_client_as_endpoint_outcomes(engine: SimProcess) -> None:
+    """The engine's pre-engine faults on the compute flow, asked per request, and what the client makes of them."""
+    client = OpenAIClient(engine.base_url, "llama-3.1-8b", get_tokenizer("llama3"))
+    want = {"http_503": "http_5xx", "http_429": "http_429", "http_500": "http_5xx", "none": "ok"}
+    got = {}
+    try:
+        for fault in want:
+            req = PreparedRequest(f"f-{fault}", "kserve_v2", {"inputs": [TENSOR]}, 0, None, stream=False)
+            req.extra_headers = {"X-Loadtest-Fault": fault}
+            rec = client.send(req, 0, 0.0)
+            got[fault] = rec.outcome
+            truth = _truth(engine)[rec.wire_id or ""]
+            assert truth["outcome"] == ("ok" if fault == "none" else fault)
+    finally:
+        client.close()
+    assert got == want
+    client = OpenAIClient(engine.base_url, "no-such-model", get_tokenizer("llama3"))
+    try:
+        rec = client.send(
+            PreparedRequest("m", "kserve_v2", {"inputs": [TENSOR]}, 0, None, stream=False), 0, 0.0
+        )
+        bad = PreparedRequest(
+            "b", "kserve_v2", {"inputs": [{**TENSOR, "data": [1.0]}]}, 0, None, stream=False
+        )
+        malformed = client.send(bad, 0, 0.0)
+    finally:
+        client.close()
+    assert rec.outcome == "http_4xx" and "does not exist" in rec.error  # the model in the path is checked
+    assert malformed.outcome == "http_4xx" and "1 value(s) for shape [3, 2]" in malformed.error

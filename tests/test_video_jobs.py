@@ -239,3 +239,21 @@ def test_job_answers_that_are_not_jobs_or_jobs_that_fail_are_endpoint_outcomes(e
         finally:
             client.close()
     assert got == ["http_5xx", "protocol_error"]
+
+
+def test_a_job_past_the_total_timeout_is_a_timeout_and_a_refused_create_an_http_outcome(
+    engine: SimProcess,
+) -> None:
+    client = OpenAIClient(engine.base_url, None, get_tokenizer("llama3"))
+    client.timeouts.total = 0.4  # a 60 s video takes 21 s × 961 / 81 over the speedup: over a second
+    client.extra_body = {"seconds": "60"}  # type: ignore[attr-defined]
+    try:
+        req = PreparedRequest("long", "video_jobs", {"prompt": "x"}, 1, None, stream=False, poll_s=POLL_S)
+        rec = client.send(req, 0, 0.0)
+        refused = PreparedRequest("busy", "video_jobs", {"prompt": "x"}, 1, None, stream=False)
+        refused.extra_headers = {"X-Loadtest-Fault": "http_503"}
+        busy = client.send(refused, 0, 0.0)
+    finally:
+        client.close()
+    assert rec.outcome == "timeout" and "still" in rec.error and rec.job_us == []
+    assert busy.outcome == "http_5xx" and _truth(engine)[busy.wire_id or ""]["outcome"] == "http_503"
