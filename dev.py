@@ -49,8 +49,9 @@ def ensure_venv(for_tests: bool) -> None:
 
 
 def ensure_real_engines() -> None:
-    """The real-engine tests need vLLM (CPU build), llama.cpp's server, vllm-router and LiteLLM's proxy in
-    their own cached environments (tools/real_engines.py); LOADTEST_SKIP_REAL_ENGINES=1 skips the install, and those tests skip."""
+    """The real-engine tests need vLLM (CPU build), llama.cpp's server, vllm-router, LiteLLM's proxy and MLServer
+    in their own cached environments (tools/real_engines.py); LOADTEST_SKIP_REAL_ENGINES=1 skips the install, and
+    those tests skip."""
     if os.environ.get("LOADTEST_SKIP_REAL_ENGINES") == "1":
         print("note: LOADTEST_SKIP_REAL_ENGINES=1: the real-engine tests will be skipped", flush=True)
         return

@@ -18,7 +18,7 @@ import pytest
 from conftest import write_profile
 
 from loadtest.client.adapters import ADAPTERS, adapter_for, register, response_cap
-from loadtest.client.adapters.base import CAP_UNLIMITED_BYTES
+from loadtest.client.adapters.base import CAP_UNLIMITED_BYTES, with_model
 from loadtest.client.adapters.chat import ChatAdapter
 from loadtest.client.http import Endpoint, Response
 from loadtest.client.openai import OpenAIClient, PreparedRequest
@@ -63,7 +63,11 @@ def test_the_engine_serves_the_path_of_every_api_but_raw() -> None:
 def test_the_size_cap_follows_max_tokens_except_for_embeddings_and_rerank() -> None:
     for api in SCHEMA_APIS:
         req = PreparedRequest("x", api, {}, 0, requested_output_tokens=10_000)
-        want = CAP_UNLIMITED_BYTES if api in ("embeddings", "rerank") else 10_000 * 4096
+        want = (
+            CAP_UNLIMITED_BYTES
+            if api in ("embeddings", "rerank", "kserve_v2", "videogen", "video_jobs", "images")
+            else 10_000 * 4096
+        )
         assert response_cap(req) == want, api
 
 
@@ -108,6 +112,10 @@ CASES = [
     ("messages", True, None),
     ("messages", False, None),
     ("rerank", False, None),
+    ("kserve_v2", False, None),
+    ("videogen", False, None),
+    ("video_jobs", False, None),
+    ("images", False, None),
     *[("raw", bool(body.get("stream")), path) for path, body in RAW_BODIES.items()],
 ]
 
@@ -117,7 +125,7 @@ def _workload(tmp_path: Path, api: str, stream: bool, raw_path: str | None) -> W
     fields: dict[str, Any] = {"api": api, "stream": stream}
     if api in ("chat", "completions", "responses", "messages"):
         fields["output_tokens"] = {"dist": "fixed", "value": 7}  # ignore_eos: exactly 7
-    if api in ("embeddings", "rerank"):
+    if api in ("embeddings", "rerank", "kserve_v2"):
         fields["inputs_per_request"] = 3
         fields["input_tokens"] = {"dist": "fixed", "value": 12}
     if api == "raw":
@@ -127,7 +135,7 @@ def _workload(tmp_path: Path, api: str, stream: bool, raw_path: str | None) -> W
         del fields["stream"]
     prof = write_profile(tmp_path / "p.yaml", **fields)
     data = json.loads(prof.read_text())
-    if api in ("embeddings", "rerank", "raw"):
+    if api in ("embeddings", "rerank", "kserve_v2", "videogen", "video_jobs", "images", "raw"):
         del data["output_tokens"]
     if api == "raw":
         del data["input_tokens"]
@@ -142,7 +150,8 @@ def test_each_adapter_round_trips_against_the_embedded_engine(
     w = _workload(tmp_path, api, stream, raw_path)
     req = w.request(0)
     assert req.api == api and req.stream == stream
-    client = OpenAIClient(engine.base_url, None, w.tokenizer)
+    model = "llama-3.1-8b" if api == "kserve_v2" else None  # the v2 path names the model
+    client = OpenAIClient(engine.base_url, model, w.tokenizer)
     try:
         rec = client.send(req, 0, 0.0)
     finally:
@@ -150,9 +159,13 @@ def test_each_adapter_round_trips_against_the_embedded_engine(
     assert rec.outcome == "ok", rec.error
     assert rec.api == api and rec.stream == stream and rec.http_status == 200
     truth = _truth(engine)[rec.wire_id or ""]
-    path = raw_path or adapter_for(api).path(Endpoint.parse(engine.base_url), req)
+    path = raw_path or with_model(adapter_for(api).path(Endpoint.parse(engine.base_url), req), model)
     assert truth["path"] == path and truth["stream"] == stream and truth["outcome"] == "ok"
     assert 0 < rec.sent_ns <= rec.headers_ns <= rec.done_ns
+    if api in ("kserve_v2", "videogen", "video_jobs", "images"):  # no tokens: scores, a video, an image
+        assert rec.inputs == (3 if api == "kserve_v2" else 1) and rec.first_token_ns == 0
+        assert rec.finish_reason == "stop"
+        return
     assert rec.prompt_tokens_server == truth["prompt_tokens"] > 0
     if path.endswith("/embeddings"):
         n_in = len(req.body["input"]) if api == "embeddings" else len(RAW_BODIES[path]["input"])

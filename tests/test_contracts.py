@@ -121,6 +121,7 @@ def _every_field_set() -> RequestRecord:
         endpoints_output_tokens=5,
         session="agent-3",
         session_last=True,
+        job_us=[1_000, 2_000, 3_000, 500],
         http_status=500,
         outcome="stream_error",
         error="connection reset mid-stream",

@@ -44,7 +44,23 @@ SHIPPED = [
     "sharegpt-chat",
     "agentic-kimi-k3",
     "agentic-qwen3.6-35b-a3b",
+    "mlperf-llama3.1-405b-server",
+    "mlperf-llama3.1-405b-offline",
+    "mlperf-qwen3-vl-235b-server",
+    "mlperf-qwen3-vl-235b-offline",
 ]
+# The MLPerf Inference v6.0 systems' profiles (docs/sources.md §21-§24) and the engine speedup a short
+# smoke run of each takes: a fast MoE's tokens merge in the client's reads when sped up too far.
+V6_RUNS = {
+    "mlperf-llama3.1-405b-server": 20,
+    "mlperf-llama3.1-405b-offline": 20,
+    "mlperf-qwen3-vl-235b-server": 20,
+    "mlperf-qwen3-vl-235b-offline": 1,
+    "mlperf-dlrmv3-server": 1,
+    "mlperf-dlrmv3-offline": 1,
+    "mlperf-wan2.2-singlestream": 100,
+    "mlperf-wan2.2-offline": 100,
+}
 
 # docs/sources.md §1: p99 TTFT / p99 TPOT limits in ms (Server, Interactive) and max output tokens.
 MLPERF_LIMITS_MS = {
@@ -269,3 +285,17 @@ def test_the_drain_lets_an_endpoint_that_meets_the_slos_finish_its_longest_answe
     set_by_user = r1.model_copy(update={"client": r1.client.model_copy(update={"drain_timeout_s": 5.0})})
     set_by_user.client.model_fields_set.add("drain_timeout_s")
     assert drain_timeout_for(set_by_user) == 5.0
+
+
+@pytest.mark.parametrize(("name", "speedup"), V6_RUNS.items())
+def test_each_v6_system_profile_runs_against_the_engine_with_a_valid_verdict(
+    name: str, speedup: int, tmp_path: Path
+) -> None:
+    out = tmp_path / "run"
+    args = ["run", "--profile", name, "--duration", "4", "--smoke", "--engine-speedup", str(speedup)]
+    proc = run_cli([*args, "--out", str(out), "--no-telemetry"], timeout=240)
+    run = json.loads((out / "run.json").read_text())
+    assert proc.returncode == run["verdict"]["exit_code"] == 0, proc.stdout[-1500:] + proc.stderr[-1500:]
+    checks = {c["name"]: c for c in run["verdict"]["checks"]}
+    assert checks["min_duration"]["limit"] == 600 and checks["min_duration"]["blocking"] is False
+    assert run["metrics"]["requests"]["ok"] > 0 and run["metrics"]["requests"]["failed"] == 0

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Install the real engines (vLLM for CPU, llama.cpp's server) and what fronts them (vllm-router, LiteLLM's proxy).
+"""Install the real engines (vLLM for CPU, llama.cpp's server, MLServer) and what fronts them (vllm-router, LiteLLM's proxy).
 
 `python3 tools/real_engines.py install vllm|llamacpp|router|litellm|all` creates one virtual environment per engine
 under the cache folder (`$LOADTEST_ENGINES_DIR`, else `~/.cache/loadtest/engines`), keyed by the pinned
@@ -68,6 +68,12 @@ ENGINES: dict[str, EngineEnv] = {
             "import pathlib, subprocess, sys; subprocess.run([str(pathlib.Path(sys.executable).parent"
             " / 'vllm-router'), '--help'], check=True, capture_output=True)"
         ),
+    ),
+    # MLServer speaks the KServe v2 / Open Inference Protocol; its scikit-learn runtime serves a tiny model.
+    "mlserver": EngineEnv(
+        name="mlserver",
+        requirements=("mlserver==1.7.1", "mlserver-sklearn==1.7.1"),
+        import_check="import mlserver, mlserver_sklearn, sklearn, joblib",
     ),
 }
 

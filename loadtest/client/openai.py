@@ -10,7 +10,7 @@ from time import perf_counter_ns
 from typing import Any
 
 from loadtest.client.adapters import adapter_for, response_cap
-from loadtest.client.adapters.base import classify_http, done_time
+from loadtest.client.adapters.base import classify_http, done_time, with_model
 from loadtest.client.http import Connection, Endpoint, HttpFailure, Response, build_request
 from loadtest.client.network import NetworkPolicy
 from loadtest.client.record import RequestRecord, count_merged_gaps
@@ -51,6 +51,7 @@ class PreparedRequest:
     session_last: bool = False  # the session's planned last call (its end, for the conversation figures)
     path: str | None = None  # raw mode: the path the recorded body is sent to, unchanged
     reference: str | None = None  # a dataset's reference answer (quality checks)
+    poll_s: float | None = None  # a job API's poll interval (video_jobs)
 
 
 @dataclass(slots=True)
@@ -126,7 +127,8 @@ class OpenAIClient:
         if adapter.default_headers:
             have = {h.lower() for h in headers}
             headers.update((k, v) for k, v in adapter.default_headers if k.lower() not in have)
-        return build_request(self.endpoint, "POST", adapter.path(self.endpoint, req), body, headers)
+        path = with_model(adapter.path(self.endpoint, req), self.model)
+        return build_request(self.endpoint, "POST", path, body, headers)
 
     def send(
         self,

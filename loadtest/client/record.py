@@ -66,6 +66,7 @@ class RequestRecord:
     inputs: int = 0  # embeddings: the number of inputs the request carried
     merged_gaps: int = 0  # token gaps the client could not time: merged_gap_mask (docs/metrics.md)
     chunk_chars: list[int] = field(default_factory=list)  # characters of each chunk_ns event's fragments
+    job_us: list[int] = field(default_factory=list)  # a job API's parts (video_jobs): RecordLine.job_us
     endpoints_output_tokens: int | None = None  # the answer's MLPerf Endpoints count (tokens/assistant.py)
     endpoints_tpot_tokens: int | None = None  # its tokens after the first output-bearing chunk, the same way
     new_connection: list[int] | None = (
@@ -175,6 +176,7 @@ class RequestRecord:
             merged_gaps=self.merged_gaps or UNSET,
             quality_failed=self.quality_failed or UNSET,  # written only when a check failed
             chunk_chars=self.chunk_chars or UNSET,
+            job_us=self.job_us or UNSET,
             endpoints_output_tokens=UNSET
             if self.endpoints_output_tokens is None
             else self.endpoints_output_tokens,
@@ -227,6 +229,7 @@ class RequestRecord:
             merged_gaps=line.n_merged_gaps,
             quality_failed=line.failed_checks or None,
             chunk_chars=line.chunk_lengths,
+            job_us=line.job_us if isinstance(line.job_us, list) else [],
             endpoints_output_tokens=line.templated_output_tokens,
             endpoints_tpot_tokens=line.tokens_after_first,
             new_connection=line.opened,

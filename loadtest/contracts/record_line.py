@@ -73,6 +73,10 @@ class RecordLine(msgspec.Struct):
     # "Conversations").
     session: str | UnsetType = UNSET
     session_last: bool | UnsetType = UNSET
+    # A job API's parts, in µs (video_jobs): [submit, queued, generating, download]: the create request,
+    # its answer to the first poll that saw the job running, then to the poll that saw it completed, then
+    # the content's download; written only for a job (docs/api-surface.md, "Video generation").
+    job_us: list[int] | UnsetType = UNSET
 
     @property
     def n_inputs(self) -> int:

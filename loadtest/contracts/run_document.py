@@ -234,6 +234,17 @@ class Rerank(_Section):
     latency_ms: dict[str, float | None]
 
 
+class Samples(_Section):
+    """KServe v2 inference requests: queries (requests), samples and samples/s (run/providers.py)."""
+
+    requests: int
+    requests_ok: int
+    samples_total: int
+    samples_per_s: float
+    input_tokens_total: int
+    latency_ms: dict[str, float | None]
+
+
 class ItlMerged(_Section):
     """Token gaps left out of ITL: their event arrived in one read with another (docs/metrics.md)."""
 
@@ -274,6 +285,7 @@ class Metrics(_OptionalSection):
     per_endpoint: PerEndpoint | None = None
     embeddings: Embeddings | None = None
     rerank: Rerank | None = None
+    samples: Samples | None = None
     connections: Connections | None = None
 
 

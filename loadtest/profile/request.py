@@ -9,7 +9,24 @@ from pydantic import Field, field_validator
 
 from loadtest.profile.base import Strict, rule_error
 
-Api = Literal["chat", "completions", "responses", "embeddings", "raw", "messages", "rerank"]
+Api = Literal[
+    "chat",
+    "completions",
+    "responses",
+    "embeddings",
+    "raw",
+    "messages",
+    "rerank",
+    "kserve_v2",
+    "videogen",
+    "video_jobs",
+    "images",
+]
+# APIs whose requests carry a batch of inputs (inputs_per_request)
+BATCH_APIS = ("embeddings", "rerank", "kserve_v2")
+# APIs that generate no output tokens: single requests without chat features
+NO_OUTPUT_APIS = (*BATCH_APIS, "videogen", "video_jobs", "images")
+DEFAULT_POLL_S = 1.0  # video_jobs: seconds between two polls of a job (a scenario's poll_interval_s)
 # Body fields the workload itself sets: extra_body may not replace them.
 WORKLOAD_FIELDS = frozenset({"model", "stream", "stream_options", "messages", "prompt", "input"})
 _HEADER_NAME = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")
@@ -98,22 +115,28 @@ def check_api(sc: Any, api: str, i: int) -> None:
         )
     if api != "raw" and sc.raw is not None:
         raise rule_error(f"raw applies to api raw only (api is {api})", "scenarios", i, "raw")
-    if api in ("responses", "embeddings", "raw", "messages", "rerank") and sc.kind != "chat":
+    if api in ("responses", "raw", "messages", *NO_OUTPUT_APIS) and sc.kind != "chat":
         raise rule_error(
             f"the {api} api sends single requests: use kind chat (multi_turn and agent need api chat)",
             "scenarios",
             i,
             "kind",
         )
-    if api in ("embeddings", "raw", "rerank") and (
-        sc.images is not None or sc.reasoning or sc.prefix is not None
-    ):
+    if api in ("raw", *NO_OUTPUT_APIS) and (sc.images is not None or sc.reasoning or sc.prefix is not None):
         raise rule_error(f"images, reasoning and prefix do not apply to the {api} api", "scenarios", i, "api")
     if api == "messages" and sc.images is not None:
         raise rule_error("images do not apply to the messages api (use api: chat)", "scenarios", i, "images")
-    if api not in ("embeddings", "rerank") and sc.inputs_per_request != 1:
+    if api != "video_jobs" and sc.poll_interval_s != DEFAULT_POLL_S:
         raise rule_error(
-            "inputs_per_request applies to api embeddings and rerank only (rerank: documents per request)",
+            f"poll_interval_s applies to api video_jobs only (api is {api})",
+            "scenarios",
+            i,
+            "poll_interval_s",
+        )
+    if api not in BATCH_APIS and sc.inputs_per_request != 1:
+        raise rule_error(
+            "inputs_per_request applies to api embeddings, rerank and kserve_v2 only (rerank: documents,"
+            " kserve_v2: samples per request)",
             "scenarios",
             i,
             "inputs_per_request",
@@ -121,9 +144,9 @@ def check_api(sc: Any, api: str, i: int) -> None:
 
 
 def push_api(data: Any) -> Any:
-    """A profile-level ``api: embeddings|rerank|raw`` also applies to each scenario that names none (so that the
+    """A profile-level ``api: embeddings|rerank|kserve_v2|videogen|video_jobs|images|raw`` also applies to each scenario that names none (so that the
     scenario's own rules, e.g. no output_tokens for embeddings, see it)."""
-    if not isinstance(data, dict) or data.get("api") not in ("embeddings", "rerank", "raw"):
+    if not isinstance(data, dict) or data.get("api") not in ("raw", *NO_OUTPUT_APIS):
         return data
     scenarios = data.get("scenarios")
     if isinstance(scenarios, list):

@@ -9,7 +9,7 @@ from pydantic import Field, model_validator
 from loadtest.profile.base import MAX_TOKENS, MAX_TURNS, NAME_PATTERN, Strict, check_ceiling, rule_error
 from loadtest.profile.dataset import DatasetSpec
 from loadtest.profile.dists import Dist, Length
-from loadtest.profile.request import Api, RawSpec
+from loadtest.profile.request import DEFAULT_POLL_S, NO_OUTPUT_APIS, Api, RawSpec
 
 
 class PrefixSpec(Strict):
@@ -116,8 +116,9 @@ RECORDED_KINDS = ("trace", "agent_trace")  # their lengths come from the recordi
 
 
 def _length_optional(sc: Scenario, key: str) -> bool:
-    """Raw replay takes both lengths from the recorded bodies; embeddings and rerank produce no output tokens."""
-    return sc.raw is not None or (sc.api in ("embeddings", "rerank") and key == "output_tokens")
+    """Raw replay takes both lengths from the recorded bodies; embeddings, rerank, kserve_v2 and videogen
+    produce no output tokens."""
+    return sc.raw is not None or (sc.api in NO_OUTPUT_APIS and key == "output_tokens")
 
 
 # Scenario keys that make synthetic text: a dataset's prompts are sent as they are (docs/datasets.md).
@@ -155,7 +156,12 @@ class Scenario(Strict):
     agent_trace: AgentTraceSpec | None = None  # kind agent_trace: the recorded sessions to replay
     images: ImageSpec | None = None
     raw: RawSpec | None = None  # api: raw: the recorded bodies to replay
-    inputs_per_request: int = Field(default=1, ge=1, le=2048)  # embeddings: batched inputs; rerank: documents
+    poll_interval_s: float = Field(
+        default=DEFAULT_POLL_S, gt=0, le=60
+    )  # video_jobs: between two polls of a job
+    inputs_per_request: int = Field(
+        default=1, ge=1, le=2048
+    )  # embeddings: inputs; rerank: documents; kserve_v2: samples
     dataset: DatasetSpec | None = None  # real prompts from a file (docs/datasets.md)
 
     @model_validator(mode="after")

@@ -1,5 +1,5 @@
 """run.json sections that come from a run's extras, one provider each: the token count's description,
-several endpoints (per-endpoint figures, a failing replica), embeddings, rerank, economics, answer
+several endpoints (per-endpoint figures, a failing replica), embeddings, rerank, KServe v2 samples, economics, answer
 quality (the quality gate), the server's telemetry. A provider is fed the record log batch by batch (``add``), then gives its contribution
 (``contribute``: its data, its checks and its notes) before the verdict is judged from every check."""
 
@@ -229,7 +229,9 @@ class EmbeddingsProvider(_LatencyOnlyProvider):
     KEY, INPUTS = "embeddings", "inputs"
 
     def selects(self, ln: RecordLine) -> bool:
-        return ln.api != "rerank" and (ln.api == "embeddings" or bool(ln.n_inputs))
+        return ln.api not in ("rerank", "kserve_v2", "videogen", "video_jobs", "images") and (
+            ln.api == "embeddings" or bool(ln.n_inputs)
+        )
 
 
 class RerankProvider(_LatencyOnlyProvider):
@@ -242,6 +244,16 @@ class RerankProvider(_LatencyOnlyProvider):
 
     def extra(self) -> dict[str, Any]:
         return {"requests": self._seen}
+
+
+class SamplesProvider(RerankProvider):
+    """``metrics.samples``: queries, samples, samples/s and request latency of KServe v2 inference and video
+    generation requests (one video or image a sample; MLPerf's Offline samples/s, its Server figure the queries/s)."""
+
+    KEY, INPUTS = "samples", "samples"
+
+    def selects(self, ln: RecordLine) -> bool:
+        return ln.api in ("kserve_v2", "videogen", "video_jobs", "images")
 
 
 CHECK_WORDS = {

@@ -49,6 +49,7 @@ from loadtest.run.providers import (
     Provider,
     QualityProvider,
     RerankProvider,
+    SamplesProvider,
     TelemetryProvider,
     TokensProvider,
     WindowProvider,
@@ -135,6 +136,7 @@ def finalize(run: FinishedRun) -> Finalized:
     extras += [
         EmbeddingsProvider(),
         RerankProvider(),
+        SamplesProvider(),
         EconomicsProvider(),
         QualityProvider(profile.quality, run.slos),
         WindowProvider(),

@@ -1,14 +1,16 @@
 """The aiohttp app: OpenAI-compatible routes in front of the simulated engine, plus /sim/* truth.
 
 Each API is a route (sim/routes): its path, its request parsing and its answer's wire shapes. This module
-serves every route with the engine through one of two flows: ``_generate`` (tokens, streamed or whole) and
-``_prefill`` (one prefill-only pass per input, embeddings)."""
+serves every route with the engine through one of three flows: ``_generate`` (tokens, streamed or whole),
+``_prefill`` (one prefill-only pass per input, embeddings), ``_compute`` (one timed pass of a non-LLM
+model, KServe v2) and ``_job`` (that pass in the background behind a job API: create, poll, download)."""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
 import inspect
+import json
 import logging
 import socket
 import struct
@@ -18,7 +20,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from time import perf_counter_ns
-from typing import Any
+from typing import Any, cast
 
 from aiohttp import web
 
@@ -32,7 +34,7 @@ from loadtest.sim.reference import prompt_of
 from loadtest.sim.request import SHUTDOWN, SimRequest
 from loadtest.sim.request_log import RequestLog
 from loadtest.sim.routes import ROUTES, Answer, ApiRoute, PrefillRequest, StreamWriter
-from loadtest.sim.routes.base import Flow
+from loadtest.sim.routes.base import ComputeRequest, Flow, Job, JobRoute
 from loadtest.sim.truth import (
     OUTCOME_CLIENT_DISCONNECTED,
     OUTCOME_ERROR,
@@ -73,9 +75,13 @@ class SimState:
     metrics: SimMetrics | None = None
     submit_ids: bool | None = None  # whether Engine.submit takes token ids (None: not yet known)
     requests: RequestLog = field(default_factory=RequestLog)  # what clients sent (GET /sim/requests)
+    device: asyncio.Lock = field(default_factory=asyncio.Lock)  # compute routes' passes, one at a time
+    jobs: dict[str, Job] = field(default_factory=dict)  # job routes' jobs, by id (the last MAX_JOBS)
+    job_tasks: set[asyncio.Task[None]] = field(default_factory=set)  # their passes, running or waiting
 
 
 STATE_KEY = web.AppKey("sim_state", SimState)
+MAX_JOBS = 4096
 
 
 def _error(err: RequestError) -> web.Response:
@@ -596,9 +602,140 @@ async def _prefill(request: web.Request, route: ApiRoute) -> web.StreamResponse:
         _finish(st, rec, submitted=True)
 
 
+async def _compute(request: web.Request, route: ApiRoute) -> web.StreamResponse:
+    """A route served as one timed pass of a non-LLM model (its cost model's time over the speedup), one
+    request at a time on the device: a whole answer; pre-engine faults only."""
+    arrival_ns = time.perf_counter_ns()
+    st = request.app[STATE_KEY]
+    raw = await request.read()
+    body: dict[str, Any] | None = None
+    try:
+        body = json_body(raw)
+        c = route.parse({**body, **request.match_info}, get_tokenizer(st.config.model.tokenizer))
+        assert isinstance(c, ComputeRequest), f"a {route.flow} route parses into a ComputeRequest"
+        fault = _admit(st, request, c.model)
+    except RequestError as err:
+        st.requests.add(request, raw, body)
+        st.stats.rejected(err.status)
+        return _error(err)
+    st.requests.add(request, raw, body)
+    st.stats.received(request.path)
+    client_id = request.headers.get("X-Request-Id")
+    response_id = route.id_prefix + uuid.uuid4().hex
+    rec = TruthRecord(client_id or response_id, response_id, request.path, False, arrival_ns)
+    try:
+        if fault is not None and fault.kind in F.PRE_ENGINE:
+            rec.fault = rec.outcome = fault.kind
+            return _pre_engine_fault(request, fault)
+        async with st.device:
+            rec.first_token_ns = time.perf_counter_ns()  # the pass starts: the queue wait ends
+            await asyncio.sleep(c.seconds / st.config.speedup)
+        _check_connected(request)
+        headers = {"X-Request-Id": client_id} if client_id else {}
+        answer = Answer(response_id, int(time.time()), st.config.model_name, "stop", 0)
+        resp = web.json_response(route.whole(c, answer), headers=headers)
+        await resp.prepare(request)
+        await resp.write_eof()
+        rec.done_ns = time.perf_counter_ns()
+        rec.finish_reason = "stop"
+        return resp
+    except (ConnectionError, _Disconnected) as e:
+        rec.outcome = OUTCOME_CLIENT_DISCONNECTED
+        return web.Response(status=499, text=str(e))
+    except asyncio.CancelledError:
+        rec.outcome = OUTCOME_CLIENT_DISCONNECTED
+        raise
+    finally:
+        rec.done_ns = rec.done_ns or time.perf_counter_ns()
+        _finish(st, rec, submitted=rec.outcome == OUTCOME_OK)
+
+
+async def _run_job(st: SimState, job: Job, rec: TruthRecord) -> None:
+    """A job's pass on the device, in the background; its truth when it ends."""
+    try:
+        async with st.device:
+            job.status, job.started_at = "in_progress", int(time.time())
+            rec.first_token_ns = time.perf_counter_ns()
+            await asyncio.sleep(job.request.seconds / st.config.speedup)
+        job.status, job.completed_at = "completed", int(time.time())
+        rec.finish_reason = "stop"
+    except asyncio.CancelledError:
+        job.status, rec.outcome = "failed", OUTCOME_SERVER_SHUTDOWN
+        raise
+    finally:
+        rec.done_ns = time.perf_counter_ns()
+        _finish(st, rec, submitted=True)
+
+
+async def _job(request: web.Request, route: ApiRoute) -> web.StreamResponse:
+    """A route whose pass runs in the background: the POST answers with the created job at once."""
+    arrival_ns = time.perf_counter_ns()
+    st = request.app[STATE_KEY]
+    raw = await request.read()
+    body: dict[str, Any] | None = None
+    try:
+        body = json_body(raw)
+        c = route.parse(body, get_tokenizer(st.config.model.tokenizer))
+        assert isinstance(c, ComputeRequest), f"a {route.flow} route parses into a ComputeRequest"
+        fault = _admit(st, request, c.model)
+    except RequestError as err:
+        st.requests.add(request, raw, body)
+        st.stats.rejected(err.status)
+        return _error(err)
+    st.requests.add(request, raw, body)
+    st.stats.received(request.path)
+    client_id = request.headers.get("X-Request-Id")
+    job_id = route.id_prefix + uuid.uuid4().hex
+    rec = TruthRecord(client_id or job_id, job_id, request.path, False, arrival_ns)
+    if fault is not None and fault.kind in F.PRE_ENGINE:
+        rec.fault = rec.outcome = fault.kind
+        try:
+            return _pre_engine_fault(request, fault)
+        finally:
+            rec.done_ns = time.perf_counter_ns()
+            _finish(st, rec, submitted=False)
+    job = Job(job_id, c, int(time.time()), st.config.model_name)
+    st.jobs[job_id] = job
+    while len(st.jobs) > MAX_JOBS:  # the oldest are forgotten
+        st.jobs.pop(next(iter(st.jobs)))
+    task = asyncio.get_running_loop().create_task(_run_job(st, job, rec))
+    st.job_tasks.add(task)
+    task.add_done_callback(st.job_tasks.discard)
+    headers = {"X-Request-Id": client_id} if client_id else {}
+    return web.json_response(cast(JobRoute, route).job_body(job), headers=headers)
+
+
+def _job_of(request: web.Request) -> Job:
+    job = request.app[STATE_KEY].jobs.get(request.match_info["job_id"])
+    if job is None:
+        raise web.HTTPNotFound(
+            text=json.dumps(_error_body("no such job", "not_found", 404)), content_type="application/json"
+        )
+    return job
+
+
+def _job_handlers(route: JobRoute) -> tuple[Any, Any]:
+    """GET {path}/{job_id} (the job) and GET {path}/{job_id}/content (its result once completed)."""
+
+    async def status(request: web.Request) -> web.StreamResponse:
+        return web.json_response(route.job_body(_job_of(request)))
+
+    async def content(request: web.Request) -> web.StreamResponse:
+        job = _job_of(request)
+        if job.status != "completed":
+            body = _error_body(f"job {job.id} is {job.status}, not completed", "invalid_request_error", 409)
+            return web.json_response(body, status=409)
+        data, ctype = route.job_content(job)
+        return web.Response(body=data, content_type=ctype)
+
+    return status, content
+
+
 _FLOWS: dict[Flow, Callable[[web.Request, ApiRoute], Awaitable[web.StreamResponse]]] = {
     "generate": _generate,
     "prefill": _prefill,
+    "compute": _compute,
+    "job": _job,
 }
 
 
@@ -747,6 +884,10 @@ def create_app(
     app.on_cleanup.append(_stop)
     for route in ROUTES.values():
         app.router.add_post(route.path, _handler(route))
+        if route.flow == "job":
+            status, content = _job_handlers(cast(JobRoute, route))
+            app.router.add_get(route.path + "/{job_id}", status)
+            app.router.add_get(route.path + "/{job_id}/content", content)
     app.router.add_get("/sim/requests", sim_requests)
     app.router.add_get("/v1/models", models)
     app.router.add_get("/health", health)

@@ -1,4 +1,5 @@
-"""Requests of the Responses, Messages, embeddings and rerank APIs, and raw replay of recorded bodies."""
+"""Requests of the Responses, Messages, embeddings, rerank, KServe v2, videogen, video job and image generation APIs, and raw replay of recorded
+bodies."""
 
 from __future__ import annotations
 
@@ -33,6 +34,10 @@ def build_request(w: Workload, sc: Scenario, index: int) -> PreparedRequest | No
         return _embeddings(w, sc, index)
     if api == "rerank":
         return _rerank(w, sc, index)
+    if api == "kserve_v2":
+        return _kserve_v2(w, sc, index)
+    if api in ("videogen", "video_jobs", "images"):
+        return _videogen(w, sc, index, api)
     if api == "raw":
         return _raw(w, sc, index)
     return None
@@ -93,6 +98,42 @@ def _rerank(w: Workload, sc: Scenario, index: int) -> PreparedRequest:
         api="rerank",
         body={"query": query, "documents": documents},
         prompt_tokens=sum(q + w.tokenizer.count(d) for d in documents),
+        requested_output_tokens=None,
+        scenario=sc.name,
+        stream=False,
+    )
+
+
+def _kserve_v2(w: Workload, sc: Scenario, index: int) -> PreparedRequest:
+    """One query of ``inputs_per_request`` samples as a v2 inference request: one FP32 input tensor of
+    shape [samples, features] (features: the scenario's input length), seeded values."""
+    assert sc.input_tokens is not None
+    rng = random.Random(f"{w.seed}:{index}")
+    features = sample_length(sc.input_tokens, rng)
+    n = sc.inputs_per_request
+    data = [round(rng.random(), 4) for _ in range(n * features)]
+    tensor = {"name": "features", "shape": [n, features], "datatype": "FP32", "data": data}
+    return PreparedRequest(
+        request_id=f"{w.seed:x}-{index}",
+        api="kserve_v2",
+        body={"inputs": [tensor]},
+        prompt_tokens=0,  # tensors, not tokens
+        requested_output_tokens=None,
+        scenario=sc.name,
+        stream=False,
+    )
+
+
+def _videogen(w: Workload, sc: Scenario, index: int, api: str) -> PreparedRequest:
+    """One video's or image's prompt of the scenario's input length (the generation fields come from the profile's
+    ``request.extra_body``, else the server's defaults); a job API's poll interval."""
+    (prompt,) = _texts(w, sc, index, 1)
+    return PreparedRequest(
+        request_id=f"{w.seed:x}-{index}",
+        api=api,
+        poll_s=sc.poll_interval_s if api == "video_jobs" else None,
+        body={"prompt": prompt},
+        prompt_tokens=w.tokenizer.count(prompt),
         requested_output_tokens=None,
         scenario=sc.name,
         stream=False,

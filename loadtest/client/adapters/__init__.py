@@ -11,10 +11,14 @@ from loadtest.client.adapters.base import ApiAdapter, size_cap
 from loadtest.client.adapters.chat import ChatAdapter
 from loadtest.client.adapters.completions import CompletionsAdapter
 from loadtest.client.adapters.embeddings import EmbeddingsAdapter
+from loadtest.client.adapters.images import ImagesAdapter
+from loadtest.client.adapters.kserve_v2 import KServeV2Adapter
 from loadtest.client.adapters.messages import MessagesAdapter
 from loadtest.client.adapters.raw import RawAdapter
 from loadtest.client.adapters.rerank import RerankAdapter
 from loadtest.client.adapters.responses import ResponsesAdapter
+from loadtest.client.adapters.video_jobs import VideoJobsAdapter
+from loadtest.client.adapters.videogen import VideoGenAdapter
 
 if TYPE_CHECKING:
     from loadtest.client.openai import PreparedRequest
@@ -51,6 +55,10 @@ _BUILTIN: tuple[ApiAdapter, ...] = (
     RawAdapter(),
     MessagesAdapter(),
     RerankAdapter(),
+    KServeV2Adapter(),
+    VideoGenAdapter(),
+    VideoJobsAdapter(),
+    ImagesAdapter(),
 )
 for _adapter in _BUILTIN:
     register(_adapter)

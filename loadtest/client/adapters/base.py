@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
+from urllib.parse import quote
 
 import msgspec
 
@@ -150,6 +151,12 @@ def count_at(obj: Any, key: str) -> int | None:
     """``obj[key]`` when it is a count (a non-negative integer; a usage field), else None."""
     value = obj.get(key) if isinstance(obj, dict) else None
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def with_model(path: str, model: str | None) -> str:
+    """A request path with ``{model}`` (a route that names the model, KServe v2's) as the client's model,
+    percent-encoded as one path segment."""
+    return path.replace("{model}", quote(model or "", safe="")) if "{model}" in path else path
 
 
 def done_time(resp: Response) -> int:

@@ -8,9 +8,13 @@ from loadtest.sim.routes.base import Answer, ApiRoute, PrefillRequest, StreamWri
 from loadtest.sim.routes.chat import ChatRoute
 from loadtest.sim.routes.completions import CompletionsRoute
 from loadtest.sim.routes.embeddings import EmbeddingsRoute
+from loadtest.sim.routes.images import ImagesRoute
+from loadtest.sim.routes.kserve_v2 import KServeV2Route
 from loadtest.sim.routes.messages import MessagesRoute
 from loadtest.sim.routes.rerank import RerankRoute
 from loadtest.sim.routes.responses import ResponsesRoute
+from loadtest.sim.routes.video_jobs import VideoJobsRoute
+from loadtest.sim.routes.videogen import VideoGenRoute
 
 __all__ = ["ROUTES", "Answer", "ApiRoute", "PrefillRequest", "StreamWriter", "register", "route_for"]
 
@@ -37,6 +41,10 @@ _BUILTIN: tuple[ApiRoute, ...] = (
     EmbeddingsRoute(),
     MessagesRoute(),
     RerankRoute(),
+    KServeV2Route(),
+    VideoGenRoute(),
+    VideoJobsRoute(),
+    ImagesRoute(),
 )
 for _route in _BUILTIN:
     register(_route)

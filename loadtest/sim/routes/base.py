@@ -1,7 +1,10 @@
 """What one API of the embedded engine is (``ApiRoute``): its path, how a request body becomes the engine's
 request, and how the answer is written, streamed (``StreamWriter``) or whole. server.py serves every
-route with one of two flows: ``generate`` (the engine generates the answer's tokens) or ``prefill`` (one
-prefill-only pass per input, as a pooling model's forward pass: embeddings)."""
+route with one of three flows: ``generate`` (the engine generates the answer's tokens), ``prefill`` (one
+prefill-only pass per input, as a pooling model's forward pass: embeddings) or ``compute`` (one timed pass
+of a non-LLM model from the route's cost model, one request at a time on the device: KServe v2) or ``job``
+(the same pass run in the background: the POST answers with the created job, which GET {path}/{id} polls
+and GET {path}/{id}/content downloads once it completed: the video job API)."""
 
 from __future__ import annotations
 
@@ -11,7 +14,7 @@ from typing import Any, Literal, Protocol
 from loadtest.sim.protocol import GenRequest, OutputPlan
 from loadtest.tokens.tokenizer import Tokenizer
 
-Flow = Literal["generate", "prefill"]
+Flow = Literal["generate", "prefill", "compute", "job"]
 
 
 @dataclass(frozen=True)
@@ -22,7 +25,30 @@ class PrefillRequest:
     model: str | None
 
 
-EngineRequest = GenRequest | PrefillRequest
+@dataclass(frozen=True)
+class ComputeRequest:
+    """A request served as one timed pass of a non-LLM model on the engine's device (``compute`` routes):
+    its samples and the pass's time at speedup 1."""
+
+    samples: int
+    seconds: float
+    model: str | None
+
+
+EngineRequest = GenRequest | PrefillRequest | ComputeRequest
+
+
+@dataclass
+class Job:
+    """A ``job`` route's request: created at once, run on the device later, polled, its content fetched."""
+
+    id: str
+    request: ComputeRequest
+    created: int  # epoch seconds
+    model: str
+    status: str = "queued"  # queued, in_progress, completed, failed
+    started_at: int | None = None
+    completed_at: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +105,8 @@ class ApiRoute(Protocol):
 
     def parse(self, body: dict[str, Any], tok: Tokenizer) -> EngineRequest:
         """The engine's request from a decoded body; RequestError (400) when malformed. ``generate``
-        routes return a GenRequest, ``prefill`` routes a PrefillRequest."""
+        routes return a GenRequest, ``prefill`` routes a PrefillRequest, ``compute`` routes a
+        ComputeRequest (the body carries the path's parameters too, e.g. ``model``)."""
         ...
 
     def writer(
@@ -91,4 +118,16 @@ class ApiRoute(Protocol):
 
     def whole(self, req: EngineRequest, answer: Answer) -> dict[str, Any]:
         """The whole (non-streamed) answer's JSON body."""
+        ...
+
+
+class JobRoute(ApiRoute, Protocol):
+    """A ``job`` route: the job's JSON (the create answer and each poll's) and its content."""
+
+    def job_body(self, job: Job) -> dict[str, Any]:
+        """The job object a create or a poll answers with."""
+        ...
+
+    def job_content(self, job: Job) -> tuple[bytes, str]:
+        """A completed job's content and its media type."""
         ...
