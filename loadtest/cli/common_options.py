@@ -203,6 +203,12 @@ def engine_parent(scope: str = "") -> SuggestingParser:
         metavar="N",
         help="the engine's running-batch limit (vLLM max_num_seqs; default: the engine's, 1024)",
     )
+    g.add_argument(
+        "--engine-spec-decode",
+        metavar="K:A",
+        help="speculative decoding / MTP in the engine: K draft tokens a step, acceptance A, e.g. 3:0.7 "
+        "(default: the profile's engine.spec_decode, else off)",
+    )
     return p
 
 

@@ -94,6 +94,8 @@ class EngineSpec(Strict):
     tp: int = Field(default=1, ge=1)
     # Fault-injection spec, e.g. "http_503=2%,stall_mid_stream=#3@2" (docs/engine.md).
     faults: str | None = None
+    # Speculative decoding / multi-token prediction "K:A": K draft tokens, acceptance A (docs/engine.md).
+    spec_decode: str | None = None
 
 
 class Judging(Strict):

@@ -21,6 +21,7 @@ from loadtest.sim.faults import FaultSpecError, parse_spec
 from loadtest.sim.presets import EngineConfig, get_gpu, get_model
 from loadtest.sim.reference import load_references
 from loadtest.sim.server import ServerOptions, create_app
+from loadtest.sim.spec_decode import parse_spec_decode
 
 LISTENING_PREFIX = "LOADTEST_SIM_LISTENING"
 
@@ -79,6 +80,20 @@ def build_parser(prog: str = "python -m loadtest.sim") -> argparse.ArgumentParse
         default=None,
         metavar="N",
         help="tokens per engine step, like vLLM's max_num_batched_tokens (default: the preset's)",
+    )
+    p.add_argument(
+        "--spec-decode",
+        default=None,
+        metavar="K:A",
+        help="speculative decoding / MTP: K draft tokens a step, each accepted with probability A "
+        "(e.g. 3:0.7; docs/engine.md)",
+    )
+    p.add_argument(
+        "--spec-draft-layers",
+        type=float,
+        default=1.0,
+        metavar="L",
+        help="a draft token's cost in target layers (default: 1, an MTP module)",
     )
     p.add_argument(
         "--served-model-name",
@@ -171,6 +186,9 @@ def config_from_args(args: argparse.Namespace) -> EngineConfig:
             extra[name] = value
     if args.no_prefix_caching and "enable_prefix_caching" in known:
         extra["enable_prefix_caching"] = False
+    if args.spec_decode:
+        spec = parse_spec_decode(args.spec_decode)
+        extra["spec"] = dataclasses.replace(spec, draft_layers=args.spec_draft_layers)
     return EngineConfig(
         gpu=get_gpu(args.gpu),
         model=get_model(args.model),

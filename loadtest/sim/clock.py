@@ -33,6 +33,10 @@ from loadtest.sim.presets import EngineConfig, ModelSpec
 #   so expert bytes = expert_weight_bytes·(1 − (1 − k/E)^N): k/E of them at N = 1, → all as N grows.
 # - Attention FLOPs width: ModelSpec.d_attn for multi-token items, d_attn_decode for single-token
 #   items (they differ only for MLA, which prefills in MHA form and decodes absorbed on the latent).
+# - Speculative decoding (sim/spec_decode.py): a decode item verifies 1 + d tokens (the last sampled
+#   token and d ≤ k drafts) in one target pass, attended in decode form; the k draft tokens are made
+#   before it by k sequential passes of a draft of ``draft_layers`` layers over the decode items,
+#   each costing draft_layers/L of a one-token decode step of those items (draft_time_s).
 
 T_FIXED_PER_LAYER_US = 32.0
 T_FIXED_BASE_US = 126.0
@@ -98,10 +102,13 @@ def step_cost(config: EngineConfig, items: Sequence[tuple[int, int]]) -> StepCos
     attn_prefill = 0.0
     attn_decode = 0.0
     ctx = 0
+    decode_width = 1 + config.spec.k
     for n, c in items:
         n_total += n
         if n == 1:
             attn_decode += c + 1
+        elif n <= decode_width:
+            attn_decode += n * (c + (n + 1) / 2)
         else:
             attn_prefill += n * (c + (n + 1) / 2)
         ctx += c + n
@@ -133,6 +140,16 @@ def step_time_s(config: EngineConfig, items: Sequence[tuple[int, int]]) -> float
     if not items:
         return 0.0
     return step_cost(config, items).total_s
+
+
+def draft_time_s(config: EngineConfig, decode_contexts: Sequence[int]) -> float:
+    """The draft passes before a speculative step: k passes of ``draft_layers`` layers over the decode
+    items (their cached contexts); 0 when speculative decoding is off or no item decodes."""
+    spec = config.spec
+    if not spec.enabled or not decode_contexts:
+        return 0.0
+    one = step_time_s(config, [(1, c) for c in decode_contexts])
+    return spec.k * one * spec.draft_layers / config.model.n_layers
 
 
 def decode_step_time_s(config: EngineConfig, batch: int, context: int) -> float:

@@ -116,8 +116,10 @@ class KvManager:
                 return False
             for _ in range(need):
                 table.append(self._take_free())
-            if self.prefix_caching and end // bs > req.num_computed // bs:  # a block just filled up
-                self._cache_full_blocks(req, table, end)
+            # Blocks the known tokens just filled up (a speculative step's drafts are not known yet).
+            known = min(end, req.num_tokens)
+            if self.prefix_caching and known // bs > self._hashed.get(req, 0):
+                self._cache_full_blocks(req, table, known)
             return True
         # First allocation: take the prefix-cache hits, then fresh blocks.
         table = []
@@ -136,7 +138,7 @@ class KvManager:
             table.append(self._take_free())
         self._tables[req] = table
         if self.prefix_caching:
-            self._cache_full_blocks(req, table, req.num_computed + n_new)
+            self._cache_full_blocks(req, table, min(req.num_computed + n_new, req.num_tokens))
         return True
 
     def free(self, req: SimRequest) -> None:

@@ -10,6 +10,8 @@ from typing import Any, TypeVar
 
 import yaml
 
+from loadtest.sim.spec_decode import SpecDecode
+
 T = TypeVar("T")
 
 DATA_DIR = Path(__file__).with_name("presets_data")
@@ -280,6 +282,8 @@ class EngineConfig:
     # the fixed cost of one all-reduce.
     eta_link: float = 0.7
     allreduce_latency_us: float = 5.0
+    # Speculative decoding / multi-token prediction (sim/spec_decode.py); k = 0: off.
+    spec: SpecDecode = field(default_factory=SpecDecode)
 
     def __post_init__(self) -> None:
         if self.tp < 1 or self.max_num_seqs < 1 or self.max_num_batched_tokens < 1:
@@ -370,6 +374,9 @@ class EngineConfig:
             "eta_bw": self.eta_bw,
             "eta_link": self.eta_link,
             "allreduce_latency_us": self.allreduce_latency_us,
+            "num_speculative_tokens": self.spec.k,
+            "spec_acceptance": self.spec.acceptance,
+            "spec_draft_layers": self.spec.draft_layers,
             "gpu_source": self.gpu.source,
             "model_source": self.model.source,
         }

@@ -197,6 +197,15 @@ def _record(rec: TruthRecord, n: int) -> None:
     rec.completion_tokens += n
 
 
+def _tokens_text(cw: StreamWriter, first: int, n: int) -> str:
+    """The events of ``n`` consecutive tokens written together: one event where the writer merges
+    tokens (``tokens``: chat and text completions), else one event per token."""
+    merged = getattr(cw, "tokens", None)
+    if merged is not None:
+        return str(merged(first, n))
+    return "".join([cw.token(i) for i in range(first, first + n)])
+
+
 # Faults that only change how a stream ends: the fast path serves them.
 _TAIL_ONLY = frozenset({None, F.NO_USAGE, F.NO_DONE})
 _DISCONNECTED = -100  # sink result: the client went away
@@ -241,10 +250,32 @@ async def _stream_in_step(
         except Exception as e:  # never let a stream's failure break the engine's step
             done.set_exception(e)
 
+    def on_run(first: int, n: int) -> None:  # several tokens of one step: one chunk
+        if done.done():
+            return
+        if transport is None or transport.is_closing():
+            done.set_result(_DISCONNECTED)
+            return
+        try:
+            data = _tokens_text(cw, first, n)
+            if rec.completion_tokens + n >= target:
+                data += tail()
+            transport.write(_chunk(data.encode()))
+            ns = perf_counter_ns()
+            if rec.first_token_ns is None:
+                rec.first_token_ns = ns
+            token_ns.extend([ns] * n)
+            rec.completion_tokens += n
+            if rec.completion_tokens >= target:
+                done.set_result(0)
+        except Exception as e:  # never let a stream's failure break the engine's step
+            done.set_exception(e)
+
     # Tokens that arrived before the sink existed go first, in order; no step can run in between.
     while not req.queue.empty():
         on_token(req.queue.get_nowait())
     req.sink = on_token
+    req.sink_run = on_run
     if rec.completion_tokens >= target and not done.done():
         done.set_result(0)
     result = await done
@@ -290,6 +321,7 @@ async def _stream(
     fire_at = fault.at_token(target) if fault is not None and kind in F.MID_STREAM else None
     backlog: list[int] = []
     tail_sent = False
+    merge_steps = bool(getattr(getattr(st.config, "spec", None), "enabled", False))
 
     def tail() -> str:
         if kind == F.NO_DONE:  # neither finish_reason nor [DONE]: a truncated stream
@@ -328,7 +360,7 @@ async def _stream(
             backlog = await _next_tokens(req)
         n = len(backlog) if fire_at is None else min(len(backlog), fire_at - rec.completion_tokens)
         idx, backlog = backlog[:n], backlog[n:]
-        data = "".join([cw.token(i) for i in idx])
+        data = _tokens_text(cw, idx[0], n) if merge_steps and n > 1 else "".join([cw.token(i) for i in idx])
         if rec.completion_tokens + n >= target and fire_at is None:
             data += tail()
             tail_sent = True
@@ -509,6 +541,8 @@ async def _generate(request: web.Request, route: ApiRoute) -> web.StreamResponse
             rec.outcome = OUTCOME_ERROR
         rec.cached_tokens = int(getattr(req, "num_cached_tokens", 0) or 0)
         rec.num_preemptions = int(getattr(req, "num_preemptions", 0) or 0)
+        rec.draft_tokens = int(getattr(req, "num_draft_tokens", 0) or 0)
+        rec.accepted_tokens = int(getattr(req, "num_accepted_tokens", 0) or 0)
         _finish(st, rec, submitted=not getattr(req, "error", None))  # refused: never prefilled
 
 

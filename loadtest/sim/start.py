@@ -30,6 +30,7 @@ class EngineOverrides:
     speedup: float = 1.0
     max_num_seqs: int | None = None
     reference_answers: str | None = None  # a prompt → answer JSONL file: the reference-answer mode
+    spec_decode: str | None = None  # speculative decoding "K:A" (sim/spec_decode.py)
 
 
 def start_engine(
@@ -53,6 +54,18 @@ def start_engine(
     max_num_seqs = opts.max_num_seqs
     if max_num_seqs is not None and max_num_seqs < 1:
         raise EngineStartError("--engine-max-num-seqs must be ≥ 1", usage=True)
+    spec = opts.spec_decode or profile.engine.spec_decode
+    if spec:
+        from loadtest.sim.spec_decode import parse_spec_decode
+
+        try:
+            parse_spec_decode(spec)
+        except ValueError as e:
+            where = "--engine-spec-decode" if opts.spec_decode else "the profile's engine.spec_decode"
+            raise EngineStartError(f"{where}: {e}", usage=True) from e
+    extra = ["--reference-answers", opts.reference_answers] if opts.reference_answers else []
+    if spec:
+        extra += ["--spec-decode", spec]
     try:
         sim = stack.enter_context(
             SimProcess(
@@ -64,9 +77,7 @@ def start_engine(
                 seed=seed,
                 max_num_seqs=max_num_seqs,
                 stderr_path=log,
-                extra_args=["--reference-answers", opts.reference_answers]
-                if opts.reference_answers
-                else None,
+                extra_args=extra or None,
             )
         )
     except (RuntimeError, ValueError) as e:

@@ -35,6 +35,8 @@ class TruthRecord:
     cached_tokens: int = 0  # prompt tokens served from the prefix cache
     reasoning_tokens: int = 0
     num_preemptions: int = 0
+    draft_tokens: int = 0  # speculative decoding: draft tokens verified for this request
+    accepted_tokens: int = 0  # of those, accepted
 
     def to_json(self) -> str:
         return _encode(self).decode()
