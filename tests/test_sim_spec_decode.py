@@ -68,6 +68,15 @@ def test_chunks_carry_several_tokens_at_the_configured_acceptance(tmp_path: Path
     # Tokens a step: (1 − a^(k+1)) / (1 − a) = 2.53 for full drafts; the last tokens draft fewer.
     mean = statistics.fmean(per_chunk)
     assert 0.85 * spec.expected_tokens_per_step() < mean <= spec.expected_tokens_per_step() + 0.1, mean
+    # run.json: the client's tokens a chunk, and the acceptance the telemetry read from the counters.
+    run = json.loads((tmp_path / "spec" / "run.json").read_text())
+    tpc = run["metrics"]["tokens_per_chunk"]
+    assert tpc["chunks"] == sum(len(r["chunks_us"]) for r in recs)
+    assert tpc["tokens"] == OUTPUT * len(recs)
+    assert tpc["mean"] == round(tpc["tokens"] / tpc["chunks"], 4)
+    told = run["telemetry"]["spec_decode"]
+    assert abs(told["acceptance_rate"] - accepted / drafts) < 0.02, (told, accepted / drafts)
+    assert abs(told["mean_acceptance_length"] - (1 + accepted / steps)) < 0.05, told
     # The server's ITL histogram counts one gap a chunk, as vLLM observes one a step.
     gaps = sum(len(set(t["token_ns"])) - 1 for t in truth.values() if t["token_ns"])
     assert metrics["vllm:inter_token_latency_seconds_count"] == gaps
@@ -75,6 +84,9 @@ def test_chunks_carry_several_tokens_at_the_configured_acceptance(tmp_path: Path
     plain, plain_truth, plain_metrics = _run(tmp_path, "plain", [])
     assert all(len(r["chunks_us"]) == r["output_tokens"] for r in plain)
     assert plain_metrics["vllm:spec_decode_num_draft_tokens_total"] == 0
+    plain_run = json.loads((tmp_path / "plain" / "run.json").read_text())
+    assert plain_run["metrics"]["tokens_per_chunk"]["mean"] == 1.0
+    assert "spec_decode" not in plain_run["telemetry"]
     assert all(t["draft_tokens"] == 0 for t in plain_truth.values())
     # Verifying 4 tokens costs about one decode step at this small batch: the time per output token
     # falls to about 1/2.5 (a generous bound: the machine may be busy).

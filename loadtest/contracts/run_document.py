@@ -245,6 +245,14 @@ class ItlMerged(_Section):
     merged_streams: int = 0
 
 
+class TokensPerChunk(_Section):
+    """The ok streamed answers' counted output tokens over their output-bearing chunks (docs/metrics.md)."""
+
+    tokens: int
+    chunks: int
+    mean: float | None
+
+
 class Connections(_Section):
     """How the requests reached the server (run/connections.py): new and kept-alive connections, each
     opening's phases and the time to the response headers, in ms ({p50, p99, max})."""
@@ -275,6 +283,7 @@ class Metrics(_OptionalSection):
     embeddings: Embeddings | None = None
     rerank: Rerank | None = None
     connections: Connections | None = None
+    tokens_per_chunk: TokensPerChunk | None = None  # absent in a run.json written before it
 
 
 # ---- the sections a finished run adds ------------------------------------------------------------
@@ -404,6 +413,16 @@ class Economics(_Section):
     cost_per_m_blended: float | None
 
 
+class SpecDecodeFigures(_Section):
+    """Speculative decoding as the server counted it between the first and the last scrape."""
+
+    drafts: int
+    draft_tokens: int
+    accepted_tokens: int
+    acceptance_rate: float
+    mean_acceptance_length: float
+
+
 class Telemetry(_OptionalSection):
     url: str
     engine: str
@@ -412,6 +431,7 @@ class Telemetry(_OptionalSection):
     series: dict[str, list[float | None]]
     server_latency: JsonObject | None = None
     energy: JsonObject | None = None  # GPU power polled (dcgm-exporter): telemetry/energy.py
+    spec_decode: SpecDecodeFigures | None = None  # vLLM's spec-decode counters: telemetry/spec_decode.py
 
 
 class PrefixCache(_OptionalSection):
