@@ -209,6 +209,12 @@ def engine_parent(scope: str = "") -> SuggestingParser:
         help="speculative decoding / MTP in the engine: K draft tokens a step, acceptance A, e.g. 3:0.7 "
         "(default: the profile's engine.spec_decode, else off)",
     )
+    g.add_argument(
+        "--engine-disagg",
+        metavar="P:D[@GBPS]",
+        help="disaggregated prefill/decode in the engine: P prefill and D decode instances, KV link GB/s "
+        "per GPU (default: the profile's engine.disagg, else one aggregated instance)",
+    )
     return p
 
 

@@ -275,4 +275,5 @@ def engine_overrides(args: argparse.Namespace) -> EngineOverrides:
         speedup=args.engine_speedup,
         max_num_seqs=getattr(args, "engine_max_num_seqs", None),
         spec_decode=getattr(args, "engine_spec_decode", None),
+        disagg=getattr(args, "engine_disagg", None),
     )

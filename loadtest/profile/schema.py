@@ -96,6 +96,8 @@ class EngineSpec(Strict):
     faults: str | None = None
     # Speculative decoding / multi-token prediction "K:A": K draft tokens, acceptance A (docs/engine.md).
     spec_decode: str | None = None
+    # Disaggregated prefill/decode "P:D[@GBPS]": instances of each pool, the KV link (docs/engine.md).
+    disagg: str | None = None
 
 
 class Judging(Strict):

@@ -17,6 +17,7 @@ from aiohttp import web
 
 from loadtest.fd_limit import raise_open_file_limit
 from loadtest.gc_tuning import tune_gc
+from loadtest.sim.disagg_spec import parse_disagg
 from loadtest.sim.faults import FaultSpecError, parse_spec
 from loadtest.sim.presets import EngineConfig, get_gpu, get_model
 from loadtest.sim.reference import load_references
@@ -87,6 +88,13 @@ def build_parser(prog: str = "python -m loadtest.sim") -> argparse.ArgumentParse
         metavar="K:A",
         help="speculative decoding / MTP: K draft tokens a step, each accepted with probability A "
         "(e.g. 3:0.7; docs/engine.md)",
+    )
+    p.add_argument(
+        "--disagg",
+        default=None,
+        metavar="P:D[@GBPS]",
+        help="disaggregated serving: P prefill and D decode instances (each --tp GPUs), the prompt's KV "
+        "sent at GBPS GB/s per GPU (default: NVLink, one direction; docs/engine.md)",
     )
     p.add_argument(
         "--spec-draft-layers",
@@ -186,6 +194,8 @@ def config_from_args(args: argparse.Namespace) -> EngineConfig:
             extra[name] = value
     if args.no_prefix_caching and "enable_prefix_caching" in known:
         extra["enable_prefix_caching"] = False
+    if args.disagg:
+        extra["disagg"] = parse_disagg(args.disagg)
     if args.spec_decode:
         spec = parse_spec_decode(args.spec_decode)
         extra["spec"] = dataclasses.replace(spec, draft_layers=args.spec_draft_layers)

@@ -8,7 +8,7 @@ import math
 import random
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -16,7 +16,7 @@ from loadtest.sim.clock import draft_time_s, step_time_s
 from loadtest.sim.kv import KvManager
 from loadtest.sim.memory import block_size, kv_capacity_blocks
 from loadtest.sim.presets import EngineConfig
-from loadtest.sim.request import SHUTDOWN, SimRequest
+from loadtest.sim.request import SHUTDOWN, RequestState, SimRequest
 from loadtest.sim.scheduler import Scheduler
 
 _COARSE_MARGIN_S = 0.002
@@ -60,9 +60,17 @@ def default_scheduler(config: EngineConfig) -> Scheduler:
 class Engine:
     """Continuous-batching engine simulation driven by the roofline step clock."""
 
-    def __init__(self, config: EngineConfig, scheduler: Scheduler | None = None) -> None:
+    def __init__(
+        self,
+        config: EngineConfig,
+        scheduler: Scheduler | None = None,
+        on_prefilled: Callable[[SimRequest], None] | None = None,
+    ) -> None:
         self.config = config
         self.scheduler = scheduler or default_scheduler(config)
+        # A prefill-only instance (disaggregated serving): a request whose prompt is computed leaves
+        # with its KV to this callback instead of sampling its first token here.
+        self._on_prefilled = on_prefilled
         self._counters = EngineCounters()
         self._rng = random.Random(config.seed)
         self._wake = asyncio.Event()
@@ -132,6 +140,11 @@ class Engine:
 
     def abort(self, req: SimRequest) -> None:
         self.scheduler.abort(req)
+
+    def admit_transferred(self, req: SimRequest) -> None:
+        """Queue a request whose prompt's KV another instance computed (disaggregated decode)."""
+        self.scheduler.admit_transferred(req)
+        self._wake.set()
 
     def take_step_lateness(self) -> dict[str, float | int]:
         """Steps since the last call and how far behind schedule they ended (µs: p50, p99, max)."""
@@ -222,6 +235,16 @@ class Engine:
             self._lateness_s.append(time.perf_counter() - deadline)
             emitted = sched.complete_step(batch)
             c = self._counters
+            if self._on_prefilled is not None:  # prefill-only: the prompt's KV leaves, no token here
+                c.steps += 1
+                c.scheduled_tokens += sum(s.n_new for s in batch)
+                c.busy_engine_s += t_engine
+                for req in emitted:
+                    req.num_output -= 1
+                    sched.release(req)
+                    req.state = RequestState.WAITING
+                    self._on_prefilled(req)
+                continue
             c.steps += 1
             c.scheduled_tokens += sum(s.n_new for s in batch)
             c.prompt_tokens += sum(r.prompt_tokens for r in emitted if r.num_output == 1)

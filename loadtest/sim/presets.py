@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 
 import yaml
 
+from loadtest.sim.disagg_spec import Disagg
 from loadtest.sim.spec_decode import SpecDecode
 
 T = TypeVar("T")
@@ -284,6 +285,8 @@ class EngineConfig:
     allreduce_latency_us: float = 5.0
     # Speculative decoding / multi-token prediction (sim/spec_decode.py); k = 0: off.
     spec: SpecDecode = field(default_factory=SpecDecode)
+    # Disaggregated prefill/decode pools (sim/disagg.py); off by default: one aggregated instance.
+    disagg: Disagg = field(default_factory=Disagg)
 
     def __post_init__(self) -> None:
         if self.tp < 1 or self.max_num_seqs < 1 or self.max_num_batched_tokens < 1:
@@ -377,6 +380,9 @@ class EngineConfig:
             "num_speculative_tokens": self.spec.k,
             "spec_acceptance": self.spec.acceptance,
             "spec_draft_layers": self.spec.draft_layers,
+            "disagg_prefill": self.disagg.prefill,
+            "disagg_decode": self.disagg.decode,
+            "disagg_link_gbs": self.disagg.link_gbs,
             "gpu_source": self.gpu.source,
             "model_source": self.model.source,
         }

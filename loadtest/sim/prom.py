@@ -134,6 +134,24 @@ class SimMetrics(Collector):
         m.add_metric([self.model_name], h.buckets(), h.total)
         return m
 
+    def _pools(self, e: Any) -> Iterator[Any]:
+        """Per-pool queue and batch gauges and the KV transfers of disaggregated serving."""
+        for name, doc, read in (
+            ("loadtest_sim:pool_requests_waiting", "Requests waiting in a pool.", e.pool_waiting),
+            ("loadtest_sim:pool_requests_running", "Requests in a pool's running batches.", e.pool_running),
+        ):
+            g = GaugeMetricFamily(name, doc, labels=["model_name", "pool"])
+            for pool in ("prefill", "decode"):
+                g.add_metric([self.model_name, pool], read(pool))
+            yield g
+        yield self._gauge(
+            "loadtest_sim:kv_transfers_in_flight",
+            "Prompts' KV on the way to decode.",
+            e.kv_transfers_in_flight,
+        )
+        yield self._counter("loadtest_sim:kv_transfers", "Prompts' KV sent to decode.", e.kv_transfers)
+        yield self._counter("loadtest_sim:kv_transfer_bytes", "KV bytes sent to decode.", e.kv_transfer_bytes)
+
     def collect(self) -> Iterator[Any]:
         e = self.engine
         yield self._gauge("vllm:num_requests_running", "Requests in the running batch.", e.num_running)
@@ -162,6 +180,8 @@ class SimMetrics(Collector):
         )
         for name, doc, field in _SPEC_COUNTERS:
             yield self._counter(name, doc, engine_value(e, field))
+        if hasattr(e, "pool_waiting"):  # disaggregated pools (sim/disagg.py)
+            yield from self._pools(e)
         ok = CounterMetricFamily(
             "vllm:request_success", "Finished requests.", labels=["model_name", "finished_reason"]
         )

@@ -50,6 +50,11 @@ class SimRequest:
     num_draft_tokens: int = 0  # speculative decoding: draft tokens verified for this request
     num_accepted_tokens: int = 0  # of those, accepted
     last_emitted: int = 1  # tokens the latest step produced for this request
+    # Disaggregated serving (sim/disagg.py): the prompt's KV came from a prefill instance; when its
+    # prefill ended there and when its KV reached the decode instance (perf_counter_ns).
+    kv_transferred: bool = False
+    prefill_done_ns: int | None = None
+    kv_arrived_ns: int | None = None
     error: str | None = None
     state: RequestState = RequestState.WAITING
     queue: asyncio.Queue[int] = field(default_factory=asyncio.Queue)

@@ -102,6 +102,20 @@ class Scheduler:
             self.running = [r for r in self.running if r is not req]
         self.kv.free(req)
 
+    def release(self, req: SimRequest) -> None:
+        """Take a running request out of this scheduler (its KV leaves with it: disaggregated prefill)."""
+        self.running = [r for r in self.running if r is not req]
+        self.kv.free(req)
+
+    def admit_transferred(self, req: SimRequest) -> None:
+        """Queue a request whose prompt's KV arrived from elsewhere: all but its last prompt token are
+        computed, so its first step here computes that token and samples the first output token."""
+        req.kv_transferred = True
+        req.block_hashes = []  # this cache hashes the blocks afresh
+        req.num_computed = max(0, req.prompt_tokens - 1)
+        req.state = RequestState.WAITING
+        self.waiting.append(req)
+
     def has_work(self) -> bool:
         return bool(self.running or self.waiting)
 
@@ -152,7 +166,7 @@ class Scheduler:
             if not self.kv.allocate(req, n):
                 req.num_computed -= hit
                 break
-            if req.num_preemptions == 0:
+            if req.num_preemptions == 0 and not req.kv_transferred:
                 req.num_cached_tokens = hit
                 if self.kv.prefix_caching:
                     self.stats.prefix_queries += req.num_tokens

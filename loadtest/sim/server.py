@@ -23,6 +23,7 @@ from typing import Any
 from aiohttp import web
 
 from loadtest.sim import faults as F
+from loadtest.sim.disagg import DisaggEngine
 from loadtest.sim.engine import Engine
 from loadtest.sim.faults import FAULT_HEADER, Fault, FaultPlan, FaultSpecError
 from loadtest.sim.presets import EngineConfig
@@ -65,7 +66,7 @@ class SimState:
     """Everything the handlers share."""
 
     config: EngineConfig
-    engine: Engine
+    engine: Engine | DisaggEngine
     truth: TruthLog
     stats: SimStats
     options: ServerOptions = field(default_factory=ServerOptions)
@@ -543,6 +544,8 @@ async def _generate(request: web.Request, route: ApiRoute) -> web.StreamResponse
         rec.num_preemptions = int(getattr(req, "num_preemptions", 0) or 0)
         rec.draft_tokens = int(getattr(req, "num_draft_tokens", 0) or 0)
         rec.accepted_tokens = int(getattr(req, "num_accepted_tokens", 0) or 0)
+        rec.prefill_done_ns = getattr(req, "prefill_done_ns", None)
+        rec.kv_arrived_ns = getattr(req, "kv_arrived_ns", None)
         _finish(st, rec, submitted=not getattr(req, "error", None))  # refused: never prefilled
 
 
@@ -756,7 +759,7 @@ def create_app(
     config = config or EngineConfig()
     options = options or ServerOptions()
     app = web.Application(middlewares=[_require_key(options)] if options.api_key else [])
-    engine = Engine(config)
+    engine: Engine | DisaggEngine = DisaggEngine(config) if config.disagg.enabled else Engine(config)
     state = SimState(
         config=config,
         engine=engine,

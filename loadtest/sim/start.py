@@ -31,6 +31,7 @@ class EngineOverrides:
     max_num_seqs: int | None = None
     reference_answers: str | None = None  # a prompt → answer JSONL file: the reference-answer mode
     spec_decode: str | None = None  # speculative decoding "K:A" (sim/spec_decode.py)
+    disagg: str | None = None  # disaggregated serving "P:D[@GBPS]" (sim/disagg.py)
 
 
 def start_engine(
@@ -54,18 +55,23 @@ def start_engine(
     max_num_seqs = opts.max_num_seqs
     if max_num_seqs is not None and max_num_seqs < 1:
         raise EngineStartError("--engine-max-num-seqs must be ≥ 1", usage=True)
-    spec = opts.spec_decode or profile.engine.spec_decode
-    if spec:
-        from loadtest.sim.spec_decode import parse_spec_decode
+    from loadtest.sim.disagg_spec import parse_disagg
+    from loadtest.sim.spec_decode import parse_spec_decode
 
-        try:
-            parse_spec_decode(spec)
-        except ValueError as e:
-            where = "--engine-spec-decode" if opts.spec_decode else "the profile's engine.spec_decode"
-            raise EngineStartError(f"{where}: {e}", usage=True) from e
     extra = ["--reference-answers", opts.reference_answers] if opts.reference_answers else []
-    if spec:
-        extra += ["--spec-decode", spec]
+    for flag, given, field, parse in (
+        ("spec-decode", opts.spec_decode, profile.engine.spec_decode, parse_spec_decode),
+        ("disagg", opts.disagg, profile.engine.disagg, parse_disagg),
+    ):
+        value = given or field
+        if not value:
+            continue
+        try:
+            parse(value)
+        except ValueError as e:
+            where = f"--engine-{flag}" if given else f"the profile's engine.{flag.replace('-', '_')}"
+            raise EngineStartError(f"{where}: {e}", usage=True) from e
+        extra += [f"--{flag}", value]
     try:
         sim = stack.enter_context(
             SimProcess(
