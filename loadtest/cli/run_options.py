@@ -276,4 +276,6 @@ def engine_overrides(args: argparse.Namespace) -> EngineOverrides:
         max_num_seqs=getattr(args, "engine_max_num_seqs", None),
         spec_decode=getattr(args, "engine_spec_decode", None),
         disagg=getattr(args, "engine_disagg", None),
+        ep=getattr(args, "engine_ep", None),
+        system=getattr(args, "engine_system", None),
     )

@@ -98,6 +98,10 @@ class EngineSpec(Strict):
     spec_decode: str | None = None
     # Disaggregated prefill/decode "P:D[@GBPS]": instances of each pool, the KV link (docs/engine.md).
     disagg: str | None = None
+    # Wide expert parallelism: data-parallel groups of tp GPUs sharing a MoE model's experts.
+    ep: int = Field(default=1, ge=1)
+    # Rack-scale system preset, e.g. "GB300-NVL72" (its GPU unless --engine-gpu names one).
+    system: str | None = None
 
 
 class Judging(Strict):
