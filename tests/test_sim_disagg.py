@@ -5,6 +5,7 @@ pools' metrics agree with the ground truth."""
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -52,19 +53,23 @@ def test_ttft_is_prefill_plus_kv_transfer_plus_the_first_decode_step(tmp_path: P
     transfer = kv_transfer_s(cfg, n_prompt) / speedup  # 2,048 × 128 KiB at 10 GB/s: 27 ms
     first_step = step_time_s(cfg, [(1, n_prompt - 1)]) / speedup
     assert transfer > 2 * first_step  # the transfer is a visible part of TTFT
+    parts: dict[str, list[float]] = {"prefill": [], "transfer": [], "first_step": [], "wire": []}
     for r in recs[1:]:  # the first request warms the engine up
         t = truth[r["wire_id"]]
         assert t["prompt_tokens"] == n_prompt
-        queue_prefill = (t["prefill_done_ns"] - t["arrival_ns"]) / 1e9
-        sent = (t["kv_arrived_ns"] - t["prefill_done_ns"]) / 1e9
-        decode = (t["first_token_ns"] - t["kv_arrived_ns"]) / 1e9
-        # One request at a time: no queue. Generous bounds (timers, a busy machine): 3 ms + 15 %.
-        assert abs(queue_prefill - prefill) < 0.003 + 0.15 * prefill, (queue_prefill, prefill)
-        assert abs(sent - transfer) < 0.003 + 0.15 * transfer, (sent, transfer)
-        assert abs(decode - first_step) < 0.003 + 0.15 * first_step, (decode, first_step)
-        # The client's TTFT is the engine's give or take the wire and the processes' scheduling.
-        server_ttft_us = (t["first_token_ns"] - t["arrival_ns"]) / 1e3
-        assert abs(r["ttft_us"] - server_ttft_us) < 20_000, (r["ttft_us"], server_ttft_us)
+        assert t["arrival_ns"] < t["prefill_done_ns"] < t["kv_arrived_ns"] < t["first_token_ns"]
+        parts["prefill"].append((t["prefill_done_ns"] - t["arrival_ns"]) / 1e9)
+        parts["transfer"].append((t["kv_arrived_ns"] - t["prefill_done_ns"]) / 1e9)
+        parts["first_step"].append((t["first_token_ns"] - t["kv_arrived_ns"]) / 1e9)
+        # the client's TTFT less the engine's: the wire and the processes' scheduling
+        parts["wire"].append(r["ttft_us"] / 1e6 - (t["first_token_ns"] - t["arrival_ns"]) / 1e9)
+    assert len(parts["prefill"]) >= 10
+    # One request at a time: no queue. Medians (a late wake-up of a busy machine skews single
+    # requests), within 2 ms + 10 %.
+    for name, want in (("prefill", prefill), ("transfer", transfer), ("first_step", first_step)):
+        got = statistics.median(parts[name])
+        assert abs(got - want) < 0.002 + 0.1 * want, (name, got, want)
+    assert abs(statistics.median(parts["wire"])) < 0.01, parts["wire"]
     samples = {
         s.name + str(sorted(s.labels.items())): s.value
         for f in text_string_to_metric_families(text)
