@@ -109,3 +109,37 @@ def test_a_bad_setting_is_a_usage_error_naming_it(tmp_path: Path) -> None:
     assert "engine.disagg" in line and "0:2" in line and "P:D" in line, line
     res = run_cli(["run", "--profile", str(prof), "--engine-disagg", "2", "--out", str(tmp_path / "b")])
     assert res.returncode == 2 and "--engine-disagg" in res.stderr, res.stderr
+
+
+def test_what_if_disaggregation_on_and_off_in_one_compare_report(tmp_path: Path) -> None:
+    """The same traffic on two GPUs, aggregated (TP 2) and disaggregated (1 prefill + 1 decode)."""
+    prof = write_profile(
+        tmp_path / "mix.yaml",
+        input_tokens={"dist": "fixed", "value": PROMPT},
+        output_tokens={"dist": "fixed", "value": 48},
+        load={"concurrency": 8},
+        duration_s=3,
+    )
+    for name, flags in (("agg", ["--engine-tp", "2"]), ("dis", ["--engine-disagg", "1:1"])):
+        res = run_cli(
+            ["run", "--profile", str(prof), "--engine-speedup", "4", *flags, "--out", str(tmp_path / name)]
+        )
+        assert res.returncode == 0, res.stderr[-2000:]
+    res = run_cli(
+        ["compare", str(tmp_path / "agg"), str(tmp_path / "dis"), "--names", "aggregated,disaggregated"]
+        + ["--out", str(tmp_path / "cmp")]
+    )
+    assert res.returncode == 0, res.stderr[-2000:]
+    html = (tmp_path / "cmp" / "compare.html").read_text()
+    assert "aggregated" in html and "disaggregated" in html
+    cmp = json.loads((tmp_path / "cmp" / "compare.json").read_text())
+    side_by_side = {m["key"]: [v["value"] for v in m["values"]] for m in cmp["metrics"]}
+    for key in ("ttft_p50", "ttft_p99", "itl_p50", "itl_p99"):
+        assert len(side_by_side[key]) == 2 and all(v > 0 for v in side_by_side[key]), key
+    agg_itl, dis_itl = side_by_side["itl_p99"]
+    assert dis_itl < 0.5 * agg_itl, (dis_itl, agg_itl)  # no prefill chunk in a decode step
+    engines = [
+        json.loads((tmp_path / n / "run.json").read_text())["endpoint"]["engine"] for n in ("agg", "dis")
+    ]
+    assert (engines[0]["tp"], engines[0]["disagg_prefill"]) == (2, 0)
+    assert (engines[1]["tp"], engines[1]["disagg_prefill"], engines[1]["disagg_decode"]) == (1, 1, 1)
