@@ -38,12 +38,13 @@ def _req(i: int, prompt: int | list[int], target: int) -> SimRequest:
 def _check_blocks(kv: KvManager) -> None:
     """Every block is either referenced by a live block table or in the free queue, never both."""
     held = {b for table in kv._tables.values() for b in table}
-    free = set(kv._free)
+    free = set(kv._free) | set(range(kv._fresh, kv.num_blocks))  # freed, and never used
     assert not held & free
     assert held | free == set(range(kv.num_blocks))
+    assert kv.num_free_blocks == len(free)
     for b in range(kv.num_blocks):
         want = sum(table.count(b) for table in kv._tables.values())
-        assert kv._ref[b] == want
+        assert (kv._ref[b] if b < kv._fresh else 0) == want
 
 
 def _run(s: Scheduler, max_steps: int = 100_000, cfg: EngineConfig = CFG) -> dict[SimRequest, list[float]]:

@@ -203,6 +203,30 @@ def engine_parent(scope: str = "") -> SuggestingParser:
         metavar="N",
         help="the engine's running-batch limit (vLLM max_num_seqs; default: the engine's, 1024)",
     )
+    g.add_argument(
+        "--engine-spec-decode",
+        metavar="K:A",
+        help="speculative decoding / MTP in the engine: K draft tokens a step, acceptance A, e.g. 3:0.7 "
+        "(default: the profile's engine.spec_decode, else off)",
+    )
+    g.add_argument(
+        "--engine-ep",
+        type=int,
+        metavar="N",
+        help="wide expert parallelism (MoE): N data-parallel groups of --engine-tp GPUs share the experts "
+        "(default: the profile's engine.ep, else 1)",
+    )
+    g.add_argument(
+        "--engine-system",
+        metavar="NAME",
+        help="rack-scale system preset, e.g. GB300-NVL72 or GB300-NVL72x4 (default: the profile's engine.system)",
+    )
+    g.add_argument(
+        "--engine-disagg",
+        metavar="P:D[@GBPS]",
+        help="disaggregated prefill/decode in the engine: P prefill and D decode instances, KV link GB/s "
+        "per GPU (default: the profile's engine.disagg, else one aggregated instance)",
+    )
     return p
 
 

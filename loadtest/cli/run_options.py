@@ -274,4 +274,8 @@ def engine_overrides(args: argparse.Namespace) -> EngineOverrides:
         faults=args.engine_faults,
         speedup=args.engine_speedup,
         max_num_seqs=getattr(args, "engine_max_num_seqs", None),
+        spec_decode=getattr(args, "engine_spec_decode", None),
+        disagg=getattr(args, "engine_disagg", None),
+        ep=getattr(args, "engine_ep", None),
+        system=getattr(args, "engine_system", None),
     )

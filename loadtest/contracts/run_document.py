@@ -256,6 +256,14 @@ class ItlMerged(_Section):
     merged_streams: int = 0
 
 
+class TokensPerChunk(_Section):
+    """The ok streamed answers' counted output tokens over their output-bearing chunks (docs/metrics.md)."""
+
+    tokens: int
+    chunks: int
+    mean: float | None
+
+
 class Connections(_Section):
     """How the requests reached the server (run/connections.py): new and kept-alive connections, each
     opening's phases and the time to the response headers, in ms ({p50, p99, max})."""
@@ -287,6 +295,7 @@ class Metrics(_OptionalSection):
     rerank: Rerank | None = None
     samples: Samples | None = None
     connections: Connections | None = None
+    tokens_per_chunk: TokensPerChunk | None = None  # absent in a run.json written before it
 
 
 # ---- the sections a finished run adds ------------------------------------------------------------
@@ -418,6 +427,16 @@ class Economics(_Section):
     cost_per_m_blended: float | None
 
 
+class SpecDecodeFigures(_Section):
+    """Speculative decoding as the server counted it between the first and the last scrape."""
+
+    drafts: int
+    draft_tokens: int
+    accepted_tokens: int
+    acceptance_rate: float
+    mean_acceptance_length: float
+
+
 class Telemetry(_OptionalSection):
     url: str
     engine: str
@@ -428,6 +447,7 @@ class Telemetry(_OptionalSection):
     energy: JsonObject | None = None  # GPU power polled (dcgm-exporter): telemetry/energy.py
     mixed_instances: int | None = None  # ticks whose counters went down: replicas behind one URL
     replicas: list[JsonObject] | None = None  # each polled replica's own figures: telemetry/replicas.py
+    spec_decode: SpecDecodeFigures | None = None  # vLLM's spec-decode counters: telemetry/spec_decode.py
 
 
 class PrefixCache(_OptionalSection):

@@ -175,6 +175,9 @@ class Track:
             }
             if merged:
                 inc["itl_merged_gaps"] = merged
+            if rec.stream and rec.chunk_ns:  # tokens a chunk (several with speculative decoding)
+                inc["stream_chunks"] = len(rec.chunk_ns)
+                inc["stream_chunk_tokens"] = n_out
             if judged_delivery:
                 inc["delivery_streams"] = 1
             if merged_stream:

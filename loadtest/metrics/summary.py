@@ -83,6 +83,9 @@ def build_metrics(agg: Aggregate) -> dict[str, Any]:
             int(t.get("delivery_streams", 0)),
             int(t.get("delivery_merged_streams", 0)),
         ),
+        "tokens_per_chunk": tokens_per_chunk(
+            int(t.get("stream_chunk_tokens", 0)), int(t.get("stream_chunks", 0))
+        ),
         "output_tps_per_request": per_request_tps,
         "series": series,
         "error_samples": agg.error_samples,
@@ -110,6 +113,12 @@ def itl_merged(merged: int, timed: int, streams: int = 0, merged_streams: int = 
         "streams": streams,
         "merged_streams": merged_streams,
     }
+
+
+def tokens_per_chunk(tokens: int, chunks: int) -> dict[str, Any]:
+    """Output tokens of the ok streamed answers over their output-bearing chunks: 1 when every chunk
+    carries one token, more with speculative decoding or batched chunks (docs/metrics.md)."""
+    return {"tokens": tokens, "chunks": chunks, "mean": round(tokens / chunks, 4) if chunks else None}
 
 
 def _counted_by(ok: int, usage_reports: int) -> str | None:

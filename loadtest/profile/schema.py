@@ -94,6 +94,14 @@ class EngineSpec(Strict):
     tp: int = Field(default=1, ge=1)
     # Fault-injection spec, e.g. "http_503=2%,stall_mid_stream=#3@2" (docs/engine.md).
     faults: str | None = None
+    # Speculative decoding / multi-token prediction "K:A": K draft tokens, acceptance A (docs/engine.md).
+    spec_decode: str | None = None
+    # Disaggregated prefill/decode "P:D[@GBPS]": instances of each pool, the KV link (docs/engine.md).
+    disagg: str | None = None
+    # Wide expert parallelism: data-parallel groups of tp GPUs sharing a MoE model's experts.
+    ep: int = Field(default=1, ge=1)
+    # Rack-scale system preset, e.g. "GB300-NVL72" (its GPU unless --engine-gpu names one).
+    system: str | None = None
 
 
 class Judging(Strict):

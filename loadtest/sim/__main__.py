@@ -17,10 +17,12 @@ from aiohttp import web
 
 from loadtest.fd_limit import raise_open_file_limit
 from loadtest.gc_tuning import tune_gc
+from loadtest.sim.disagg_spec import parse_disagg
 from loadtest.sim.faults import FaultSpecError, parse_spec
-from loadtest.sim.presets import EngineConfig, get_gpu, get_model
+from loadtest.sim.presets import EngineConfig, get_gpu, get_model, get_system
 from loadtest.sim.reference import load_references
 from loadtest.sim.server import ServerOptions, create_app
+from loadtest.sim.spec_decode import parse_spec_decode
 
 LISTENING_PREFIX = "LOADTEST_SIM_LISTENING"
 
@@ -34,9 +36,9 @@ def build_parser(prog: str = "python -m loadtest.sim") -> argparse.ArgumentParse
     p.add_argument("--port", type=int, default=0, metavar="PORT", help="0 picks a free port")
     p.add_argument(
         "--gpu",
-        default="H100",
+        default=None,
         metavar="NAME",
-        help="GPU preset (--list-presets shows them; default: %(default)s)",
+        help="GPU preset (--list-presets shows them; default: the --system's GPU, else H100)",
     )
     p.add_argument(
         "--model",
@@ -79,6 +81,41 @@ def build_parser(prog: str = "python -m loadtest.sim") -> argparse.ArgumentParse
         default=None,
         metavar="N",
         help="tokens per engine step, like vLLM's max_num_batched_tokens (default: the preset's)",
+    )
+    p.add_argument(
+        "--spec-decode",
+        default=None,
+        metavar="K:A",
+        help="speculative decoding / MTP: K draft tokens a step, each accepted with probability A "
+        "(e.g. 3:0.7; docs/engine.md)",
+    )
+    p.add_argument(
+        "--ep",
+        type=int,
+        default=1,
+        metavar="N",
+        help="wide expert parallelism (MoE): N data-parallel groups of --tp GPUs share the experts "
+        "(default: 1; docs/engine.md)",
+    )
+    p.add_argument(
+        "--system",
+        default=None,
+        metavar="NAME",
+        help="rack-scale system preset (GB300-NVL72, GB300-NVL72x4): its GPU, GPU count and links",
+    )
+    p.add_argument(
+        "--disagg",
+        default=None,
+        metavar="P:D[@GBPS]",
+        help="disaggregated serving: P prefill and D decode instances (each --tp GPUs), the prompt's KV "
+        "sent at GBPS GB/s per GPU (default: NVLink, one direction; docs/engine.md)",
+    )
+    p.add_argument(
+        "--spec-draft-layers",
+        type=float,
+        default=1.0,
+        metavar="L",
+        help="a draft token's cost in target layers (default: 1, an MTP module)",
     )
     p.add_argument(
         "--served-model-name",
@@ -171,10 +208,23 @@ def config_from_args(args: argparse.Namespace) -> EngineConfig:
             extra[name] = value
     if args.no_prefix_caching and "enable_prefix_caching" in known:
         extra["enable_prefix_caching"] = False
+    if args.disagg:
+        extra["disagg"] = parse_disagg(args.disagg)
+    gpu = args.gpu or "H100"
+    if args.system:
+        system = get_system(args.system)
+        extra["system"] = system
+        if args.gpu and get_gpu(args.gpu).name != system.gpu:
+            raise ValueError(f"--gpu {args.gpu} is not {system.name}'s GPU ({system.gpu}); leave --gpu out")
+        gpu = system.gpu
+    if args.spec_decode:
+        spec = parse_spec_decode(args.spec_decode)
+        extra["spec"] = dataclasses.replace(spec, draft_layers=args.spec_draft_layers)
     return EngineConfig(
-        gpu=get_gpu(args.gpu),
+        gpu=get_gpu(gpu),
         model=get_model(args.model),
         tp=args.tp,
+        ep=args.ep,
         speedup=args.speedup,
         seed=args.seed,
         served_model_name=args.served_model_name,
@@ -251,7 +301,7 @@ async def serve(
 def main(argv: Sequence[str] | None = None, prog: str = "python -m loadtest.sim") -> int:
     args = build_parser(prog).parse_args(argv)
     if args.list_presets:
-        from loadtest.sim.presets import list_gpus, list_models
+        from loadtest.sim.presets import list_gpus, list_models, list_systems
 
         print("GPUs:")
         for g in list_gpus():
@@ -259,6 +309,9 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m loadtest.sim"
         print("Models:")
         for m in list_models():
             print("  " + m.summary())
+        print("Systems:")
+        for sy in list_systems():
+            print("  " + sy.summary())
         return 0
     try:
         config = config_from_args(args)

@@ -33,6 +33,17 @@ from loadtest.sim.presets import EngineConfig, ModelSpec
 #   so expert bytes = expert_weight_bytes·(1 − (1 − k/E)^N): k/E of them at N = 1, → all as N grows.
 # - Attention FLOPs width: ModelSpec.d_attn for multi-token items, d_attn_decode for single-token
 #   items (they differ only for MLA, which prefills in MHA form and decodes absorbed on the latent).
+# - Wide expert parallelism (ep groups of tp GPUs, attention data-parallel over the groups, routed
+#   experts spread over all tp·ep GPUs; docs/sources.md §27): F and BW are the instance's (× tp·ep);
+#   every group reads the dense weights (dense bytes × ep), the touched experts are read once; each
+#   group's all-reduces carry its N/ep tokens; each MoE layer adds an all-to-all, dispatch (fp8,
+#   1 byte) and combine (bf16, 2 bytes) of every token's hidden state to its k experts, of which
+#   (G−1)/G leave the GPU (G = tp·ep, uniform routing): per GPU (N/G)·k·d·3·(G−1)/G bytes over the
+#   one-way link (NVLink within a domain, the scale-out link beyond), plus 2 × a2a_latency_us.
+# - Speculative decoding (sim/spec_decode.py): a decode item verifies 1 + d tokens (the last sampled
+#   token and d ≤ k drafts) in one target pass, attended in decode form; the k draft tokens are made
+#   before it by k sequential passes of a draft of ``draft_layers`` layers over the decode items,
+#   each costing draft_layers/L of a one-token decode step of those items (draft_time_s).
 
 T_FIXED_PER_LAYER_US = 32.0
 T_FIXED_BASE_US = 126.0
@@ -82,13 +93,27 @@ def weight_bytes_touched(model: ModelSpec, n_tokens: int) -> float:
 
 
 def allreduce_time_s(config: EngineConfig, n_tokens: int) -> float:
-    """The TP all-reduces of one step: 2 per layer of N·d_model·2 bytes over a ring; 0 when tp == 1."""
+    """The TP all-reduces of one step: 2 per layer of (N/ep)·d_model·2 bytes over a ring; 0 when tp == 1."""
     tp = config.tp
     if tp == 1 or n_tokens <= 0:
         return 0.0
-    msg = n_tokens * config.model.d_model * ACTIVATION_BYTES
+    msg = n_tokens / config.ep * config.model.d_model * ACTIVATION_BYTES
     one = config.allreduce_latency_us * 1e-6 + 2.0 * (tp - 1) / tp * msg / (config.eta_link * config.link_bw)
     return 2 * config.model.n_layers * one
+
+
+A2A_BYTES_PER_ELEM = 3  # dispatch in fp8 (1 byte) + combine in bf16 (2 bytes), as DeepEP sends them
+
+
+def alltoall_time_s(config: EngineConfig, n_tokens: int) -> float:
+    """The expert-parallel all-to-all of one step (every MoE layer: dispatch + combine); 0 when ep == 1."""
+    m = config.model
+    g = config.gpus
+    if config.ep == 1 or not m.is_moe or n_tokens <= 0:
+        return 0.0
+    per_gpu = n_tokens / g * m.experts_per_token * m.d_model * A2A_BYTES_PER_ELEM * (g - 1) / g
+    one = 2 * config.a2a_latency_us * 1e-6 + per_gpu / (config.eta_link * config.a2a_link_bw)
+    return m.n_layers * one
 
 
 def step_cost(config: EngineConfig, items: Sequence[tuple[int, int]]) -> StepCost:
@@ -98,17 +123,20 @@ def step_cost(config: EngineConfig, items: Sequence[tuple[int, int]]) -> StepCos
     attn_prefill = 0.0
     attn_decode = 0.0
     ctx = 0
+    decode_width = 1 + config.spec.k
     for n, c in items:
         n_total += n
         if n == 1:
             attn_decode += c + 1
+        elif n <= decode_width:
+            attn_decode += n * (c + (n + 1) / 2)
         else:
             attn_prefill += n * (c + (n + 1) / 2)
         ctx += c + n
     flops = 2.0 * m.active_params_b * 1e9 * n_total + 4.0 * m.n_layers * (
         m.d_attn * attn_prefill + m.d_attn_decode * attn_decode
     )
-    w_bytes = weight_bytes_touched(m, n_total)
+    w_bytes = weight_bytes_touched(m, n_total) + m.dense_weight_bytes * (config.ep - 1)
     kv_bytes = float(config.kv_bytes_per_token_per_gpu * config.tp * ctx)
     return StepCost(
         n_tokens=n_total,
@@ -118,8 +146,8 @@ def step_cost(config: EngineConfig, items: Sequence[tuple[int, int]]) -> StepCos
         kv_bytes=kv_bytes,
         compute_s=flops / (config.eta_c * config.peak_flops),
         memory_s=(w_bytes + kv_bytes) / (config.eta_bw * config.peak_bw),
-        allreduce_s=allreduce_time_s(config, n_total),
-        overhead_s=t_fixed_s(config) + config.t_req_us * 1e-6 * len(items),
+        allreduce_s=allreduce_time_s(config, n_total) + alltoall_time_s(config, n_total),
+        overhead_s=t_fixed_s(config) + config.t_req_us * 1e-6 * -(-len(items) // config.ep),
     )
 
 
@@ -133,6 +161,16 @@ def step_time_s(config: EngineConfig, items: Sequence[tuple[int, int]]) -> float
     if not items:
         return 0.0
     return step_cost(config, items).total_s
+
+
+def draft_time_s(config: EngineConfig, decode_contexts: Sequence[int]) -> float:
+    """The draft passes before a speculative step: k passes of ``draft_layers`` layers over the decode
+    items (their cached contexts); 0 when speculative decoding is off or no item decodes."""
+    spec = config.spec
+    if not spec.enabled or not decode_contexts:
+        return 0.0
+    one = step_time_s(config, [(1, c) for c in decode_contexts])
+    return spec.k * one * spec.draft_layers / config.model.n_layers
 
 
 def decode_step_time_s(config: EngineConfig, batch: int, context: int) -> float:

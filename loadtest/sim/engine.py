@@ -8,15 +8,15 @@ import math
 import random
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from loadtest.sim.clock import step_time_s
+from loadtest.sim.clock import draft_time_s, step_time_s
 from loadtest.sim.kv import KvManager
 from loadtest.sim.memory import block_size, kv_capacity_blocks
 from loadtest.sim.presets import EngineConfig
-from loadtest.sim.request import SHUTDOWN, SimRequest
+from loadtest.sim.request import SHUTDOWN, RequestState, SimRequest
 from loadtest.sim.scheduler import Scheduler
 
 _COARSE_MARGIN_S = 0.002
@@ -42,6 +42,9 @@ class EngineCounters:
     prefix_queries: int = 0  # vllm:prefix_cache_queries (prompt tokens looked up at first scheduling)
     prefix_hits: int = 0  # vllm:prefix_cache_hits (of those, tokens found in the cache)
     rejected: int = 0  # requests refused with ERROR (can never fit the KV cache)
+    spec_drafts: int = 0  # vllm:spec_decode_num_drafts (speculative decode items verified)
+    spec_draft_tokens: int = 0  # vllm:spec_decode_num_draft_tokens
+    spec_accepted_tokens: int = 0  # vllm:spec_decode_num_accepted_tokens
 
 
 def default_scheduler(config: EngineConfig) -> Scheduler:
@@ -51,15 +54,23 @@ def default_scheduler(config: EngineConfig) -> Scheduler:
         block_size(config),
         enable_prefix_caching=bool(getattr(config, "enable_prefix_caching", True)),
     )
-    return Scheduler(config.max_num_seqs, config.max_num_batched_tokens, kv)
+    return Scheduler(config.max_num_seqs, config.max_num_batched_tokens, kv, config.spec, config.seed)
 
 
 class Engine:
     """Continuous-batching engine simulation driven by the roofline step clock."""
 
-    def __init__(self, config: EngineConfig, scheduler: Scheduler | None = None) -> None:
+    def __init__(
+        self,
+        config: EngineConfig,
+        scheduler: Scheduler | None = None,
+        on_prefilled: Callable[[SimRequest], None] | None = None,
+    ) -> None:
         self.config = config
         self.scheduler = scheduler or default_scheduler(config)
+        # A prefill-only instance (disaggregated serving): a request whose prompt is computed leaves
+        # with its KV to this callback instead of sampling its first token here.
+        self._on_prefilled = on_prefilled
         self._counters = EngineCounters()
         self._rng = random.Random(config.seed)
         self._wake = asyncio.Event()
@@ -130,6 +141,11 @@ class Engine:
     def abort(self, req: SimRequest) -> None:
         self.scheduler.abort(req)
 
+    def admit_transferred(self, req: SimRequest) -> None:
+        """Queue a request whose prompt's KV another instance computed (disaggregated decode)."""
+        self.scheduler.admit_transferred(req)
+        self._wake.set()
+
     def take_step_lateness(self) -> dict[str, float | int]:
         """Steps since the last call and how far behind schedule they ended (µs: p50, p99, max)."""
         samples = sorted(self._lateness_s)
@@ -168,6 +184,11 @@ class Engine:
             s.prefix_hits,
             s.rejected,
         )
+        c.spec_drafts, c.spec_draft_tokens, c.spec_accepted_tokens = (
+            s.spec_drafts,
+            s.spec_draft_tokens,
+            s.spec_accepted_tokens,
+        )
         return c
 
     # ---- the loop --------------------------------------------------------------------------
@@ -202,6 +223,8 @@ class Engine:
                 await self._wake.wait()
                 continue
             t_engine = step_time_s(cfg, [(s.n_new, s.n_cached) for s in batch])
+            if cfg.spec.enabled:
+                t_engine += draft_time_s(cfg, [s.n_cached for s in batch if s.n_draft])
             now = time.perf_counter()
             if deadline is None or deadline < now - t_engine / cfg.speedup:
                 if deadline is not None:
@@ -212,10 +235,24 @@ class Engine:
             self._lateness_s.append(time.perf_counter() - deadline)
             emitted = sched.complete_step(batch)
             c = self._counters
+            if self._on_prefilled is not None:  # prefill-only: the prompt's KV leaves, no token here
+                c.steps += 1
+                c.scheduled_tokens += sum(s.n_new for s in batch)
+                c.busy_engine_s += t_engine
+                for req in emitted:
+                    req.num_output -= 1
+                    sched.release(req)
+                    req.state = RequestState.WAITING
+                    self._on_prefilled(req)
+                continue
             c.steps += 1
             c.scheduled_tokens += sum(s.n_new for s in batch)
-            c.generated_tokens += len(emitted)
             c.prompt_tokens += sum(r.prompt_tokens for r in emitted if r.num_output == 1)
             c.busy_engine_s += t_engine
             for req in emitted:
-                req.deliver(req.num_output - 1)
+                n = req.last_emitted
+                c.generated_tokens += n
+                if n == 1:
+                    req.deliver(req.num_output - 1)
+                else:
+                    req.deliver_run(req.num_output - n, n)

@@ -70,9 +70,12 @@ class KvManager:
         self.block_size = block_size
         self.prefix_caching = enable_prefix_caching
         self.capacity_tokens: int | None = num_blocks * block_size
-        self._ref = [0] * num_blocks
-        self._hash: list[int | None] = [None] * num_blocks
-        self._free: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
+        # Blocks from ``_fresh`` up were never used: free, unhashed, taken in order before any freed
+        # block (as a queue of all blocks would give them), so a rack-sized cache costs nothing up front.
+        self._fresh = 0
+        self._ref: list[int] = []  # per used block id (< _fresh)
+        self._hash: list[int | None] = []
+        self._free: OrderedDict[int, None] = OrderedDict()  # freed blocks, oldest first
         self._cache: dict[int, int] = {}  # block hash -> block id
         self._tables: dict[SimRequest, list[int]] = {}
         self._hashed: dict[SimRequest, int] = {}  # full blocks of the request already offered to the cache
@@ -81,14 +84,14 @@ class KvManager:
     @property
     def num_free_blocks(self) -> int:
         """Blocks nobody references (including cached ones that may be evicted)."""
-        return len(self._free)
+        return len(self._free) + self.num_blocks - self._fresh
 
     @property
     def num_cached_blocks(self) -> int:
         return len(self._cache)
 
     def usage(self) -> float:
-        return 1.0 - len(self._free) / self.num_blocks
+        return 1.0 - self.num_free_blocks / self.num_blocks
 
     def block_table(self, req: SimRequest) -> list[int]:
         return list(self._tables.get(req, ()))
@@ -112,12 +115,14 @@ class KvManager:
         if table is not None:  # the common case: a running request extending its own blocks
             end = req.num_computed + n_new
             need = -(-end // bs) - len(table)
-            if need > len(self._free):
+            if need > self.num_free_blocks:
                 return False
             for _ in range(need):
                 table.append(self._take_free())
-            if self.prefix_caching and end // bs > req.num_computed // bs:  # a block just filled up
-                self._cache_full_blocks(req, table, end)
+            # Blocks the known tokens just filled up (a speculative step's drafts are not known yet).
+            known = min(end, req.num_tokens)
+            if self.prefix_caching and known // bs > self._hashed.get(req, 0):
+                self._cache_full_blocks(req, table, known)
             return True
         # First allocation: take the prefix-cache hits, then fresh blocks.
         table = []
@@ -125,7 +130,7 @@ class KvManager:
         hit_blocks = [self._cache[h] for h in req.block_hashes[:n_hit]] if n_hit else []
         need = max(0, -(-(req.num_computed + n_new) // bs) - len(hit_blocks))
         reclaimed = sum(1 for b in hit_blocks if self._ref[b] == 0)
-        if need + reclaimed > len(self._free):
+        if need + reclaimed > self.num_free_blocks:
             return False
         for b in hit_blocks:
             if self._ref[b] == 0:
@@ -136,7 +141,7 @@ class KvManager:
             table.append(self._take_free())
         self._tables[req] = table
         if self.prefix_caching:
-            self._cache_full_blocks(req, table, req.num_computed + n_new)
+            self._cache_full_blocks(req, table, min(req.num_computed + n_new, req.num_tokens))
         return True
 
     def free(self, req: SimRequest) -> None:
@@ -150,6 +155,12 @@ class KvManager:
                 self._free[b] = None
 
     def _take_free(self) -> int:
+        if self._fresh < self.num_blocks:
+            b = self._fresh
+            self._fresh += 1
+            self._ref.append(1)
+            self._hash.append(None)
+            return b
         b, _ = self._free.popitem(last=False)
         h = self._hash[b]
         if h is not None:  # evict: the least recently used cached block goes

@@ -35,8 +35,10 @@ def kv_capacity_blocks(config: Any) -> int:
     util = float(getattr(config, "gpu_memory_utilization", 0.9))
     gpu, model, tp = config.gpu, config.model, config.tp
     usable = util * gpu.hbm_gb * 1e9 - ACTIVATION_RESERVE_BYTES  # per GPU, before weights
-    free = usable - model.weight_bytes / tp
-    blocks = int(free // kv_bytes_per_token_per_gpu(config)) // block_size(config) if free > 0 else 0
+    ep = int(getattr(config, "ep", 1))
+    free = usable - float(getattr(config, "weight_bytes_per_gpu", model.weight_bytes / tp))
+    # with expert parallelism each of the ep groups keeps the KV of its own requests
+    blocks = ep * int(free // kv_bytes_per_token_per_gpu(config)) // block_size(config) if free > 0 else 0
     if blocks >= 1:
         return blocks
     if usable <= 0:

@@ -10,6 +10,9 @@ from typing import Any, TypeVar
 
 import yaml
 
+from loadtest.sim.disagg_spec import Disagg
+from loadtest.sim.spec_decode import SpecDecode
+
 T = TypeVar("T")
 
 DATA_DIR = Path(__file__).with_name("presets_data")
@@ -146,13 +149,37 @@ class ModelSpec:
         )
 
 
+@dataclass(frozen=True)
+class SystemSpec:
+    """A rack-scale system: ``gpus`` of one GPU preset, ``nvlink_domain_gpus`` of them per NVLink
+    domain, ``scale_out_gbs`` GB/s per GPU between domains (InfiniBand)."""
+
+    name: str
+    gpu: str
+    gpus: int
+    nvlink_domain_gpus: int
+    scale_out_gbs: float
+    source: str = ""
+    aliases: tuple[str, ...] = ()
+
+    @property
+    def domains(self) -> int:
+        return -(-self.gpus // self.nvlink_domain_gpus)
+
+    def summary(self) -> str:
+        return (
+            f"{self.name}: {self.gpus} × {self.gpu}, NVLink domains of {self.nvlink_domain_gpus}, "
+            f"{self.scale_out_gbs:g} GB/s per GPU between them"
+        )
+
+
 # ---- loading the YAML presets -----------------------------------------------------------------
 def _norm(name: str) -> str:
     return "".join(ch for ch in name.lower() if ch.isalnum() or ch == ".")
 
 
 # the preset dataclasses a YAML file holds (all take ``name`` and ``aliases``)
-_PresetT = TypeVar("_PresetT", GpuSpec, ModelSpec)
+_PresetT = TypeVar("_PresetT", GpuSpec, ModelSpec, SystemSpec)
 
 
 def _make(cls: type[_PresetT], name: str, entry: dict[str, Any]) -> _PresetT:
@@ -196,8 +223,10 @@ def _index(kind: str, table: dict[str, Any]) -> dict[str, str]:
 
 GPUS: dict[str, GpuSpec] = _load("gpus.yaml", GpuSpec)
 MODELS: dict[str, ModelSpec] = _load("models.yaml", ModelSpec)
+SYSTEMS: dict[str, SystemSpec] = _load("systems.yaml", SystemSpec)
 _GPU_INDEX = _index("GPU", GPUS)
 _MODEL_INDEX = _index("model", MODELS)
+_SYSTEM_INDEX = _index("system", SYSTEMS)
 
 H100_SXM = GPUS["H100-SXM"]
 H200_SXM = GPUS["H200-SXM"]
@@ -228,6 +257,16 @@ def get_gpu(name: str) -> GpuSpec:
 def get_model(name: str) -> ModelSpec:
     """A model preset by case-insensitive name or alias ("llama-3.1-8b", "meta-llama/Llama-3.1-8B-Instruct")."""
     return _lookup("model", name, MODELS, _MODEL_INDEX)
+
+
+def get_system(name: str) -> SystemSpec:
+    """A rack-scale system preset by case-insensitive name or alias ("gb300-nvl72", "4xnvl72")."""
+    return _lookup("system", name, SYSTEMS, _SYSTEM_INDEX)
+
+
+def list_systems() -> list[SystemSpec]:
+    """All system presets in file order."""
+    return list(SYSTEMS.values())
 
 
 def list_gpus() -> list[GpuSpec]:
@@ -280,6 +319,17 @@ class EngineConfig:
     # the fixed cost of one all-reduce.
     eta_link: float = 0.7
     allreduce_latency_us: float = 5.0
+    # Wide expert parallelism (MoE): the instance spans ``ep`` groups of ``tp`` GPUs; attention runs
+    # data-parallel (each group its own requests), routed experts are spread over all tp·ep GPUs and
+    # tokens reach them by an all-to-all each MoE layer (clock.alltoall_time_s).
+    ep: int = 1
+    # The rack-scale system the instances run on (None: a GPU preset alone); sets the links.
+    system: SystemSpec | None = None
+    a2a_latency_us: float = 10.0
+    # Speculative decoding / multi-token prediction (sim/spec_decode.py); k = 0: off.
+    spec: SpecDecode = field(default_factory=SpecDecode)
+    # Disaggregated prefill/decode pools (sim/disagg.py); off by default: one aggregated instance.
+    disagg: Disagg = field(default_factory=Disagg)
 
     def __post_init__(self) -> None:
         if self.tp < 1 or self.max_num_seqs < 1 or self.max_num_batched_tokens < 1:
@@ -292,7 +342,22 @@ class EngineConfig:
             raise ValueError("block_size and kv_blocks must be >= 1")
         if not 0 < self.eta_link <= 1 or self.allreduce_latency_us < 0:
             raise ValueError("eta_link must be in (0, 1] and allreduce_latency_us >= 0")
-        if self.tp > 1 and self.gpu.nvlink_gbs <= 0:
+        if self.ep < 1:
+            raise ValueError("ep must be >= 1")
+        if self.ep > 1 and not self.model.is_moe:
+            raise ValueError(
+                f"ep > 1 (expert parallelism) needs a mixture-of-experts model; {self.model.name} is dense"
+            )
+        if self.ep > 1 and self.ep > self.model.n_experts:
+            raise ValueError(f"ep {self.ep} exceeds {self.model.name}'s {self.model.n_experts} experts")
+        if self.system is not None:
+            instances = self.disagg.prefill + self.disagg.decode if self.disagg.enabled else 1
+            if instances * self.gpus > self.system.gpus:
+                raise ValueError(
+                    f"{instances} instance(s) of {self.gpus} GPUs (tp {self.tp} × ep {self.ep}) exceed "
+                    f"{self.system.name}'s {self.system.gpus} GPUs"
+                )
+        if (self.tp > 1 or self.ep > 1) and self.gpu.nvlink_gbs <= 0:
             raise ValueError(f"tp > 1 needs an NVLink bandwidth; {self.gpu.name} has none")
 
     @property
@@ -301,14 +366,27 @@ class EngineConfig:
         return self.served_model_name or self.model.name
 
     @property
+    def gpus(self) -> int:
+        """GPUs of one instance: tp × ep."""
+        return self.tp * self.ep
+
+    @property
     def peak_flops(self) -> float:
-        """Dense peak FLOP/s across the TP group, at the weights' precision."""
-        return self.gpu.tflops(self.model.precision) * 1e12 * self.tp
+        """Dense peak FLOP/s across the instance's GPUs, at the weights' precision."""
+        return self.gpu.tflops(self.model.precision) * 1e12 * self.gpus
 
     @property
     def peak_bw(self) -> float:
-        """HBM bytes/s across the TP group."""
-        return self.gpu.hbm_bw_tbs * 1e12 * self.tp
+        """HBM bytes/s across the instance's GPUs."""
+        return self.gpu.hbm_bw_tbs * 1e12 * self.gpus
+
+    @property
+    def a2a_link_bw(self) -> float:
+        """Bytes/s per GPU one way for the expert all-to-all: NVLink within a domain, else scale-out."""
+        sys = self.system
+        if sys is not None and self.gpus > sys.nvlink_domain_gpus:
+            return sys.scale_out_gbs * GB
+        return self.link_bw
 
     @property
     def link_bw(self) -> float:
@@ -327,7 +405,11 @@ class EngineConfig:
 
     @property
     def weight_bytes_per_gpu(self) -> float:
-        return self.model.weight_bytes / self.tp
+        """Dense weights split over TP (each of the ep groups holds them), routed experts over all GPUs."""
+        m = self.model
+        if self.ep == 1:
+            return m.weight_bytes / self.tp
+        return m.dense_weight_bytes / self.tp + m.expert_weight_bytes / self.gpus
 
     @property
     def kv_capacity_tokens(self) -> int:
@@ -337,7 +419,7 @@ class EngineConfig:
             - self.weight_bytes_per_gpu
             - ENGINE_OVERHEAD_GB * GB
         )
-        return max(0, int(free // self.kv_bytes_per_token_per_gpu))
+        return max(0, int(free // self.kv_bytes_per_token_per_gpu)) * self.ep  # each group its own KV
 
     @property
     def num_kv_blocks(self) -> int:
@@ -352,6 +434,8 @@ class EngineConfig:
             "model": self.model.name,
             "served_model_name": self.model_name,
             "tp": self.tp,
+            "ep": self.ep,
+            "system": self.system.name if self.system is not None else None,
             "max_num_seqs": self.max_num_seqs,
             "max_num_batched_tokens": self.max_num_batched_tokens,
             "speedup": self.speedup,
@@ -370,6 +454,12 @@ class EngineConfig:
             "eta_bw": self.eta_bw,
             "eta_link": self.eta_link,
             "allreduce_latency_us": self.allreduce_latency_us,
+            "num_speculative_tokens": self.spec.k,
+            "spec_acceptance": self.spec.acceptance,
+            "spec_draft_layers": self.spec.draft_layers,
+            "disagg_prefill": self.disagg.prefill,
+            "disagg_decode": self.disagg.decode,
+            "disagg_link_gbs": self.disagg.link_gbs,
             "gpu_source": self.gpu.source,
             "model_source": self.model.source,
         }

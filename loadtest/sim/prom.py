@@ -62,6 +62,15 @@ def engine_value(engine: Any, name: str) -> float:
     return 0.0
 
 
+# vLLM's speculative-decoding counters (vllm/v1/spec_decode/metrics.py, docs/sources.md §25): name,
+# help, the engine counter behind it.
+_SPEC_COUNTERS = (
+    ("vllm:spec_decode_num_drafts", "Speculative decode steps (drafts verified).", "spec_drafts"),
+    ("vllm:spec_decode_num_draft_tokens", "Draft tokens proposed.", "spec_draft_tokens"),
+    ("vllm:spec_decode_num_accepted_tokens", "Draft tokens accepted.", "spec_accepted_tokens"),
+)
+
+
 class SimMetrics(Collector):
     """Server-observed counters and histograms plus engine gauges read at scrape time. The latency
     histograms use vLLM's names and bounds and observe the engine's true times (arrival at the HTTP
@@ -96,7 +105,8 @@ class SimMetrics(Collector):
         if rec.first_token_ns is not None:
             self.ttft.observe((rec.first_token_ns - rec.arrival_ns) / 1e9)
         ns = rec.token_ns
-        self.itl.observe_many((b - a) / 1e9 for a, b in zip(ns, ns[1:], strict=False))
+        # one gap per step's output, as vLLM observes it: tokens written together (one chunk) add none
+        self.itl.observe_many((b - a) / 1e9 for a, b in zip(ns, ns[1:], strict=False) if b != a)
         if rec.finish_reason is not None and rec.done_ns is not None:
             self.success[rec.finish_reason] += 1
             self.e2e.observe((rec.done_ns - rec.arrival_ns) / 1e9)
@@ -124,6 +134,24 @@ class SimMetrics(Collector):
         m.add_metric([self.model_name], h.buckets(), h.total)
         return m
 
+    def _pools(self, e: Any) -> Iterator[Any]:
+        """Per-pool queue and batch gauges and the KV transfers of disaggregated serving."""
+        for name, doc, read in (
+            ("loadtest_sim:pool_requests_waiting", "Requests waiting in a pool.", e.pool_waiting),
+            ("loadtest_sim:pool_requests_running", "Requests in a pool's running batches.", e.pool_running),
+        ):
+            g = GaugeMetricFamily(name, doc, labels=["model_name", "pool"])
+            for pool in ("prefill", "decode"):
+                g.add_metric([self.model_name, pool], read(pool))
+            yield g
+        yield self._gauge(
+            "loadtest_sim:kv_transfers_in_flight",
+            "Prompts' KV on the way to decode.",
+            e.kv_transfers_in_flight,
+        )
+        yield self._counter("loadtest_sim:kv_transfers", "Prompts' KV sent to decode.", e.kv_transfers)
+        yield self._counter("loadtest_sim:kv_transfer_bytes", "KV bytes sent to decode.", e.kv_transfer_bytes)
+
     def collect(self) -> Iterator[Any]:
         e = self.engine
         yield self._gauge("vllm:num_requests_running", "Requests in the running batch.", e.num_running)
@@ -150,6 +178,10 @@ class SimMetrics(Collector):
             "Generation tokens served.",
             self.generation_tokens if generated is None else generated,
         )
+        for name, doc, field in _SPEC_COUNTERS:
+            yield self._counter(name, doc, engine_value(e, field))
+        if hasattr(e, "pool_waiting"):  # disaggregated pools (sim/disagg.py)
+            yield from self._pools(e)
         ok = CounterMetricFamily(
             "vllm:request_success", "Finished requests.", labels=["model_name", "finished_reason"]
         )

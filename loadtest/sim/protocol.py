@@ -270,15 +270,45 @@ class ChunkWriter:
         fn: dict[str, Any] = {"arguments": p.tool_fragment(j)}
         call: dict[str, Any] = {"index": 0, "function": fn}
         if j == 0:
-            call = {
-                "index": 0,
-                "id": p.tool_id,
-                "type": "function",
-                "function": {"name": p.tool_name, "arguments": ""},
-            }
-            first = self._delta({"tool_calls": [call]})
-            return first + self._delta({"tool_calls": [{"index": 0, "function": fn}]})
+            return self._tool_opening() + self._delta({"tool_calls": [call]})
         return self._delta({"tool_calls": [call]})
+
+    def _tool_opening(self) -> str:
+        """The tool call's first event: its id, type and name, with empty arguments."""
+        p = self.plan
+        assert p is not None  # only plans with a tool call have one
+        call = {
+            "index": 0,
+            "id": p.tool_id,
+            "type": "function",
+            "function": {"name": p.tool_name, "arguments": ""},
+        }
+        return self._delta({"tool_calls": [call]})
+
+    def tokens(self, first: int, n: int) -> str:
+        """One event for the ``n`` tokens from ``first`` that one step produced (speculative decoding),
+        as vLLM streams them: the reasoning part and the answer part each one delta of joined text."""
+        if n == 1:
+            return self.token(first)
+        p = self.plan
+        end = first + n
+        out: list[str] = []
+        if p is not None and first < p.n_reasoning:
+            stop = min(end, p.n_reasoning)
+            piece = "".join(token_piece(i) for i in range(first, stop))
+            out.append(self._delta({"reasoning_content": piece, "reasoning": piece}))
+            first = stop
+        if first < end:
+            if p is None or p.tool_name is None:
+                text = "".join(token_piece(i) for i in range(first, end))
+                out.append(self._tok_pre + _dumps(text) + self._tok_post)
+            else:
+                j0 = first - p.n_reasoning
+                if j0 == 0:  # the call's opening event, then the fragments
+                    out.append(self._tool_opening())
+                args = "".join(p.tool_fragment(j) for j in range(j0, end - p.n_reasoning))
+                out.append(self._delta({"tool_calls": [{"index": 0, "function": {"arguments": args}}]}))
+        return "".join(out)
 
     def finish(self, reason: str) -> str:
         if self.chat:

@@ -47,12 +47,23 @@ class SimRequest:
     num_output: int = 0
     num_cached_tokens: int = 0
     num_preemptions: int = 0
+    num_draft_tokens: int = 0  # speculative decoding: draft tokens verified for this request
+    num_accepted_tokens: int = 0  # of those, accepted
+    last_emitted: int = 1  # tokens the latest step produced for this request
+    # Disaggregated serving (sim/disagg.py): the prompt's KV came from a prefill instance; when its
+    # prefill ended there and when its KV reached the decode instance (perf_counter_ns).
+    kv_transferred: bool = False
+    prefill_done_ns: int | None = None
+    kv_arrived_ns: int | None = None
     error: str | None = None
     state: RequestState = RequestState.WAITING
     queue: asyncio.Queue[int] = field(default_factory=asyncio.Queue)
     # Optional synchronous receiver of the same values, called by the engine at the end of the step
     # instead of queueing them (lets the server write every stream's chunk in the step itself).
     sink: Callable[[int], None] | None = None
+    # The same for several tokens of one step (speculative decoding): first index and count, written
+    # as one chunk; None: ``sink`` gets each index.
+    sink_run: Callable[[int, int], None] | None = None
 
     def deliver(self, value: int) -> None:
         """Hand a token index or a sentinel to the server side."""
@@ -60,6 +71,14 @@ class SimRequest:
             self.sink(value)
         else:
             self.queue.put_nowait(value)
+
+    def deliver_run(self, first: int, n: int) -> None:
+        """Hand the ``n`` token indices from ``first`` that one step produced to the server side."""
+        if n > 1 and self.sink_run is not None:
+            self.sink_run(first, n)
+            return
+        for index in range(first, first + n):
+            self.deliver(index)
 
     uid: int = field(default_factory=lambda: next(_uids), repr=False)
     block_hashes: list[int] = field(default_factory=list, repr=False)

@@ -3,39 +3,56 @@
 from __future__ import annotations
 
 import contextlib
+import random
 from collections import deque
 from dataclasses import dataclass
 
 from loadtest.sim.kv import KvBackend, UnlimitedKv
 from loadtest.sim.request import ERROR, RequestState, SimRequest
+from loadtest.sim.spec_decode import SpecDecode
 
 
 @dataclass(frozen=True, slots=True)
 class Scheduled:
-    """One request's share of a step: ``n_new`` tokens computed over ``n_cached`` already cached."""
+    """One request's share of a step: ``n_new`` tokens computed over ``n_cached`` already cached; a
+    speculative decode item verifies ``n_draft`` draft tokens among them (``n_new = 1 + n_draft``)."""
 
     req: SimRequest
     n_new: int
     n_cached: int
+    n_draft: int = 0
 
 
 @dataclass
 class SchedulerStats:
-    """Totals like vLLM's counters: preemptions, prefix-cache queries/hits (tokens), refusals."""
+    """Totals like vLLM's counters: preemptions, prefix-cache queries/hits (tokens), refusals, and the
+    speculative-decoding drafts, draft tokens and accepted tokens (vllm:spec_decode_num_*)."""
 
     preemptions: int = 0
     prefix_queries: int = 0
     prefix_hits: int = 0
     rejected: int = 0
+    spec_drafts: int = 0
+    spec_draft_tokens: int = 0
+    spec_accepted_tokens: int = 0
 
 
 class Scheduler:
     """Holds the waiting deque and running list (in admission order) and builds each step's batch."""
 
-    def __init__(self, max_num_seqs: int, max_num_batched_tokens: int, kv: KvBackend | None = None) -> None:
+    def __init__(
+        self,
+        max_num_seqs: int,
+        max_num_batched_tokens: int,
+        kv: KvBackend | None = None,
+        spec: SpecDecode | None = None,
+        seed: int = 0,
+    ) -> None:
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
         self.kv: KvBackend = kv if kv is not None else UnlimitedKv()
+        self.spec = spec if spec is not None else SpecDecode()
+        self._accept_rng = random.Random(f"spec-{seed}")
         self.waiting: deque[SimRequest] = deque()
         self.running: list[SimRequest] = []
         self.stats = SchedulerStats()
@@ -85,6 +102,20 @@ class Scheduler:
             self.running = [r for r in self.running if r is not req]
         self.kv.free(req)
 
+    def release(self, req: SimRequest) -> None:
+        """Take a running request out of this scheduler (its KV leaves with it: disaggregated prefill)."""
+        self.running = [r for r in self.running if r is not req]
+        self.kv.free(req)
+
+    def admit_transferred(self, req: SimRequest) -> None:
+        """Queue a request whose prompt's KV arrived from elsewhere: all but its last prompt token are
+        computed, so its first step here computes that token and samples the first output token."""
+        req.kv_transferred = True
+        req.block_hashes = []  # this cache hashes the blocks afresh
+        req.num_computed = max(0, req.prompt_tokens - 1)
+        req.state = RequestState.WAITING
+        self.waiting.append(req)
+
     def has_work(self) -> bool:
         return bool(self.running or self.waiting)
 
@@ -115,12 +146,14 @@ class Scheduler:
             if n <= 0:
                 i += 1
                 continue
+            draft = self._drafts(req, n, budget)
+            n += draft
             while not self.kv.allocate(req, n):
                 preempted = True
                 if self._preempt_last() is req:
                     break
             else:
-                batch.append(Scheduled(req, n, req.num_computed))
+                batch.append(Scheduled(req, n, req.num_computed, draft))
                 budget -= n
                 i += 1
         if preempted and batch:
@@ -133,7 +166,7 @@ class Scheduler:
             if not self.kv.allocate(req, n):
                 req.num_computed -= hit
                 break
-            if req.num_preemptions == 0:
+            if req.num_preemptions == 0 and not req.kv_transferred:
                 req.num_cached_tokens = hit
                 if self.kv.prefix_caching:
                     self.stats.prefix_queries += req.num_tokens
@@ -145,21 +178,40 @@ class Scheduler:
             budget -= n
         return batch
 
-    def complete_step(self, batch: list[Scheduled]) -> list[SimRequest]:
-        """Apply a step's progress; return the requests that produced a token (in batch order).
+    def _drafts(self, req: SimRequest, n: int, budget: int) -> int:
+        """Draft tokens to verify for a running request: k for a plain decode (one token to compute),
+        fewer near its target length or the step's token budget; 0 with speculative decoding off."""
+        if not self.spec.enabled or n != 1 or req.prefilling:
+            return 0
+        return max(0, min(self.spec.k, req.target_tokens - req.num_output - 1, budget - 1))
 
-        A request whose prefill completes samples its next token; a decoding one samples one token.
-        Requests that reach their target length are finished and leave the running list.
+    def complete_step(self, batch: list[Scheduled]) -> list[SimRequest]:
+        """Apply a step's progress; return the requests that produced tokens (in batch order), each
+        with ``last_emitted`` set to how many.
+
+        A request whose prefill completes samples its next token; a decoding one samples one token,
+        plus the leading accepted drafts of a speculative item (their KV is computed; the rest's is
+        discarded). Requests that reach their target length are finished and leave the running list.
         """
         emitted: list[SimRequest] = []
         finished = False
+        stats = self.stats
         for item in batch:
             req = item.req
             if req.done:
                 continue
-            req.num_computed += item.n_new
+            accepted = 0
+            if item.n_draft:
+                accepted = self.spec.draw_accepted(self._accept_rng, item.n_draft)
+                stats.spec_drafts += 1
+                stats.spec_draft_tokens += item.n_draft
+                stats.spec_accepted_tokens += accepted
+                req.num_draft_tokens += item.n_draft
+                req.num_accepted_tokens += accepted
+            req.num_computed += item.n_new - item.n_draft + accepted
             if req.num_computed >= req.num_tokens:
-                req.num_output += 1
+                req.num_output += 1 + accepted
+                req.last_emitted = 1 + accepted
                 emitted.append(req)
                 if req.num_output >= req.target_tokens:
                     req.state = RequestState.FINISHED

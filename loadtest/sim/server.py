@@ -25,6 +25,7 @@ from typing import Any, cast
 from aiohttp import web
 
 from loadtest.sim import faults as F
+from loadtest.sim.disagg import DisaggEngine
 from loadtest.sim.engine import Engine
 from loadtest.sim.faults import FAULT_HEADER, Fault, FaultPlan, FaultSpecError
 from loadtest.sim.presets import EngineConfig
@@ -67,7 +68,7 @@ class SimState:
     """Everything the handlers share."""
 
     config: EngineConfig
-    engine: Engine
+    engine: Engine | DisaggEngine
     truth: TruthLog
     stats: SimStats
     options: ServerOptions = field(default_factory=ServerOptions)
@@ -203,6 +204,15 @@ def _record(rec: TruthRecord, n: int) -> None:
     rec.completion_tokens += n
 
 
+def _tokens_text(cw: StreamWriter, first: int, n: int) -> str:
+    """The events of ``n`` consecutive tokens written together: one event where the writer merges
+    tokens (``tokens``: chat and text completions), else one event per token."""
+    merged = getattr(cw, "tokens", None)
+    if merged is not None:
+        return str(merged(first, n))
+    return "".join([cw.token(i) for i in range(first, first + n)])
+
+
 # Faults that only change how a stream ends: the fast path serves them.
 _TAIL_ONLY = frozenset({None, F.NO_USAGE, F.NO_DONE})
 _DISCONNECTED = -100  # sink result: the client went away
@@ -247,10 +257,32 @@ async def _stream_in_step(
         except Exception as e:  # never let a stream's failure break the engine's step
             done.set_exception(e)
 
+    def on_run(first: int, n: int) -> None:  # several tokens of one step: one chunk
+        if done.done():
+            return
+        if transport is None or transport.is_closing():
+            done.set_result(_DISCONNECTED)
+            return
+        try:
+            data = _tokens_text(cw, first, n)
+            if rec.completion_tokens + n >= target:
+                data += tail()
+            transport.write(_chunk(data.encode()))
+            ns = perf_counter_ns()
+            if rec.first_token_ns is None:
+                rec.first_token_ns = ns
+            token_ns.extend([ns] * n)
+            rec.completion_tokens += n
+            if rec.completion_tokens >= target:
+                done.set_result(0)
+        except Exception as e:  # never let a stream's failure break the engine's step
+            done.set_exception(e)
+
     # Tokens that arrived before the sink existed go first, in order; no step can run in between.
     while not req.queue.empty():
         on_token(req.queue.get_nowait())
     req.sink = on_token
+    req.sink_run = on_run
     if rec.completion_tokens >= target and not done.done():
         done.set_result(0)
     result = await done
@@ -296,6 +328,7 @@ async def _stream(
     fire_at = fault.at_token(target) if fault is not None and kind in F.MID_STREAM else None
     backlog: list[int] = []
     tail_sent = False
+    merge_steps = bool(getattr(getattr(st.config, "spec", None), "enabled", False))
 
     def tail() -> str:
         if kind == F.NO_DONE:  # neither finish_reason nor [DONE]: a truncated stream
@@ -334,7 +367,7 @@ async def _stream(
             backlog = await _next_tokens(req)
         n = len(backlog) if fire_at is None else min(len(backlog), fire_at - rec.completion_tokens)
         idx, backlog = backlog[:n], backlog[n:]
-        data = "".join([cw.token(i) for i in idx])
+        data = _tokens_text(cw, idx[0], n) if merge_steps and n > 1 else "".join([cw.token(i) for i in idx])
         if rec.completion_tokens + n >= target and fire_at is None:
             data += tail()
             tail_sent = True
@@ -515,6 +548,10 @@ async def _generate(request: web.Request, route: ApiRoute) -> web.StreamResponse
             rec.outcome = OUTCOME_ERROR
         rec.cached_tokens = int(getattr(req, "num_cached_tokens", 0) or 0)
         rec.num_preemptions = int(getattr(req, "num_preemptions", 0) or 0)
+        rec.draft_tokens = int(getattr(req, "num_draft_tokens", 0) or 0)
+        rec.accepted_tokens = int(getattr(req, "num_accepted_tokens", 0) or 0)
+        rec.prefill_done_ns = getattr(req, "prefill_done_ns", None)
+        rec.kv_arrived_ns = getattr(req, "kv_arrived_ns", None)
         _finish(st, rec, submitted=not getattr(req, "error", None))  # refused: never prefilled
 
 
@@ -859,7 +896,7 @@ def create_app(
     config = config or EngineConfig()
     options = options or ServerOptions()
     app = web.Application(middlewares=[_require_key(options)] if options.api_key else [])
-    engine = Engine(config)
+    engine: Engine | DisaggEngine = DisaggEngine(config) if config.disagg.enabled else Engine(config)
     state = SimState(
         config=config,
         engine=engine,

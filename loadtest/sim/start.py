@@ -30,6 +30,10 @@ class EngineOverrides:
     speedup: float = 1.0
     max_num_seqs: int | None = None
     reference_answers: str | None = None  # a prompt → answer JSONL file: the reference-answer mode
+    spec_decode: str | None = None  # speculative decoding "K:A" (sim/spec_decode.py)
+    disagg: str | None = None  # disaggregated serving "P:D[@GBPS]" (sim/disagg.py)
+    ep: int | None = None  # wide expert parallelism: data-parallel groups of tp GPUs sharing the experts
+    system: str | None = None  # rack-scale system preset (its GPU unless --engine-gpu names one)
 
 
 def start_engine(
@@ -38,21 +42,62 @@ def start_engine(
     """Start the engine with the profile's preset and ``opts`` over it (stopped when ``stack`` closes);
     returns the endpoint description: url, embedded, engine (its configuration)."""
     from loadtest.sim import SimProcess
-    from loadtest.sim.presets import get_gpu, get_model
+    from loadtest.sim.presets import EngineConfig, get_gpu, get_model, get_system
 
+    system = opts.system or profile.engine.system
     gpu = opts.gpu or profile.engine.gpu
     model = opts.model or profile.engine.model
     tp = opts.tp or profile.engine.tp
+    ep = opts.ep or profile.engine.ep
     try:
+        if system:
+            gpu = opts.gpu or get_system(system).gpu
         get_gpu(gpu)
         get_model(model)
     except ValueError as e:
         raise EngineStartError(
-            f"embedded engine preset: {e} (--engine-gpu, --engine-model, or the profile's engine)", usage=True
+            f"embedded engine preset: {e} (--engine-gpu, --engine-model, --engine-system, or the profile's engine)",
+            usage=True,
         ) from e
     max_num_seqs = opts.max_num_seqs
     if max_num_seqs is not None and max_num_seqs < 1:
         raise EngineStartError("--engine-max-num-seqs must be ≥ 1", usage=True)
+    from loadtest.sim.disagg_spec import Disagg, parse_disagg
+    from loadtest.sim.spec_decode import parse_spec_decode
+
+    extra = ["--reference-answers", opts.reference_answers] if opts.reference_answers else []
+    for flag, given, field, parse in (
+        ("spec-decode", opts.spec_decode, profile.engine.spec_decode, parse_spec_decode),
+        ("disagg", opts.disagg, profile.engine.disagg, parse_disagg),
+    ):
+        value = given or field
+        if not value:
+            continue
+        try:
+            parse(value)
+        except ValueError as e:
+            where = f"--engine-{flag}" if given else f"the profile's engine.{flag.replace('-', '_')}"
+            raise EngineStartError(f"{where}: {e}", usage=True) from e
+        extra += [f"--{flag}", value]
+    if system:
+        extra += ["--system", system]
+    if ep and ep > 1:
+        extra += ["--ep", str(ep)]
+    disagg = opts.disagg or profile.engine.disagg
+    try:  # the layout's own checks (a MoE model for ep > 1, the system's GPU count), as one line
+        EngineConfig(
+            gpu=get_gpu(gpu),
+            model=get_model(model),
+            tp=tp,
+            ep=ep or 1,
+            system=get_system(system) if system else None,
+            disagg=parse_disagg(disagg) if disagg else Disagg(),
+        )
+    except ValueError as e:
+        raise EngineStartError(
+            f"embedded engine layout: {e} (--engine-tp, --engine-ep, --engine-system, --engine-disagg)",
+            usage=True,
+        ) from e
     try:
         sim = stack.enter_context(
             SimProcess(
@@ -64,14 +109,15 @@ def start_engine(
                 seed=seed,
                 max_num_seqs=max_num_seqs,
                 stderr_path=log,
-                extra_args=["--reference-answers", opts.reference_answers]
-                if opts.reference_answers
-                else None,
+                extra_args=extra or None,
             )
         )
     except (RuntimeError, ValueError) as e:
         raise EngineStartError(f"embedded engine did not start: {e}", usage=False) from e
-    gpus = f"{tp}×{gpu}" if tp > 1 else gpu
+    n_gpus = tp * (ep or 1)
+    gpus = f"{n_gpus}×{gpu}" if n_gpus > 1 else gpu
+    if system:
+        gpus += f" of {system}"
     print(
         f"embedded engine: {model} on {gpus} (speed-up {opts.speedup:g}x) at {sim.base_url}",
         flush=True,

@@ -35,6 +35,11 @@ class TruthRecord:
     cached_tokens: int = 0  # prompt tokens served from the prefix cache
     reasoning_tokens: int = 0
     num_preemptions: int = 0
+    draft_tokens: int = 0  # speculative decoding: draft tokens verified for this request
+    accepted_tokens: int = 0  # of those, accepted
+    # Disaggregated serving: when the prefill instance finished the prompt, when its KV reached decode.
+    prefill_done_ns: int | None = None
+    kv_arrived_ns: int | None = None
 
     def to_json(self) -> str:
         return _encode(self).decode()

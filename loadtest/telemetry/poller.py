@@ -12,6 +12,7 @@ from loadtest.telemetry import histograms as hist
 from loadtest.telemetry.names import SERIES, Delta, Gauge, Ratio, Source, candidates, source_names
 from loadtest.telemetry.replicas import ReplicaView, fraction, gauge_value, increase
 from loadtest.telemetry.scrape import Scrape, ScrapeError, scrape
+from loadtest.telemetry.spec_decode import spec_decode_summary
 
 log = logging.getLogger(__name__)
 BASELINE_TRIES = 5  # ticks to get a first answer from a URL before it is given up (404 at once)
@@ -281,6 +282,9 @@ class TelemetryPoller:
         }
         if lat is not None:
             out["server_latency"] = lat
+        spec = spec_decode_summary(self.first, self.last)
+        if spec is not None:
+            out["spec_decode"] = spec
         if self.mixed_note is not None:
             out["mixed_instances"] = self.backwards
         replicas = self.replicas()

@@ -12,13 +12,14 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from loadtest.client.network import NetworkPolicy
 from loadtest.telemetry.names import HISTOGRAM_BASES, detect_engine, wanted_names
+from loadtest.telemetry.spec_decode import SPEC_NAMES
 
 MAX_BYTES = 16 << 20
 # Labels that tell apart ranks of one engine instance: they report the same requests (TensorRT-LLM's
 # tensor-parallel ranks, SGLang's tp/pp ranks), so a series takes their largest value, not their sum.
 RANK_LABELS = frozenset({"rank", "tp_rank", "pp_rank", "pid", "moe_ep_rank", "attn_tp_rank"})
 SAMPLE_NAME = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)")
-WANTED = wanted_names()
+WANTED = wanted_names() | SPEC_NAMES
 
 
 class ScrapeError(Exception):
