@@ -274,4 +274,5 @@ def engine_overrides(args: argparse.Namespace) -> EngineOverrides:
         faults=args.engine_faults,
         speedup=args.engine_speedup,
         max_num_seqs=getattr(args, "engine_max_num_seqs", None),
+        recorded=bool(getattr(args, "engine_recorded", False)),
     )

@@ -30,6 +30,14 @@ class EngineOverrides:
     speedup: float = 1.0
     max_num_seqs: int | None = None
     reference_answers: str | None = None  # a prompt → answer JSONL file: the reference-answer mode
+    recorded_answers: str | None = None  # a messages → recorded answer JSONL file: the recorded-answer mode
+    recorded: bool = False  # --engine-recorded: answer the profile's recorded calls as recorded
+
+
+def _mode_args(opts: EngineOverrides) -> list[str]:
+    """The engine's answer-mode options: reference answers, recorded answers."""
+    args = ["--reference-answers", opts.reference_answers] if opts.reference_answers else []
+    return args + (["--recorded-answers", opts.recorded_answers] if opts.recorded_answers else [])
 
 
 def start_engine(
@@ -64,9 +72,7 @@ def start_engine(
                 seed=seed,
                 max_num_seqs=max_num_seqs,
                 stderr_path=log,
-                extra_args=["--reference-answers", opts.reference_answers]
-                if opts.reference_answers
-                else None,
+                extra_args=_mode_args(opts) or None,
             )
         )
     except (RuntimeError, ValueError) as e:

@@ -173,7 +173,7 @@ def salted(chat: RecordedChat, conversation: str, repeat: int) -> RecordedChat:
             first = hashlib.blake2b(str(repeat).encode(), digest_size=2).hexdigest()
             last = hashlib.blake2b(conversation.encode(), digest_size=2).hexdigest()
             messages[i] = {**m, "content": f"[salt: {first}]\n\n{m['content']}\n\n[salt: {last}]"}
-            return RecordedChat(tuple(messages), chat.tools)
+            return replace(chat, messages=tuple(messages))
     return chat
 
 

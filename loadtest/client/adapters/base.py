@@ -11,6 +11,7 @@ import msgspec
 from loadtest.client.apis import extra_body
 from loadtest.client.http import Endpoint, Response, decode_content
 from loadtest.client.secrets import snippet
+from loadtest.contracts.record_line import AgenticTurn
 
 if TYPE_CHECKING:
     from loadtest.client.openai import OpenAIClient, PreparedRequest
@@ -98,6 +99,14 @@ def openai_body(client: OpenAIClient, req: PreparedRequest) -> dict[str, Any]:
     return body
 
 
+def keep_agentic(turn: AgenticTurn, answer: str, reasoning: str, calls: Sequence[dict[str, Any]]) -> None:
+    """What the inline accuracy check reads of an answer: its tool calls, and its texts only where the
+    recorded answer names intent codes (the workflow domain)."""
+    turn.calls = [[str(c.get("name") or ""), str(c.get("arguments") or "")] for c in calls]
+    if turn.expected_intents:
+        turn.reasoning, turn.content = reasoning, answer
+
+
 def keep_answer(
     client: OpenAIClient,
     rec: RequestRecord,
@@ -114,6 +123,8 @@ def keep_answer(
     TPOT; ``calls``: the tool calls (name, arguments text). With the model's chat template the answer is
     also counted the MLPerf Endpoints way (``Tokenizer.assistant``; docs/metrics.md, "Conventions")."""
     rec.answer_text, rec.tool_calls_text, rec.reasoning_text = answer, tools, reasoning
+    if rec.agentic is not None:
+        keep_agentic(rec.agentic, answer, reasoning, calls)
     tok = client.tokenizer
     rec.reasoning_tokens_client = tok.count(reasoning) if reasoning else 0
     rec.completion_tokens_client = tok.count(answer + tools) + rec.reasoning_tokens_client
