@@ -203,13 +203,18 @@ def engine_parent(scope: str = "") -> SuggestingParser:
         metavar="N",
         help="the engine's running-batch limit (vLLM max_num_seqs; default: the engine's, 1024)",
     )
-    g.add_argument(
+    return p
+
+
+def add_engine_recorded_option(parser: argparse.ArgumentParser) -> None:
+    """``--engine-recorded`` (run): the embedded engine answers recorded agent calls as recorded."""
+    parser.add_argument(
         "--engine-recorded",
         action="store_true",
-        help="answer each recorded agent call (an agent_trace recording with expected answers: MLPerf "
-        "agentic) with its recorded answer, tool calls included: the agentic accuracy's ceiling (docs/traces.md)",
+        help="the embedded engine answers each recorded agent call (an agent_trace recording with expected "
+        "answers: MLPerf agentic) with its recorded answer, tool calls included: the agentic accuracy's "
+        "ceiling (docs/traces.md)",
     )
-    return p
 
 
 def add_out_option(
