@@ -296,3 +296,12 @@ def test_engine_recorded_needs_the_embedded_engine_and_a_recording_with_answers(
     plain = write_profile(tmp_path / "plain.json", duration_s=1)
     res = run_cli(["run", "--profile", str(plain), "--engine-recorded", "--out", str(tmp_path / "r")])
     assert res.returncode == 2 and "replays no recorded call with an expected answer" in res.stderr
+    otel = SAMPLE.parent / "otel-genai-sample.json"  # recorded lengths, no recorded answers
+    prof.write_text(
+        prof.read_text()
+        .replace(str(SAMPLE), str(otel))
+        .replace('"tool_delays"', '"accuracy_target": 0.5, "tool_delays"')
+    )
+    res = run_cli(["run", "--profile", str(prof), "--out", str(tmp_path / "o")])
+    assert res.returncode == 2, res.stderr[-2000:]
+    assert "scenarios[0].agent_trace.accuracy_target" in res.stderr and "remove accuracy_target" in res.stderr

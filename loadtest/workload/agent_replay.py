@@ -46,6 +46,14 @@ class AgentTrace:
             raise ValueError(
                 f"{where}: cannot read {spec.path} ({e.strerror or e}): give a recording (docs/traces.md)"
             ) from None
+        if spec.accuracy_target is not None and not any(
+            c.recorded is not None and c.recorded.expected is not None for conv in convs for c in conv.calls()
+        ):
+            field = where.removesuffix(".path") + ".accuracy_target"
+            raise ValueError(
+                f"{field}: {spec.path} records no answer to score (an mlperf_agentic recording does); "
+                "remove accuracy_target"
+            )
         return cls(convs, spec.speedup, spec.tool_delays, spec.salt, spec.max_tokens)
 
     def sent(self, call: AgentCall, conversation: str, repeat: int) -> AgentCall:

@@ -168,11 +168,7 @@ class AgenticInlineScorer:
             turn = AgenticTurn.expecting(str(row.get("conversation_id", "")), int(row.get("turn") or 0), row)
             msg = json.loads(answer) if answer.strip() else None
             if isinstance(msg, dict):
-                calls = [
-                    c["function"] for c in msg.get("tool_calls") or () if isinstance(c.get("function"), dict)
-                ]
-                keep = [{"name": f.get("name"), "arguments": f.get("arguments")} for f in calls]
-                turn.calls = [[str(c["name"] or ""), str(c["arguments"] or "")] for c in keep]
+                turn.calls = AgenticTurn.expecting("", 0, msg).expected_calls  # [name, arguments] each
                 turn.reasoning = str(msg.get("reasoning_content") or "")
                 turn.content = str(msg.get("content") or "")
             tally.add(turn, isinstance(msg, dict))
