@@ -287,6 +287,7 @@ def test_a_run_answered_as_recorded_scores_1_and_the_engine_s_own_answers_score_
     assert res.returncode == 13, res.stdout[-3000:]  # quality failed: below the profile's target
     assert doc["verdict"]["status"] == "quality_failed"
     assert "agent_trace.accuracy_target" in doc["verdict"]["reasons"][0]
+    assert "QUALITY FAILED" in res.stdout and "agentic accuracy below target" in res.stdout
 
 
 def test_engine_recorded_needs_the_embedded_engine_and_a_recording_with_answers(tmp_path: Path) -> None:
