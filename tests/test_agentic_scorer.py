@@ -306,3 +306,30 @@ def test_engine_recorded_needs_the_embedded_engine_and_a_recording_with_answers(
     res = run_cli(["run", "--profile", str(prof), "--out", str(tmp_path / "o")])
     assert res.returncode == 2, res.stderr[-2000:]
     assert "scenarios[0].agent_trace.accuracy_target" in res.stderr and "remove accuracy_target" in res.stderr
+
+
+def test_a_workflow_recording_is_scored_by_the_intent_code_of_the_streamed_answer(tmp_path: Path) -> None:
+    system = "You route customer requests. End with intent: I<code>."
+    rows = [
+        {"conversation_id": "sim_1", "turn": 1, "role": "user", "system": system, "content": "Refund my order."},
+        {"conversation_id": "sim_1", "turn": 2, "role": "assistant", "reasoning_content": "A refund request.",
+         "content": "Routing it. intent: I042", "intent_codes": ["I042", "I043"]},
+        {"conversation_id": "sim_1", "turn": 3, "role": "user", "content": "Thanks, that is all."},
+        {"conversation_id": "sim_1", "turn": 4, "role": "assistant", "content": "Goodbye."},
+    ]  # fmt: skip
+    trace = tmp_path / "workflow.jsonl"
+    trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    prof = _profile(tmp_path / "w.json")
+    prof.write_text(prof.read_text().replace(str(SAMPLE), str(trace)))
+    out = tmp_path / "w"
+    res = run_cli(
+        ["run", "--profile", str(prof), "--engine-recorded", "--engine-speedup", "20", "--out", str(out)]
+    )
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    acc = json.loads((out / "run.json").read_text())["agentic_accuracy"]
+    assert acc["score"] == 1.0 and set(acc["domains"]) == {"workflow"}
+    assert acc["calls"]["excluded"] == acc["calls"]["issued"] - acc["calls"]["scored"] > 0  # turn 3: no codes
+    lines = [r["agentic"] for r in read_lines(sorted(out.glob("records*.jsonl"))) if "agentic" in r]
+    first = [a for a in lines if a["turn"] == 1]
+    assert first and all(a["content"] == "Routing it. intent: I042" for a in first)
+    assert all("content" not in a for a in lines if a["turn"] == 3)  # no intent codes: no text kept
