@@ -64,8 +64,9 @@ PIECE_CHARS = 4  # characters of recorded text a streamed event carries (about o
 
 def chat_key(messages: Any) -> str | None:
     """What a recorded call is looked up by: its messages' roles, texts (a system prompt without its
-    salt), tool-call ids and tool calls' names and arguments (not ids nor reasoning, which clients drop
-    or rename); None for a body without a message list."""
+    salt), a tool message's ``tool_call_id``, an assistant message's tool calls' names and arguments
+    (not the calls' ids, nor reasoning, which clients drop or rename); None for a body without a
+    message list."""
     if not isinstance(messages, list):
         return None
     canon = []
@@ -161,10 +162,12 @@ def load_recorded(path: str | Path) -> dict[str, dict[str, Any]]:
             key is None
             or not isinstance(answer, dict)
             or not all(_call(c) for c in answer.get("tool_calls") or ())
+            or not all(isinstance(answer.get(k), str | None) for k in ("content", "reasoning_content"))
         ):
             raise ValueError(
                 f"--recorded-answers {p}: line {n} needs 'messages' (a list of messages) and 'answer' "
-                "(an assistant message: content, tool_calls [{id, function: {name, arguments}}])"
+                "(an assistant message: content and reasoning_content strings, tool_calls [{id, function: "
+                "{name, arguments}}])"
             )
         out[key] = answer
     return out
