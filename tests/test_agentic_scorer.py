@@ -14,6 +14,7 @@ import pytest
 
 from loadtest.accuracy.scorers import scorer_for
 from loadtest.accuracy.scorers.agentic import AgenticScore, answer_intent, bash_actions, turn_score
+from loadtest.client.adapters.base import keep_agentic
 from loadtest.contracts.record_line import AgenticTurn
 from loadtest.sim import SimProcess
 from loadtest.traces.agent_formats import read_agent_trace
@@ -78,6 +79,23 @@ def test_a_workflow_call_scores_its_intent_code_and_an_empty_expectation_is_excl
     assert answer_intent("", "nothing") is None
     assert turn_score(AgenticTurn("sim_1", 1), True) is None  # no intent codes recorded
     assert turn_score(AgenticTurn("fix", 1, expected_calls=[["edit", "{}"]]), True) is None  # no bash action
+
+
+def test_a_record_keeps_only_what_the_check_reads_of_an_answer() -> None:
+    calls = [{"name": "bash", "arguments": '{"cmd": "ls"}'}, {"name": "edit", "arguments": "x" * 5000}]
+    coding = AgenticTurn("fix", 1, expected_calls=EXPECTED)
+    keep_agentic(coding, "some text", "some reasoning", calls)
+    assert (coding.calls, coding.content, coding.reasoning) == (
+        [["bash", '{"cmd": "ls"}'], ["edit", ""]],
+        "",
+        "",
+    )
+    workflow = AgenticTurn("sim_1", 1, expected_intents=["I001"])
+    keep_agentic(workflow, "intent: I001", "thinking", calls)
+    assert (workflow.calls, workflow.content, workflow.reasoning) == ([], "intent: I001", "thinking")
+    plain = AgenticTurn("fix", 5)  # a recorded final answer: nothing to score, nothing kept
+    keep_agentic(plain, "done", "r", calls)
+    assert (plain.calls, plain.content, plain.reasoning) == ([], "", "")
 
 
 def test_the_overall_score_is_the_mean_over_every_scored_call() -> None:

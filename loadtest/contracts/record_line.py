@@ -12,8 +12,9 @@ from msgspec import UNSET, UnsetType
 class AgenticTurn(msgspec.Struct, omit_defaults=True):
     """A recorded agent call with an expected answer (MLPerf agentic rows), as the inline accuracy check
     reads it (accuracy/scorers/agentic.py): the recorded conversation and client turn, the recorded
-    answer's tool calls and intent codes, and the answer's tool calls ([name, arguments] each); the
-    answer's reasoning and text only where intent codes are expected (the workflow domain)."""
+    answer's tool calls and intent codes, and, where tool calls were recorded, the answer's ([name,
+    arguments] each, the arguments of ``bash`` calls only); the answer's reasoning and text only where
+    intent codes are expected (the workflow domain)."""
 
     conversation: str
     turn: int

@@ -100,9 +100,12 @@ def openai_body(client: OpenAIClient, req: PreparedRequest) -> dict[str, Any]:
 
 
 def keep_agentic(turn: AgenticTurn, answer: str, reasoning: str, calls: Sequence[dict[str, Any]]) -> None:
-    """What the inline accuracy check reads of an answer: its tool calls, and its texts only where the
-    recorded answer names intent codes (the workflow domain)."""
-    turn.calls = [[str(c.get("name") or ""), str(c.get("arguments") or "")] for c in calls]
+    """What the inline accuracy check reads of an answer, and no more: where the recorded answer made tool
+    calls, the answer's calls (``bash`` ones with their arguments, the check's input; others by name);
+    where it names intent codes (the workflow domain), the answer's reasoning and text."""
+    if turn.expected_calls:
+        named = [(str(c.get("name") or ""), str(c.get("arguments") or "")) for c in calls]
+        turn.calls = [[name, args if name == "bash" else ""] for name, args in named]
     if turn.expected_intents:
         turn.reasoning, turn.content = reasoning, answer
 
