@@ -93,7 +93,7 @@ def test_targets_are_the_published_ones() -> None:
     }
     assert BENCHMARKS["gpt-oss-120b"].targets == {"exact_match": 82.30}
     assert BENCHMARKS["deepseek-r1"].targets == {"exact_match": 80.54}
-    assert set(SCORERS) == {"rouge", "exact_match", "length"}
+    assert set(SCORERS) == {"rouge", "exact_match", "length", "agentic_inference_inline"}
     with pytest.raises(UsageError, match="llama3.1-8b"):
         benchmark("llama-9b")
 

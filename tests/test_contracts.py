@@ -27,7 +27,14 @@ from loadtest.contracts.messages import (
     report_from,
     to_data,
 )
-from loadtest.contracts.record_line import LINE_DECODER, LINE_ENCODER, RecordLine, as_line, to_dict
+from loadtest.contracts.record_line import (
+    LINE_DECODER,
+    LINE_ENCODER,
+    AgenticTurn,
+    RecordLine,
+    as_line,
+    to_dict,
+)
 from loadtest.metrics.judged import record_from_line
 from loadtest.results.columns import LogReader
 from loadtest.results.record_log import RecordLog, read_lines
@@ -122,6 +129,9 @@ def _every_field_set() -> RequestRecord:
         session="agent-3",
         session_last=True,
         job_us=[1_000, 2_000, 3_000, 500],
+        agentic=AgenticTurn(
+            "fix", 3, [["bash", '{"cmd": "ls"}']], ["I001"], [["bash", "{}"]], "why", "intent: I001"
+        ),
         http_status=500,
         outcome="stream_error",
         error="connection reset mid-stream",

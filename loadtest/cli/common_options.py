@@ -230,6 +230,17 @@ def engine_parent(scope: str = "") -> SuggestingParser:
     return p
 
 
+def add_engine_recorded_option(parser: argparse.ArgumentParser) -> None:
+    """``--engine-recorded`` (run): the embedded engine answers recorded agent calls as recorded."""
+    parser.add_argument(
+        "--engine-recorded",
+        action="store_true",
+        help="the embedded engine answers each recorded agent call (an agent_trace recording with expected "
+        "answers: MLPerf agentic) with its recorded answer, tool calls included: the agentic accuracy's "
+        "ceiling (docs/traces.md)",
+    )
+
+
 def add_out_option(
     parser: argparse.ArgumentParser, what: str, dest: str = "out", default: str | None = None
 ) -> None:

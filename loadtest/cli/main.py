@@ -8,6 +8,7 @@ from loadtest.cli.accuracy_cmd import add_parser as add_accuracy_parser
 from loadtest.cli.cluster_cmd import add_parsers as add_cluster_parsers
 from loadtest.cli.cluster_cmd import add_ui_master_options
 from loadtest.cli.common_options import (
+    add_engine_recorded_option,
     add_out_option,
     client_parent,
     engine_parent,
@@ -61,6 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_capture_options(run)
     add_progress_option(run)
     add_max_requests_option(run)
+    add_engine_recorded_option(run)  # the embedded engine answers recorded agent calls as recorded
     run.add_argument(
         "--junit", metavar="PATH", help="write the verdict as JUnit XML (one test case per check)"
     )

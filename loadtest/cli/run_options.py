@@ -278,4 +278,5 @@ def engine_overrides(args: argparse.Namespace) -> EngineOverrides:
         disagg=getattr(args, "engine_disagg", None),
         ep=getattr(args, "engine_ep", None),
         system=getattr(args, "engine_system", None),
+        recorded=bool(getattr(args, "engine_recorded", False)),
     )

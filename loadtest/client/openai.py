@@ -16,6 +16,7 @@ from loadtest.client.network import NetworkPolicy
 from loadtest.client.record import RequestRecord, count_merged_gaps
 from loadtest.client.secrets import redact_echoes
 from loadtest.client.unreadable import mark_unreadable
+from loadtest.contracts.record_line import AgenticTurn
 from loadtest.tokens.tokenizer import Tokenizer
 
 # Every request carries a fresh UUID here (servers such as llama.cpp's reject any other form); the record
@@ -52,6 +53,7 @@ class PreparedRequest:
     path: str | None = None  # raw mode: the path the recorded body is sent to, unchanged
     reference: str | None = None  # a dataset's reference answer (quality checks)
     poll_s: float | None = None  # a job API's poll interval (video_jobs)
+    agentic: AgenticTurn | None = None  # a recorded agent call's expected answer (inline accuracy)
 
 
 @dataclass(slots=True)

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from msgspec import UNSET
 
-from loadtest.contracts.record_line import LineLike, RecordLine, as_line
+from loadtest.contracts.record_line import AgenticTurn, LineLike, RecordLine, as_line
 
 # Every request ends in exactly one of these (docs/metrics.md explains each).
 OUTCOMES: tuple[str, ...] = (
@@ -82,6 +82,8 @@ class RequestRecord:
     body_sent: bytes = b""  # the request body as sent (capture.jsonl only; not written to the log)
     # The answer checks an ok answer failed (client/quality.py); None: none failed, or not checked.
     quality_failed: list[str] | None = None
+    # A recorded agent call's expected answer and the answer's tool calls (the inline accuracy check).
+    agentic: AgenticTurn | None = None
 
     def mark_empty(self, carried_output: bool, what: str) -> bool:
         """Classify a complete answer as ``empty`` when tokens were asked for (or no limit set) and it
@@ -184,6 +186,7 @@ class RequestRecord:
             new_connection=UNSET if self.new_connection is None else self.new_connection,
             session=UNSET if self.session is None else self.session,
             session_last=True if self.session_last else UNSET,
+            agentic=UNSET if self.agentic is None else self.agentic,
         )
 
     @classmethod
@@ -235,6 +238,7 @@ class RequestRecord:
             new_connection=line.opened,
             session=line.session if isinstance(line.session, str) else None,
             session_last=line.session_last is True,
+            agentic=line.agentic if isinstance(line.agentic, AgenticTurn) else None,
         )
 
 

@@ -9,6 +9,34 @@ import msgspec
 from msgspec import UNSET, UnsetType
 
 
+class AgenticTurn(msgspec.Struct, omit_defaults=True):
+    """A recorded agent call with an expected answer (MLPerf agentic rows), as the inline accuracy check
+    reads it (accuracy/scorers/agentic.py): the recorded conversation and client turn, the recorded
+    answer's tool calls and intent codes, and, where tool calls were recorded, the answer's ([name,
+    arguments] each, the arguments of ``bash`` calls only); the answer's reasoning and text only where
+    intent codes are expected (the workflow domain)."""
+
+    conversation: str
+    turn: int
+    expected_calls: list[list[str]] = msgspec.field(default_factory=list)
+    expected_intents: list[str] = msgspec.field(default_factory=list)
+    calls: list[list[str]] = msgspec.field(default_factory=list)
+    reasoning: str = ""
+    content: str = ""
+
+    @classmethod
+    def expecting(cls, conversation: str, turn: int, expected: Mapping[str, Any]) -> AgenticTurn:
+        """The turn before its answer: the recorded assistant message's tool calls and intent codes."""
+        calls = [
+            [str(fn.get("name") or ""), str(fn.get("arguments") or "")]
+            for c in expected.get("tool_calls") or ()
+            if isinstance(c, dict) and isinstance(fn := c.get("function"), dict)
+        ]
+        codes = expected.get("intent_codes")
+        intents = [c for c in codes if isinstance(c, str) and c] if isinstance(codes, list) else []
+        return cls(conversation, turn, expected_calls=calls, expected_intents=intents)
+
+
 class RecordLine(msgspec.Struct):
     """One line of the record log, its fields in the order they are written (``RequestRecord.to_log``).
 
@@ -77,6 +105,9 @@ class RecordLine(msgspec.Struct):
     # its answer to the first poll that saw the job running, then to the poll that saw it completed, then
     # the content's download; written only for a job (docs/api-surface.md, "Video generation").
     job_us: list[int] | UnsetType = UNSET
+    # A recorded agent call with an expected answer: what the inline accuracy check reads (AgenticTurn);
+    # written only for such calls.
+    agentic: AgenticTurn | UnsetType = UNSET
 
     @property
     def n_inputs(self) -> int:

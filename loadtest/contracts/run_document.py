@@ -498,6 +498,33 @@ class Conversations(_Section):
     good: int = 0  # completed with every call within the per-request SLOs
 
 
+class AgenticCalls(_Section):
+    """The recorded agent calls the inline accuracy check saw."""
+
+    issued: int  # calls with an expected answer
+    answered: int  # with an ok answer
+    scored: int  # whose expected answer holds something to score (bash actions, intent codes)
+    excluded: int  # whose expected answer holds nothing to score
+
+
+class AgenticDomain(_Section):
+    """One domain's mean score (coding: bash actions; workflow: intent codes)."""
+
+    score: float
+    scored: int
+
+
+class AgenticAccuracy(_Section):
+    """The MLPerf Endpoints agentic inline accuracy of a run replaying recorded agent calls with expected
+    answers (accuracy/scorers/agentic.py, docs/traces.md): the mean over every scored call."""
+
+    scorer: str
+    score: float | None
+    calls: AgenticCalls
+    domains: dict[str, AgenticDomain]
+    target: float | None = None  # agent_trace.accuracy_target: a score below it fails the verdict
+
+
 class StoppedEarly(_Section):
     """The endpoint failed wholesale and the run was stopped (docs/ci.md)."""
 
@@ -578,6 +605,7 @@ class RunDocument(_OptionalSection):
     prefix_cache: PrefixCache | None = None
     reporting_window: ReportingWindow | None = None
     conversations: Conversations | None = None
+    agentic_accuracy: AgenticAccuracy | None = None
 
     def judged_metrics(self) -> Metrics:
         """The metrics the verdict judged: the judged window's when there is one, else the whole run's."""

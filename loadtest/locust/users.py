@@ -8,6 +8,7 @@ from collections import deque
 from collections.abc import Iterable, Iterator
 
 import gevent
+import msgspec
 from gevent.pool import Group
 from locust import User, constant, task
 from locust.exception import StopUser
@@ -44,6 +45,7 @@ def send_and_account(
         retry_of=retry_of,
         session=req.session,
         session_last=req.session_last,
+        agentic=None if req.agentic is None else msgspec.structs.replace(req.agentic),
     )
     ctx.sending(rec, req, sched_ns, sched_epoch)
     try:

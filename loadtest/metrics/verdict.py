@@ -732,6 +732,8 @@ def _cause_phrase(c: CheckLike) -> str:
         }.get(c.name, "no successful request")
     if c.name == MERGED_DELIVERY:
         return "tokens arrived merged (a buffering proxy?)"
+    if c.name == "agentic_accuracy":  # run/providers.AgenticAccuracyProvider
+        return "agentic accuracy below target"
     if c.kind == "quality":
         return "quality gate failed"
     if c.kind == "health":

@@ -77,6 +77,9 @@ class AgentTraceSpec(Strict):
     # Each conversation's first call unique from its first token (no cache shared across replays of
     # one recording); false: replays of one recorded session send the same texts.
     cache_bust_first_turn: bool = True
+    # The MLPerf agentic inline accuracy the run must reach (0..1; recordings with expected answers):
+    # a score below it fails the verdict (run.json agentic_accuracy, docs/traces.md).
+    accuracy_target: float | None = Field(default=None, ge=0, le=1)
 
 
 class AgentSpec(Strict):

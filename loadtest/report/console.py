@@ -7,6 +7,7 @@ import textwrap
 from loadtest.contracts.run_document import RunDocument
 from loadtest.fmt import fmt_int, fmt_ms, fmt_num, fmt_pct
 from loadtest.report import facts
+from loadtest.report.run_sections import agentic_accuracy_text
 
 WIDTH = 80
 NA = "-"
@@ -183,6 +184,7 @@ def format_summary(run: RunDocument) -> str:
         *_goodput_lines(run),
         *_quality_lines(run),
         *_conversation_lines(run),
+        *_agentic_lines(run),
         "",
         *_latency_table(run),
         *_whole_run_lines(run),
@@ -224,6 +226,12 @@ def _goodput_lines(run: RunDocument) -> list[str]:
         f"{_sig(gp.good_output_tokens_per_s)} good tok/s"
         + ("; not measurable: its TPOT limit judged merged tokens" if meaningless else ""),
     )
+
+
+def _agentic_lines(run: RunDocument) -> list[str]:
+    """The agentic inline accuracy, when the run replayed recorded calls with expected answers."""
+    text = agentic_accuracy_text(run)
+    return ["", text] if text else []
 
 
 def _conversation_lines(run: RunDocument) -> list[str]:

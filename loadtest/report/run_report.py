@@ -288,6 +288,7 @@ def render_html(
             goodput_text=sections.goodput_text(run),
             conversations_text=sections.conversations_text(run),
             conversations_rows=sections.conversations_rows(run),
+            agentic_accuracy_text=sections.agentic_accuracy_text(run),
             judged_text=sections.judged_text(run),
         )
     )

@@ -194,6 +194,25 @@ def conversations_text(run: RunDocument) -> str | None:
     return text + "."
 
 
+def agentic_accuracy_text(run: RunDocument) -> str | None:
+    """The MLPerf agentic inline accuracy in one sentence (None for a run without expected answers)."""
+    a = run.agentic_accuracy
+    if a is None:
+        return None
+    score = "no call to score" if a.score is None else f"{a.score:.4f}"
+    text = (
+        f"Agentic accuracy (MLPerf inline): {score} over {fmt_int(a.calls.scored)} scored of "
+        f"{fmt_int(a.calls.issued)} recorded calls ({fmt_int(a.calls.answered)} answered)"
+    )
+    if a.domains:
+        text += "; " + ", ".join(
+            f"{d} {v.score:.4f} ({fmt_int(v.scored)})" for d, v in sorted(a.domains.items())
+        )
+    if a.target is not None:
+        text += f"; target ≥ {a.target:g}"
+    return text + "."
+
+
 def conversations_rows(run: RunDocument) -> list[tuple[str, str]]:
     """The Conversations section's rows (label, figure; three significant digits), empty without sessions."""
     c = run.conversations

@@ -5,6 +5,9 @@ served model is known. Bad input raises UsageError, an endpoint that fails Loadt
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import json
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -61,6 +64,36 @@ class Endpoint:
         )
 
 
+RECORDED_ANSWERS = "recorded_answers.jsonl"  # --engine-recorded: what the engine answers recorded calls with
+_MESSAGE_KEYS = ("role", "content", "reasoning_content", "tool_calls")
+
+
+def write_recorded_answers(workload: Workload, path: Path) -> Path:
+    """Every recorded call with an expected answer, as the engine's ``--recorded-answers`` file: one
+    ``{"messages", "answer"}`` line each (the answer the recorded assistant message); UsageError when the
+    profile replays no such recording."""
+    lines = [
+        json.dumps(
+            {
+                "messages": list(rec.messages),
+                "answer": {k: v for k, v in rec.expected.items() if k in _MESSAGE_KEYS},
+            }
+        )
+        for trace in workload.agent_traces.values()
+        for conv in trace.conversations
+        for call in conv.calls()
+        if (rec := call.recorded) is not None and rec.expected is not None
+    ]
+    if not lines:
+        raise UsageError(
+            "--engine-recorded: the profile replays no recorded call with an expected answer; give an "
+            "agent_trace scenario with an MLPerf agentic recording (docs/traces.md)"
+        )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
 def start_embedded(
     stack: contextlib.ExitStack, opts: EngineOverrides, profile: Profile, seed: int, log: Path | None
 ) -> dict[str, Any]:
@@ -86,12 +119,19 @@ def open_endpoint(
     host, engine_info = prepared.host, None
     profile, api_key = prepared.profile, prepared.api_key
     if host:
+        if options.engine.recorded:
+            raise UsageError("--engine-recorded is for the embedded engine; leave out --host")
         try:
             HttpEndpoint.parse(host)  # a malformed URL, or one with credentials in it, is bad input
         except ValueError as e:
             raise UsageError(str(e)) from e
     else:
-        started = start_embedded(stack, options.engine, profile, prepared.settings.seed, engine_log)
+        engine = options.engine
+        if engine.recorded:  # the recordings' answers, for the engine to answer each recorded call with
+            where = prepared.out or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="loadtest-")))
+            path = write_recorded_answers(prepared.workload, where / RECORDED_ANSWERS)
+            engine = dataclasses.replace(engine, recorded_answers=str(path))
+        started = start_embedded(stack, engine, profile, prepared.settings.seed, engine_log)
         host, engine_info = started["url"], started["engine"]
         prepared.settings.network = prepared.settings.policy().direct()  # on this host: never proxied
     from loadtest.serve.state import server_info_for

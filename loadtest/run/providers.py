@@ -11,8 +11,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from loadtest.accuracy.scorers.agentic import AgenticScore
 from loadtest.client.quality import CHECKED_APIS, QUALITY_CHECKS, gate_checks
-from loadtest.contracts.record_line import RecordLine
+from loadtest.contracts.record_line import AgenticTurn, RecordLine
 from loadtest.economics.cost import endpoint_record, run_economics
 from loadtest.economics.spec import EndpointSpec
 from loadtest.locust.settings import RunSettings
@@ -369,6 +370,39 @@ class ConversationsProvider(Provider):
             else []
         )
         return Contribution(sections={"conversations": section} if section is not None else {}, checks=checks)
+
+
+class AgenticAccuracyProvider(Provider):
+    """run.json ``agentic_accuracy``: the MLPerf agentic inline accuracy of the recorded agent calls with
+    an expected answer (accuracy/scorers/agentic.py); a blocking ``agentic_accuracy`` check (kind
+    ``quality``) when the profile gives ``agent_trace.accuracy_target``."""
+
+    def __init__(self, target: float | None) -> None:
+        self.target = target
+        self.tally = AgenticScore()
+
+    def add(self, lines: Sequence[RecordLine]) -> None:
+        for ln in lines:
+            if isinstance(ln.agentic, AgenticTurn):
+                self.tally.add(ln.agentic, ln.outcome == "ok")
+
+    def contribute(self, doc: Mapping[str, Any]) -> Contribution:
+        if not self.tally.issued:
+            return Contribution()
+        section = {**self.tally.section(), "target": self.target}
+        score = section["score"]
+        if self.target is None:
+            return Contribution(sections={"agentic_accuracy": section})
+        n = self.tally.scored
+        detail = (
+            f"agentic accuracy {score:.4f} over {n} scored calls, need ≥ {self.target:g} "
+            "(agent_trace.accuracy_target)"
+            if score is not None
+            else "agentic accuracy: no recorded call had an answer to score (agent_trace.accuracy_target)"
+        )
+        passed = score is not None and score >= self.target
+        check = Check("agentic_accuracy", passed, detail, "quality", score, self.target)
+        return Contribution(sections={"agentic_accuracy": section}, checks=[ExtraCheck(check, detail)])
 
 
 class EconomicsProvider(Provider):

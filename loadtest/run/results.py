@@ -41,6 +41,7 @@ from loadtest.results.run_json import build_run_document
 from loadtest.run.connections import ConnectionsProvider
 from loadtest.run.endpoint import EndpointFacts
 from loadtest.run.providers import (
+    AgenticAccuracyProvider,
     Contribution,
     ConversationsProvider,
     EconomicsProvider,
@@ -100,6 +101,18 @@ class Finalized:
     exit_code: int
 
 
+def accuracy_target(profile: Profile) -> float | None:
+    """The profile's agentic accuracy target (its agent_trace scenario's ``accuracy_target``), if any."""
+    return next(
+        (
+            s.agent_trace.accuracy_target
+            for s in profile.scenarios
+            if s.agent_trace is not None and s.agent_trace.accuracy_target is not None
+        ),
+        None,
+    )
+
+
 def line_batches(
     paths: list[Path], size: int = BATCH_LINES, tally: ReadTally | None = None
 ) -> Iterator[list[RecordLine]]:
@@ -142,6 +155,7 @@ def finalize(run: FinishedRun) -> Finalized:
         WindowProvider(),
         ConnectionsProvider(),
         ConversationsProvider(run.slos, judging.smoke),
+        AgenticAccuracyProvider(accuracy_target(profile)),
     ]
     server = TelemetryProvider(run.telemetry, outcome.started_epoch or None)
 

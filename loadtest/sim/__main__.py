@@ -20,7 +20,7 @@ from loadtest.gc_tuning import tune_gc
 from loadtest.sim.disagg_spec import parse_disagg
 from loadtest.sim.faults import FaultSpecError, parse_spec
 from loadtest.sim.presets import EngineConfig, get_gpu, get_model, get_system
-from loadtest.sim.reference import load_references
+from loadtest.sim.reference import load_recorded, load_references
 from loadtest.sim.server import ServerOptions, create_app
 from loadtest.sim.spec_decode import parse_spec_decode
 
@@ -158,6 +158,13 @@ def build_parser(prog: str = "python -m loadtest.sim") -> argparse.ArgumentParse
         '({"prompt": ..., "answer": ...} per line) with that answer: accuracy runs end to end (docs/accuracy.md)',
     )
     p.add_argument(
+        "--recorded-answers",
+        metavar="FILE",
+        help="answer a chat whose messages match a recorded call's "
+        '({"messages": [...], "answer": {assistant message}} per line) with the recorded message, its tool '
+        "calls streamed as tool-call deltas: the agentic accuracy check end to end (docs/traces.md)",
+    )
+    p.add_argument(
         "--reasoning-fraction",
         type=float,
         default=0.6,
@@ -253,8 +260,10 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
         if not api_key:
             raise ValueError(f"--api-key-env {args.api_key_env}: that environment variable is not set")
     references = load_references(args.reference_answers) if args.reference_answers else None
+    recorded = load_recorded(args.recorded_answers) if args.recorded_answers else None
     return ServerOptions(
         references=references,
+        recorded=recorded,
         faults=args.faults,
         reasoning=reasoning,
         reasoning_fraction=args.reasoning_fraction,

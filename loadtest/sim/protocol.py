@@ -6,6 +6,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from loadtest.sim.reference import RecordedAnswer
 from loadtest.tokens.tokenizer import Tokenizer
 from loadtest.workload.text import TOKEN_PIECES, token_piece
 
@@ -176,6 +177,7 @@ class OutputPlan:
     tool_name: str | None = None
     tool_id: str = ""
     reference: str | None = None  # reference-answer mode: the whole answer's text (sim/reference.py)
+    recorded: RecordedAnswer | None = None  # recorded-answer mode: the recorded message (sim/reference.py)
 
     @classmethod
     def make(
@@ -205,6 +207,8 @@ class OutputPlan:
         return "".join(token_piece(i) for i in range(self.n_reasoning))
 
     def answer_text(self) -> str:
+        if self.recorded is not None:
+            return self.recorded.message.get("content") or ""
         if self.reference is not None:
             return self.reference
         if self.tool_name is not None:
@@ -234,7 +238,7 @@ class ChunkWriter:
     def framed_token(self, index: int) -> bytes:
         """``token(index)`` as one HTTP/1.1 chunk; plain answer tokens come from a per-response cache."""
         p = self.plan
-        if p is None or (index >= p.n_reasoning and p.tool_name is None):
+        if p is None or (index >= p.n_reasoning and p.tool_name is None and p.recorded is None):
             if self._framed is None:  # plain answer tokens only: reasoning and tool tokens differ
                 self._framed = [
                     _chunk((self._tok_pre + _dumps(piece) + self._tok_post).encode())
@@ -260,6 +264,8 @@ class ChunkWriter:
     def token(self, index: int) -> str:
         """The event carrying output token ``index`` (reasoning, content or a tool-call fragment)."""
         p = self.plan
+        if p is not None and p.recorded is not None:
+            return self._delta(p.recorded.deltas[index])
         if p is None or (index >= p.n_reasoning and p.tool_name is None):
             return self._tok_pre + _dumps(token_piece(index)) + self._tok_post
         if index < p.n_reasoning:
@@ -365,7 +371,9 @@ def full_response(
         message: dict[str, Any] = {"role": "assistant", "content": plan.answer_text()}
         if plan.reasoning:
             message["reasoning_content"] = message["reasoning"] = plan.reasoning_text()
-        if plan.tool_name is not None:
+        if plan.recorded is not None:
+            message = {"role": "assistant", **plan.recorded.message}
+        elif plan.tool_name is not None:
             message["content"] = None
             message["tool_calls"] = [
                 {

@@ -30,8 +30,16 @@ from loadtest.sim.engine import Engine
 from loadtest.sim.faults import FAULT_HEADER, Fault, FaultPlan, FaultSpecError
 from loadtest.sim.presets import EngineConfig
 from loadtest.sim.prom import CONTENT_TYPE, SimMetrics, engine_value
-from loadtest.sim.protocol import ChunkWriter, GenRequest, OutputPlan, RequestError, _chunk, json_body
-from loadtest.sim.reference import prompt_of
+from loadtest.sim.protocol import (
+    CHAT_PATH,
+    ChunkWriter,
+    GenRequest,
+    OutputPlan,
+    RequestError,
+    _chunk,
+    json_body,
+)
+from loadtest.sim.reference import RecordedAnswer, chat_key, prompt_of
 from loadtest.sim.request import SHUTDOWN, SimRequest
 from loadtest.sim.request_log import RequestLog
 from loadtest.sim.routes import ROUTES, Answer, ApiRoute, PrefillRequest, StreamWriter
@@ -61,6 +69,8 @@ class ServerOptions:
     api_key_header: str = "Authorization"  # "Authorization" takes "Bearer KEY"; any other name takes KEY
     # reference-answer mode (--reference-answers): prompt -> the answer a whole response carries
     references: dict[str, str] | None = None
+    # recorded-answer mode (--recorded-answers): a chat's messages key -> the recorded assistant message
+    recorded: dict[str, dict[str, Any]] | None = None
 
 
 @dataclass
@@ -457,6 +467,17 @@ def _reference(st: SimState, body: dict[str, Any] | None, g: GenRequest) -> str 
     return refs.get(prompt) if prompt is not None else None
 
 
+def _recorded(st: SimState, body: dict[str, Any] | None, path: str, g: GenRequest) -> RecordedAnswer | None:
+    """The recorded answer of a chat whose messages match a recorded call, streamed within its
+    max_tokens where it can be (sim/reference.py)."""
+    recorded = st.options.recorded
+    if recorded is None or body is None or path != CHAT_PATH:
+        return None
+    key = chat_key(body.get("messages"))
+    message = recorded.get(key) if key is not None else None
+    return RecordedAnswer.fitting(message, g.max_tokens) if message is not None else None
+
+
 async def _generate(request: web.Request, route: ApiRoute) -> web.StreamResponse:
     """A route whose answer the engine generates: streamed or whole, with every fault."""
     arrival_ns = time.perf_counter_ns()
@@ -504,6 +525,10 @@ async def _generate(request: web.Request, route: ApiRoute) -> web.StreamResponse
         target = max(1, get_tokenizer(st.config.model.tokenizer).count(reference))
         target = min(target, g.max_tokens) if g.max_tokens is not None else target
         reasoning = False
+    recorded = _recorded(st, body, request.path, g)
+    if recorded is not None:  # the recorded message, one delta a token, cut at max_tokens
+        target, reasoning = len(recorded.deltas), False
+        target = min(target, g.max_tokens) if g.max_tokens is not None else target
     plan = OutputPlan.make(
         target,
         st.options.reasoning_fraction if reasoning else None,
@@ -512,8 +537,12 @@ async def _generate(request: web.Request, route: ApiRoute) -> web.StreamResponse
     )
     if reference is not None:
         plan = dataclasses.replace(plan, reference=reference)
+    if recorded is not None:
+        plan = dataclasses.replace(plan, tool_name=None, recorded=recorded)
     rec.reasoning_tokens = plan.n_reasoning
-    if g.tool_name is not None:
+    if recorded is not None:
+        finish_reason = recorded.finish_reason if target == len(recorded.deltas) else "length"
+    elif g.tool_name is not None:
         finish_reason = "tool_calls"
     else:
         limit = g.max_tokens if g.max_tokens is not None else st.config.output_len.cap

@@ -34,6 +34,14 @@ class EngineOverrides:
     disagg: str | None = None  # disaggregated serving "P:D[@GBPS]" (sim/disagg.py)
     ep: int | None = None  # wide expert parallelism: data-parallel groups of tp GPUs sharing the experts
     system: str | None = None  # rack-scale system preset (its GPU unless --engine-gpu names one)
+    recorded_answers: str | None = None  # a messages → recorded answer JSONL file: the recorded-answer mode
+    recorded: bool = False  # --engine-recorded: answer the profile's recorded calls as recorded
+
+
+def _mode_args(opts: EngineOverrides) -> list[str]:
+    """The engine's answer-mode options: reference answers, recorded answers."""
+    args = ["--reference-answers", opts.reference_answers] if opts.reference_answers else []
+    return args + (["--recorded-answers", opts.recorded_answers] if opts.recorded_answers else [])
 
 
 def start_engine(
@@ -65,7 +73,7 @@ def start_engine(
     from loadtest.sim.disagg_spec import Disagg, parse_disagg
     from loadtest.sim.spec_decode import parse_spec_decode
 
-    extra = ["--reference-answers", opts.reference_answers] if opts.reference_answers else []
+    extra = _mode_args(opts)
     for flag, given, field, parse in (
         ("spec-decode", opts.spec_decode, profile.engine.spec_decode, parse_spec_decode),
         ("disagg", opts.disagg, profile.engine.disagg, parse_disagg),

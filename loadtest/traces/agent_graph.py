@@ -10,10 +10,14 @@ from typing import Any
 @dataclass(frozen=True, slots=True)
 class RecordedChat:
     """What a recording says the call sent: its whole message list (history and tool results) and its
-    tool definitions, as OpenAI chat messages."""
+    tool definitions, as OpenAI chat messages; and, where the recording has it, the assistant message
+    that answered it (``expected``, with the row's ``intent_codes`` when it has them) and the client row's
+    turn in its conversation (the inline accuracy check's key: accuracy/scorers/agentic.py)."""
 
     messages: tuple[dict[str, Any], ...]
     tools: tuple[dict[str, Any], ...] = ()
+    expected: dict[str, Any] | None = None
+    turn: int = 0
 
 
 @dataclass(frozen=True, slots=True)

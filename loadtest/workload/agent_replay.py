@@ -46,6 +46,14 @@ class AgentTrace:
             raise ValueError(
                 f"{where}: cannot read {spec.path} ({e.strerror or e}): give a recording (docs/traces.md)"
             ) from None
+        if spec.accuracy_target is not None and not any(
+            c.recorded is not None and c.recorded.expected is not None for conv in convs for c in conv.calls()
+        ):
+            field = where.removesuffix(".path") + ".accuracy_target"
+            raise ValueError(
+                f"{field}: {spec.path} records no answer to score (an mlperf_agentic recording does); "
+                "remove accuracy_target"
+            )
         return cls(convs, spec.speedup, spec.tool_delays, spec.salt, spec.max_tokens)
 
     def sent(self, call: AgentCall, conversation: str, repeat: int) -> AgentCall:
@@ -173,7 +181,7 @@ def salted(chat: RecordedChat, conversation: str, repeat: int) -> RecordedChat:
             first = hashlib.blake2b(str(repeat).encode(), digest_size=2).hexdigest()
             last = hashlib.blake2b(conversation.encode(), digest_size=2).hexdigest()
             messages[i] = {**m, "content": f"[salt: {first}]\n\n{m['content']}\n\n[salt: {last}]"}
-            return RecordedChat(tuple(messages), chat.tools)
+            return replace(chat, messages=tuple(messages))
     return chat
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from loadtest.client.openai import PreparedRequest
 from loadtest.client.record import RequestRecord
+from loadtest.contracts.record_line import AgenticTurn
 from loadtest.profile.schema import Profile, Scenario
 from loadtest.schedule.arrivals import arrival_offsets, stage_offsets, trace_offsets
 from loadtest.tokens.tokenizer import Tokenizer, get_tokenizer
@@ -379,8 +380,11 @@ class Workload:
 
         def build(request_id: str, call: AgentCall, bank: PrefixBank) -> PreparedRequest:
             tools: list[dict[str, Any]] = []
+            agentic = None
             if call.recorded is not None:  # the recorded conversation as it was sent
                 messages, tools = list(call.recorded.messages), list(call.recorded.tools)
+                if call.recorded.expected is not None:  # what the inline accuracy check compares
+                    agentic = AgenticTurn.expecting(conv.id, call.recorded.turn, call.recorded.expected)
             else:
                 text = bank.blocks_text(
                     call.hash_ids, max(1, call.input_tokens - self._chat_overhead(sc, []))
@@ -400,6 +404,7 @@ class Workload:
                 scenario=sc.name,
                 stream=self.profile.stream,
                 session=session,
+                agentic=agentic,
             )
 
         return AgentTraceUnit(trace, sc.name, index, bank, build)

@@ -1,7 +1,8 @@
-"""The scorers, registered once by name: ROUGE, exact match, generated length."""
+"""The scorers, registered once by name: ROUGE, exact match, generated length, MLPerf agentic inline."""
 
 from __future__ import annotations
 
+from loadtest.accuracy.scorers.agentic import AgenticInlineScorer
 from loadtest.accuracy.scorers.base import Scorer
 from loadtest.accuracy.scorers.exact_match import ExactMatchScorer
 from loadtest.accuracy.scorers.length import LengthScorer
@@ -21,7 +22,7 @@ def scorer_for(name: str) -> Scorer:
     return SCORERS[name]
 
 
-for _s in (RougeScorer(), ExactMatchScorer(), LengthScorer()):
+for _s in (RougeScorer(), ExactMatchScorer(), LengthScorer(), AgenticInlineScorer()):
     register(_s)
 
 __all__ = ["SCORERS", "Scorer", "register", "scorer_for"]

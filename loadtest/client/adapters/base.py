@@ -12,6 +12,7 @@ import msgspec
 from loadtest.client.apis import extra_body
 from loadtest.client.http import Endpoint, Response, decode_content
 from loadtest.client.secrets import snippet
+from loadtest.contracts.record_line import AgenticTurn
 
 if TYPE_CHECKING:
     from loadtest.client.openai import OpenAIClient, PreparedRequest
@@ -99,6 +100,17 @@ def openai_body(client: OpenAIClient, req: PreparedRequest) -> dict[str, Any]:
     return body
 
 
+def keep_agentic(turn: AgenticTurn, answer: str, reasoning: str, calls: Sequence[dict[str, Any]]) -> None:
+    """What the inline accuracy check reads of an answer, and no more: where the recorded answer made tool
+    calls, the answer's calls (``bash`` ones with their arguments, the check's input; others by name);
+    where it names intent codes (the workflow domain), the answer's reasoning and text."""
+    if turn.expected_calls:
+        named = [(str(c.get("name") or ""), str(c.get("arguments") or "")) for c in calls]
+        turn.calls = [[name, args if name == "bash" else ""] for name, args in named]
+    if turn.expected_intents:
+        turn.reasoning, turn.content = reasoning, answer
+
+
 def keep_answer(
     client: OpenAIClient,
     rec: RequestRecord,
@@ -115,6 +127,8 @@ def keep_answer(
     TPOT; ``calls``: the tool calls (name, arguments text). With the model's chat template the answer is
     also counted the MLPerf Endpoints way (``Tokenizer.assistant``; docs/metrics.md, "Conventions")."""
     rec.answer_text, rec.tool_calls_text, rec.reasoning_text = answer, tools, reasoning
+    if rec.agentic is not None:
+        keep_agentic(rec.agentic, answer, reasoning, calls)
     tok = client.tokenizer
     rec.reasoning_tokens_client = tok.count(reasoning) if reasoning else 0
     rec.completion_tokens_client = tok.count(answer + tools) + rec.reasoning_tokens_client

@@ -7,7 +7,8 @@ row), ``tools`` (tool definitions, on client rows), ``tool_calls`` (an assistant
 (the wait before a client row). As the reference client does, each client row (user or tool) is one call
 whose messages are the system prompt, every earlier row as recorded (assistant rows too) and its own
 messages (a tool row one ``tool`` message per result); its output length is the recorded answer's (the
-assistant row after it). Rows of a conversation are consecutive, their roles follow user -> assistant ->
+assistant row after it), and that row is kept as the call's expected answer (with its ``intent_codes``,
+the workflow domain's ground truth) for the inline accuracy check. Rows of a conversation are consecutive, their roles follow user -> assistant ->
 tool|user, tool -> assistant|user.
 """
 
@@ -67,9 +68,10 @@ def _conversation(
     state = "start"
     history: list[dict[str, Any]] = []
     history_tokens = 0  # the history's text tokens, counted once a message
-    # each client row: its input tokens, messages, tools and delay
-    pending: list[tuple[int, tuple[dict[str, Any], ...], tuple[dict[str, Any], ...], float]] = []
+    # each client row: its input tokens, messages, tools, delay and turn
+    pending: list[tuple[int, tuple[dict[str, Any], ...], tuple[dict[str, Any], ...], float, int]] = []
     answers: list[int] = []  # each client row's recorded answer tokens
+    expected: list[dict[str, Any] | None] = []  # each client row's recorded answer (None: none recorded)
     tool_tokens: dict[str, int] = {}  # tool definitions' tokens by their JSON (rows repeat them)
     system = next((r["system"] for _, r in rows if isinstance(r.get("system"), str) and r["system"]), None)
     if system is not None:
@@ -95,6 +97,7 @@ def _conversation(
         if role == "assistant":
             if pending and len(answers) < len(pending):
                 answers.append(max(1, n_msgs))
+                expected.append(_expected(msgs[0], row))
         else:
             delay = row.get("delay_seconds", 0.0) or 0.0
             if (
@@ -113,19 +116,21 @@ def _conversation(
                 )
             if len(answers) < len(pending):
                 answers.append(1)  # a client row right after another: nothing recorded to answer it
+                expected.append(None)
             spec = json.dumps(tools) if tools else ""
             if spec not in tool_tokens:
                 tool_tokens[spec] = count(spec) if spec else 0
             n_in = history_tokens + n_msgs + tool_tokens[spec]
-            pending.append((n_in, tuple(history + msgs), tuple(tools), float(delay)))
+            pending.append((n_in, tuple(history + msgs), tuple(tools), float(delay), turn))
         history += msgs
         history_tokens += n_msgs
         state = role
     if len(answers) < len(pending):
         answers.append(1)
+        expected.append(None)
     calls: list[AgentCall] = []
     t = 0.0
-    for (n_in, messages, tools, delay), out in zip(pending, answers, strict=True):
+    for (n_in, messages, tools, delay, turn), out, exp in zip(pending, answers, expected, strict=True):
         t += delay
         calls.append(
             AgentCall(
@@ -135,7 +140,7 @@ def _conversation(
                 hash_ids=(),
                 api_time_s=0.0,
                 delay_before_s=delay,
-                recorded=RecordedChat(messages, tools),
+                recorded=RecordedChat(messages, tools, exp, turn),
             )
         )
     chained, _ = chain_hash_ids(calls, BLOCK_TOKENS, 1)
@@ -182,6 +187,14 @@ def _messages(path: Path, lineno: int, row: dict[str, Any]) -> list[dict[str, An
         if msg.get(key) is not None and not isinstance(msg[key], str):
             raise TraceFormatError(path, lineno, f"field {key!r}: a string is required")
     return [msg]
+
+
+def _expected(msg: dict[str, Any], row: dict[str, Any]) -> dict[str, Any]:
+    """The assistant row as its expected answer: its message, and its ``intent_codes`` (strings) if any."""
+    codes = row.get("intent_codes")
+    if isinstance(codes, list) and codes:
+        return {**msg, "intent_codes": [c for c in codes if isinstance(c, str) and c]}
+    return msg
 
 
 def _tool_call(c: Any) -> bool:
