@@ -65,13 +65,22 @@ def burst_gap_mask(times: np.ndarray) -> np.ndarray:
     return ~merged_gap_mask(times) & (times[1:] - times[:-1] < BURST_FRACTION * pace)
 
 
-def burst_delivery(times: np.ndarray) -> bool | None:
-    """Whether one stream's token events (``times``, sorted) arrived in bursts: at least BURST_STREAM_SHARE
-    of its timed gaps are burst gaps; None when it has fewer than MIN_EVENTS events to judge."""
+def stream_bursts(times: np.ndarray) -> np.ndarray | None:
+    """The burst gaps (``burst_gap_mask``) of a stream delivered in bursts: at least MIN_EVENTS events and
+    at least BURST_STREAM_SHARE of its timed gaps burst gaps; None for any other stream."""
     if int(times.size) < MIN_EVENTS:
         return None
     timed = int((~merged_gap_mask(times)).sum())
-    return timed > 0 and int(burst_gap_mask(times).sum()) >= BURST_STREAM_SHARE * timed
+    mask = burst_gap_mask(times)
+    return mask if timed > 0 and int(mask.sum()) >= BURST_STREAM_SHARE * timed else None
+
+
+def burst_delivery(times: np.ndarray) -> bool | None:
+    """Whether one stream's token events (``times``, sorted) arrived in bursts (``stream_bursts``); None
+    when it has fewer than MIN_EVENTS events to judge."""
+    if int(times.size) < MIN_EVENTS:
+        return None
+    return stream_bursts(times) is not None
 
 
 def merged_share(itl_merged: Mapping[str, Any]) -> float | None:

@@ -12,7 +12,7 @@ from hdrh.histogram import HdrHistogram
 from loadtest.client.record import RequestRecord, merged_gap_mask
 from loadtest.metrics import hdr
 from loadtest.metrics.conversations import LIVE_LATENCY, LiveConversations
-from loadtest.metrics.delivery import MIN_EVENTS, burst_delivery, burst_gap_mask, merged_delivery
+from loadtest.metrics.delivery import MIN_EVENTS, merged_delivery, stream_bursts
 
 # Histogram names and what they hold (all integers; docs/metrics.md defines each).
 LATENCY_METRICS: dict[str, str] = {
@@ -162,8 +162,8 @@ class Track:
                         gaps = gaps[~mask]
                     judged_delivery = times.size >= MIN_EVENTS
                     merged_stream = judged_delivery and bool(merged) and bool(merged_delivery(times))
-                    if judged_delivery and not merged_stream and burst_delivery(times):
-                        bursts = burst_gap_mask(times)  # re-sent close together: they time the proxy
+                    bursts = stream_bursts(times) if judged_delivery and not merged_stream else None
+                    if bursts is not None:  # re-sent close together: they time the proxy
                         burst = int(bursts.sum())
                         gaps = (times[1:] - times[:-1])[~(bursts | merged_gap_mask(times))] // 1000
                     self._itl_pending.append(gaps)
