@@ -13,7 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from loadtest.client.record import RequestRecord
 from loadtest.metrics import delivery
+from loadtest.metrics.recorder import Recorder
 from loadtest.metrics.verdict import MERGED_DELIVERY, RATE_LIMITED, OfferedLoad, headline, judge
 from loadtest.sim import SimProcess
 from tests.buffering_proxy import BufferingProxy
@@ -38,6 +40,75 @@ TOKENS = 32
 )
 def test_merged_delivery_counts_events_against_reads(times: list[int], merged: bool | None) -> None:
     assert delivery.merged_delivery(np.asarray(times, dtype=np.int64)) is merged
+
+
+def _paced(gaps_ms: np.ndarray) -> np.ndarray:
+    """Arrival times (ns) of token events separated by ``gaps_ms``."""
+    return np.concatenate([[0], np.cumsum(np.round(gaps_ms * 1e6).astype(np.int64))])
+
+
+@pytest.mark.parametrize("pace_ms", [0.4, 3.6, 25.0])
+@pytest.mark.parametrize("seed", range(20))
+def test_direct_pacing_with_jitter_is_never_bursts(pace_ms: float, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(8, 200))
+    gaps = pace_ms * np.clip(1 + 0.3 * rng.standard_normal(n), 0.3, None)  # the engine's jitter, measured
+    gaps[rng.integers(0, n)] *= 40  # a stall (a long prefill batched in)
+    times = _paced(gaps)
+    assert delivery.burst_delivery(times) is False
+    assert delivery.burst_gap_mask(times).sum() <= n // 10
+
+
+def test_a_pace_change_is_not_bursts() -> None:
+    # measured direct from the embedded engine (a batch draining): 60 ms gaps, then 2.3 ms ones
+    times = _paced(np.array([60.5, 59.8, 63.8, 64.0, 36.8] + [2.3] * 10 + [5.4, 2.7]))
+    assert delivery.burst_delivery(times) is False
+
+
+def test_bursts_of_separate_reads_are_flagged() -> None:
+    # measured through LiteLLM: a few events 0.2-0.3 ms apart in separate reads, then the next block
+    times = _paced(np.array([0.3, 0.3, 0.2, 0.3, 25.0] * 8))
+    mask = delivery.burst_gap_mask(times)
+    assert delivery.burst_delivery(times) is True
+    assert mask.sum() == 4 * 8 and not mask[4::5].any()  # the gaps between blocks are timed
+
+
+def test_merged_gaps_are_not_burst_gaps() -> None:
+    times = _paced(np.array([0.0, 0.0, 0.0, 0.0, 12.0] * 6))  # five events a read: merged delivery
+    assert not delivery.burst_gap_mask(times).any()
+    assert delivery.burst_delivery(times) is False and delivery.merged_delivery(times) is True
+    assert delivery.burst_delivery(times[:7]) is None  # too few events to judge
+
+
+def test_a_bursty_stream_leaves_its_burst_gaps_out_of_itl() -> None:
+    times = _paced(np.array([0.3, 0.3, 0.2, 0.3, 25.0] * 8))
+    rec = RequestRecord(
+        request_id="r", scenario="s", api="chat", stream=True, scheduled_epoch=1e9, scheduled_ns=1,
+        sent_ns=2, first_token_ns=int(times[0]) + 10, done_ns=int(times[-1]) + 10, outcome="ok",
+        chunk_ns=(times + 10).tolist(), completion_tokens_client=times.size,
+    )  # fmt: skip
+    recorder = Recorder()
+    recorder.add(rec)
+    total = recorder.total
+    assert total.totals["itl_burst_gaps"] == 32 and total.totals["delivery_burst_streams"] == 1
+    assert total.totals["delivery_streams"] == 1 and not total.totals["delivery_merged_streams"]
+    itl = total.hists["itl"]
+    assert itl.get_total_count() == 8 and itl.get_min_value() > 20_000  # only the 25 ms gaps, in µs
+
+
+def test_burst_delivery_is_its_own_diagnosis() -> None:
+    m = _metrics(40, 2)
+    m["itl_merged"] |= {"burst_gaps": 900, "burst_streams": 30}
+    v = judge(m, None, "ttft_p99=1s,itl_p99=50ms,tpot_p99=50ms")
+    assert v.status == "invalid"
+    assert v.reasons[0].startswith("burst delivery: 80 % of 40 streamed requests"), v.reasons[0]
+    assert "re-sends the tokens in bursts: ITL times the proxy, not the server" in v.reasons[0]
+    by = {c.name: c for c in v.checks}
+    assert not by[MERGED_DELIVERY].passed and by[MERGED_DELIVERY].value == pytest.approx(0.8)
+    for key in ("itl_p99", "tpot_p99"):
+        assert not by[key].passed and "not measurable" in by[key].detail and "bursts" in by[key].detail
+    few = {"streams": 40, "merged_streams": 1, "burst_streams": 1}
+    assert delivery.diagnosis(few) is None and delivery.diagnosis(few | {"burst_streams": 19}) is not None
 
 
 def _metrics(streams: int, merged: int, **requests: object) -> dict:
@@ -204,5 +275,6 @@ def test_many_tokens_per_event_is_no_merged_delivery(tmp_path: Path) -> None:
     assert all(len(ln["chunks_us"]) == EVENTS for ln in lines)
     merged = doc["metrics"]["itl_merged"]
     assert merged["streams"] == len(lines) and merged["merged_streams"] <= len(lines) // 4, merged
+    assert merged["burst_streams"] == 0 and merged["burst_gaps"] == 0, merged  # one event per write, paced
     assert MERGED_DELIVERY not in {c["name"] for c in doc["verdict"]["checks"]}
     assert "DELIVERY" not in res.stdout

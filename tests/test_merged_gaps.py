@@ -72,6 +72,8 @@ def test_merged_gaps_are_counted_and_kept_out_of_itl(tmp_path: Path) -> None:
         "share": round(merged / gaps, 6),
         "streams": len(lines),  # every answer has 19 events: each is judged for merged delivery
         "merged_streams": 0,  # a burst of three is no buffering proxy
+        "burst_gaps": 0,  # its bursts share one read: merged, not separate reads close together
+        "burst_streams": 0,
     }
     assert itl["count"] == gaps - merged > 0
     # Only the lone events' 10 ms gaps remain: neither the 40 ms waits before a burst nor the zeros in it.

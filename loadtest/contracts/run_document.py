@@ -254,6 +254,10 @@ class ItlMerged(_Section):
     # (metrics/delivery.py; docs/metrics.md "Merged delivery"); 0 in a run.json written before them.
     streams: int = 0
     merged_streams: int = 0
+    # Burst gaps left out of ITL and the streams delivered in bursts (docs/metrics.md "Burst delivery");
+    # 0 in a run.json written before them.
+    burst_gaps: int = 0
+    burst_streams: int = 0
 
 
 class TokensPerChunk(_Section):

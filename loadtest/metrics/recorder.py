@@ -12,14 +12,14 @@ from hdrh.histogram import HdrHistogram
 from loadtest.client.record import RequestRecord, merged_gap_mask
 from loadtest.metrics import hdr
 from loadtest.metrics.conversations import LIVE_LATENCY, LiveConversations
-from loadtest.metrics.delivery import MIN_EVENTS, merged_delivery
+from loadtest.metrics.delivery import MIN_EVENTS, merged_delivery, stream_bursts
 
 # Histogram names and what they hold (all integers; docs/metrics.md defines each).
 LATENCY_METRICS: dict[str, str] = {
     "ttft": "time to first token from the scheduled time, µs",
     "ttft_send": "time to first token from the actual send, µs",
     "ttfa": "time to first answer (non-reasoning) token from the scheduled time, µs",
-    "itl": "gap between consecutive token-carrying chunks, merged gaps left out, µs",
+    "itl": "gap between consecutive token-carrying chunks, merged and burst gaps left out, µs",
     "tpot": "(latency − TTFT) / (output tokens − 1) per request, µs",
     "e2e": "end-to-end latency from the scheduled time, µs",
     "schedule_lag": "send time minus scheduled time (generator lag), µs",
@@ -137,7 +137,7 @@ class Track:
         if rec.sent_ns:
             values.append(("schedule_lag", (rec.sent_ns - rec.scheduled_ns) // 1000))
         inc: dict[str, int] = {}
-        merged = 0  # token gaps left out of ITL (merged_gap_mask)
+        merged = burst = 0  # token gaps left out of ITL (merged_gap_mask; burst_gap_mask of a bursty stream)
         judged_delivery = merged_stream = False  # how the stream was delivered (metrics/delivery.py)
         n_out, n_in = rec.output_tokens, rec.input_tokens
         if ok:
@@ -160,10 +160,14 @@ class Track:
                         mask = merged_gap_mask(times)
                         merged = int(mask.sum())
                         gaps = gaps[~mask]
-                    self._itl_pending.append(gaps)
-                    self._pending_n += gaps.size
                     judged_delivery = times.size >= MIN_EVENTS
                     merged_stream = judged_delivery and bool(merged) and bool(merged_delivery(times))
+                    bursts = stream_bursts(times) if judged_delivery and not merged_stream else None
+                    if bursts is not None:  # re-sent close together: they time the proxy
+                        burst = int(bursts.sum())
+                        gaps = (times[1:] - times[:-1])[~(bursts | merged_gap_mask(times))] // 1000
+                    self._itl_pending.append(gaps)
+                    self._pending_n += gaps.size
             # output_tokens / input_tokens: the counted tokens every figure uses; client_*: the client
             # tokenizer's own counts, kept as the cross-check (docs/metrics.md).
             inc = {
@@ -182,6 +186,9 @@ class Track:
                 inc["delivery_streams"] = 1
             if merged_stream:
                 inc["delivery_merged_streams"] = 1
+            if burst:
+                inc["itl_burst_gaps"] = burst
+                inc["delivery_burst_streams"] = 1
             if rec.completion_tokens_server is not None:
                 inc["usage_reports"] = 1
                 inc["usage_output_tokens"] = rec.completion_tokens_server

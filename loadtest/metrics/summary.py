@@ -82,6 +82,8 @@ def build_metrics(agg: Aggregate) -> dict[str, Any]:
             latency["itl"]["count"],
             int(t.get("delivery_streams", 0)),
             int(t.get("delivery_merged_streams", 0)),
+            int(t.get("itl_burst_gaps", 0)),
+            int(t.get("delivery_burst_streams", 0)),
         ),
         "tokens_per_chunk": tokens_per_chunk(
             int(t.get("stream_chunk_tokens", 0)), int(t.get("stream_chunks", 0))
@@ -102,16 +104,21 @@ def build_metrics(agg: Aggregate) -> dict[str, Any]:
     }
 
 
-def itl_merged(merged: int, timed: int, streams: int = 0, merged_streams: int = 0) -> dict[str, Any]:
+def itl_merged(
+    merged: int, timed: int, streams: int = 0, merged_streams: int = 0, burst: int = 0, burst_streams: int = 0
+) -> dict[str, Any]:
     """Token gaps left out of ITL because their event arrived in one read with another (``gaps``), and
     their share of all token gaps (null without any); the streams judged for merged delivery and those
-    delivered merged (metrics/delivery.py); docs/metrics.md, "Merged gaps" and "Merged delivery"."""
-    total = merged + timed
+    delivered merged (metrics/delivery.py); the burst gaps left out of the streams delivered in bursts
+    and those streams; docs/metrics.md, "Merged gaps", "Merged delivery" and "Burst delivery"."""
+    total = merged + burst + timed
     return {
         "gaps": merged,
         "share": round(merged / total, 6) if total else None,
         "streams": streams,
         "merged_streams": merged_streams,
+        "burst_gaps": burst,
+        "burst_streams": burst_streams,
     }
 
 
