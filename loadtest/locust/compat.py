@@ -34,8 +34,3 @@ def check_locust_version() -> str:
 def users_dispatcher(runner: Any) -> Any:
     """The master runner's users dispatcher (Locust's ``MasterRunner._users_dispatcher``), or None."""
     return getattr(runner, "_users_dispatcher", None)
-
-
-def user_stopping(user: Any) -> bool:
-    """Whether Locust asked this user to stop after its current task (``User.stop(force=False)``)."""
-    return getattr(user, "_state", None) == "stopping"

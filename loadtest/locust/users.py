@@ -16,7 +16,6 @@ from locust.exception import StopUser
 from loadtest.client.openai import OpenAIClient, PreparedRequest
 from loadtest.client.record import RequestRecord
 from loadtest.client.unreadable import mark_unreadable
-from loadtest.locust.compat import user_stopping
 from loadtest.locust.context import RunContext
 from loadtest.schedule.arrivals import split
 from loadtest.workload.builder import Step, Unit, Workload
@@ -219,10 +218,11 @@ class Ahead:
 class ClosedLoopUser(User):
     """One concurrent stream: runs the next unit (a request or a whole session) as soon as the last ended.
 
-    The units run back to back inside one Locust task: Locust's per-task scheduling and its zero wait
-    cost more than a short answer's request (a graceful stop is still seen between units). After a
-    failed unit the stream backs off (failure_backoff_s) instead of resending at once: an endpoint that
-    fails fast would otherwise spin the generator at full CPU."""
+    Each unit is one Locust task: Locust's zero wait between tasks yields to the event loop, which then
+    serves every ready socket in one pass (running units back to back in one task instead cost 25 % more
+    CPU a request on 2-token answers, tests/bench/bench_run_capacity.py --only short). After a failed
+    unit the stream backs off (failure_backoff_s) instead of resending at once: an endpoint that fails
+    fast would otherwise spin the generator at full CPU."""
 
     wait_time = constant(0)
 
@@ -235,11 +235,6 @@ class ClosedLoopUser(User):
         self.client.close()
 
     @task
-    def units(self) -> None:
-        while not user_stopping(self):
-            self.one_unit()
-        raise StopUser()
-
     def one_unit(self) -> None:
         if self.ctx.stopping or not self.ctx.take_unit():
             raise StopUser()
