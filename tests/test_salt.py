@@ -341,8 +341,19 @@ def test_salt_values_do_not_collide_across_runs() -> None:
     assert salt_text(5, 3) == salt_text(5, 3, None)  # no nonce: MLPerf's per-query salt as before
 
 
+def _text_llm(name: str) -> bool:
+    """An MLPerf LLM profile of text prompts (the per-query salt rule's scope): not a recommender, video or
+    vision-language one (KServe v2, videogen, image parts), whose requests carry no text prompt to salt."""
+    profile, _ = load_profile(name)
+    return all(
+        (sc.api or profile.api) in ("chat", "completions") and sc.images is None for sc in profile.scenarios
+    )
+
+
 MLPERF_PROFILES = sorted(
-    p.stem for p in (Path(__file__).parents[1] / "traffic_profiles").glob("mlperf-*.yaml")
+    p.stem
+    for p in (Path(__file__).parents[1] / "traffic_profiles").glob("mlperf-*.yaml")
+    if _text_llm(p.stem)
 )
 
 
