@@ -6,26 +6,33 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+
+def _json_rows(p: Path, flag: str) -> Iterator[tuple[int, Any]]:
+    """(line number, decoded JSON) of each non-blank line of ``p``; ValueError names ``flag``, the file and
+    the line."""
+    try:
+        lines = p.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as e:
+        raise ValueError(f"{flag} {p}: cannot read ({e})") from e
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            yield n, json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{flag} {p}: line {n} is not JSON ({e})") from e
 
 
 def load_references(path: str | Path) -> dict[str, str]:
     """prompt → answer from a JSONL file of ``{"prompt": ..., "answer": ...}`` lines; ValueError names the line."""
     refs: dict[str, str] = {}
     p = Path(path)
-    try:
-        lines = p.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as e:
-        raise ValueError(f"--reference-answers {p}: cannot read ({e})") from e
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"--reference-answers {p}: line {n} is not JSON ({e})") from e
+    for n, row in _json_rows(p, "--reference-answers"):
         if not (
             isinstance(row, dict)
             and isinstance(row.get("prompt"), str)
@@ -145,17 +152,7 @@ def load_recorded(path: str | Path) -> dict[str, dict[str, Any]]:
     message}}`` lines (``loadtest run --engine-recorded`` writes it); ValueError names the line."""
     out: dict[str, dict[str, Any]] = {}
     p = Path(path)
-    try:
-        lines = p.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as e:
-        raise ValueError(f"--recorded-answers {p}: cannot read ({e})") from e
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"--recorded-answers {p}: line {n} is not JSON ({e})") from e
+    for n, row in _json_rows(p, "--recorded-answers"):
         key = chat_key(row.get("messages")) if isinstance(row, dict) else None
         answer = row.get("answer") if isinstance(row, dict) else None
         if (

@@ -668,9 +668,11 @@ async def _prefill(request: web.Request, route: ApiRoute) -> web.StreamResponse:
         _finish(st, rec, submitted=True)
 
 
-async def _compute(request: web.Request, route: ApiRoute) -> web.StreamResponse:
-    """A route served as one timed pass of a non-LLM model (its cost model's time over the speedup), one
-    request at a time on the device: a whole answer; pre-engine faults only."""
+async def _admit_compute(
+    request: web.Request, route: ApiRoute
+) -> tuple[ComputeRequest, F.Fault | None, TruthRecord, str | None] | web.StreamResponse:
+    """A compute or job route's request read, parsed and admitted (the request log and the counters
+    updated): the parsed request, its fault, its truth record and the client's id; or the error answer."""
     arrival_ns = time.perf_counter_ns()
     st = request.app[STATE_KEY]
     raw = await request.read()
@@ -688,7 +690,23 @@ async def _compute(request: web.Request, route: ApiRoute) -> web.StreamResponse:
     st.stats.received(request.path)
     client_id = request.headers.get("X-Request-Id")
     response_id = route.id_prefix + uuid.uuid4().hex
-    rec = TruthRecord(client_id or response_id, response_id, request.path, False, arrival_ns)
+    return (
+        c,
+        fault,
+        TruthRecord(client_id or response_id, response_id, request.path, False, arrival_ns),
+        client_id,
+    )
+
+
+async def _compute(request: web.Request, route: ApiRoute) -> web.StreamResponse:
+    """A route served as one timed pass of a non-LLM model (its cost model's time over the speedup), one
+    request at a time on the device: a whole answer; pre-engine faults only."""
+    admitted = await _admit_compute(request, route)
+    if isinstance(admitted, web.StreamResponse):
+        return admitted
+    c, fault, rec, client_id = admitted
+    st = request.app[STATE_KEY]
+    response_id = rec.response_id
     try:
         if fault is not None and fault.kind in F.PRE_ENGINE:
             rec.fault = rec.outcome = fault.kind
@@ -735,24 +753,12 @@ async def _run_job(st: SimState, job: Job, rec: TruthRecord) -> None:
 
 async def _job(request: web.Request, route: ApiRoute) -> web.StreamResponse:
     """A route whose pass runs in the background: the POST answers with the created job at once."""
-    arrival_ns = time.perf_counter_ns()
+    admitted = await _admit_compute(request, route)
+    if isinstance(admitted, web.StreamResponse):
+        return admitted
+    c, fault, rec, client_id = admitted
     st = request.app[STATE_KEY]
-    raw = await request.read()
-    body: dict[str, Any] | None = None
-    try:
-        body = json_body(raw)
-        c = route.parse(body, get_tokenizer(st.config.model.tokenizer))
-        assert isinstance(c, ComputeRequest), f"a {route.flow} route parses into a ComputeRequest"
-        fault = _admit(st, request, c.model)
-    except RequestError as err:
-        st.requests.add(request, raw, body)
-        st.stats.rejected(err.status)
-        return _error(err)
-    st.requests.add(request, raw, body)
-    st.stats.received(request.path)
-    client_id = request.headers.get("X-Request-Id")
-    job_id = route.id_prefix + uuid.uuid4().hex
-    rec = TruthRecord(client_id or job_id, job_id, request.path, False, arrival_ns)
+    job_id = rec.response_id
     if fault is not None and fault.kind in F.PRE_ENGINE:
         rec.fault = rec.outcome = fault.kind
         try:
