@@ -4,10 +4,13 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
@@ -113,15 +116,110 @@ def main() -> int:
     ensure_browser()
     ensure_image_builder()
     ensure_proxies()
-    ensure_real_engines()
-    rc = subprocess.call(
-        [str(BIN / "ruff"), "check", "loadtest", "servers", "tests", "tools", "dev.py"], cwd=ROOT
-    )
+    jobs = test_jobs()
+    if rest or jobs < 2:  # a chosen subset, or one core: one pytest, the engines installed first
+        ensure_real_engines()
+        rc = lint()
+        return subprocess.call([str(PY), "-m", "pytest", "-q", *rest], cwd=ROOT) or rc
+    shard_dir = ROOT / ".pytest-shards"
+    shutil.rmtree(shard_dir, ignore_errors=True)
+    shard_dir.mkdir()
+    engines_ready = shard_dir / "engines-ready"
+    installer = threading.Thread(target=install_engines_in_background, args=(engines_ready,), daemon=True)
+    installer.start()
+    rc = lint()
+    rc_tests = run_shards(jobs, shard_dir, engines_ready)
+    installer.join()
+    rc_engines = int(engines_ready.read_text() or "0")
+    return rc_tests or rc or (rc_engines if os.environ.get("CI") else 0)
+
+
+def test_jobs() -> int:
+    """How many pytest processes share the suite: `LOADTEST_TEST_JOBS`, else one per core, at most 2."""
+    value = os.environ.get("LOADTEST_TEST_JOBS")
+    return int(value) if value else min(2, os.cpu_count() or 1)
+
+
+def lint() -> int:
+    """ruff check, ruff format --check and mypy ([tool.mypy] in pyproject.toml); nonzero when any fails."""
     sources = ["loadtest", "servers", "tests", "tools", "dev.py"]
+    rc = subprocess.call([str(BIN / "ruff"), "check", *sources], cwd=ROOT)
     rc = rc or subprocess.call([str(BIN / "ruff"), "format", "--check", *sources], cwd=ROOT)
-    rc_mypy = subprocess.call([str(PY), "-m", "mypy"], cwd=ROOT)  # [tool.mypy] in pyproject.toml
-    rc_tests = subprocess.call([str(PY), "-m", "pytest", "-q", *rest], cwd=ROOT)
-    return rc_tests or rc_mypy or rc
+    return subprocess.call([str(PY), "-m", "mypy"], cwd=ROOT) or rc
+
+
+def install_engines_in_background(ready: Path) -> None:
+    """Install the real engines while the other tests run; `ready` then holds the install's exit status (the
+    real-engine tests wait for it, tests/shard_claims.py)."""
+    rc = 0
+    try:
+        ensure_real_engines()
+    except subprocess.CalledProcessError as e:
+        print(f"error: installing the real engines failed ({e})", flush=True)
+        rc = e.returncode or 1
+    finally:
+        ready.write_text(str(rc))
+
+
+def run_shards(jobs: int, shard_dir: Path, engines_ready: Path) -> int:
+    """`jobs` pytest processes that claim the suite's files one at a time (tests/shard_claims.py), their
+    output prefixed with the process's number; then one summary and the slowest tests of all of them."""
+    env = dict(os.environ, LOADTEST_SHARD_DIR=str(shard_dir), LOADTEST_ENGINES_READY=str(engines_ready))
+    cmd = [str(PY), "-m", "pytest", "-q", "-p", "tests.shard_claims", "-o", "addopts="]
+    start = time.monotonic()
+    procs = [
+        subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for _ in range(jobs)
+    ]
+    pumps = [threading.Thread(target=_prefix_lines, args=(p, f"[{n}] ")) for n, p in enumerate(procs, 1)]
+    for t in pumps:
+        t.start()
+    codes = [p.wait() for p in procs]
+    for t in pumps:
+        t.join()
+    ok = _summarize(shard_dir, time.monotonic() - start)
+    return 0 if ok and all(c == 0 for c in codes) else 1
+
+
+def _prefix_lines(proc: subprocess.Popen[str], prefix: str) -> None:
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        print(prefix + line, end="", flush=True)
+
+
+def _summarize(shard_dir: Path, wall_s: float) -> bool:
+    """Print the whole suite's counts, its failures and its 30 slowest tests; False when a collected test
+    was run by no process (a process died) or the processes collected different suites."""
+    collected = [json.loads(f.read_text()) for f in sorted(shard_dir.glob("collected-*.json"))]
+    rows = [r for f in sorted(shard_dir.glob("tests-*.json")) for r in json.loads(f.read_text())]
+    counts: dict[str, int] = {}
+    for r in rows:
+        counts[r["outcome"]] = counts.get(r["outcome"], 0) + 1
+    print(
+        f"\n==== the suite in {len(collected)} processes: {len(rows)} tests in {wall_s:.0f} s: "
+        + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())),
+        flush=True,
+    )
+    for r in rows:
+        if r["outcome"] in ("failed", "error"):
+            print(f"{r['outcome'].upper()} {r['nodeid']}")
+    print("\n==== slowest 30 tests (setup + call + teardown)")
+    for r in sorted(rows, key=lambda r: -r["seconds"])[:30]:
+        print(f"{r['seconds']:8.2f}s {r['nodeid']}")
+    files: dict[str, float] = {}
+    for f in shard_dir.glob("files-*.jsonl"):
+        for line in f.read_text().splitlines():
+            row = json.loads(line)
+            files[row["path"]] = row["seconds"]
+    (shard_dir / "durations.json").write_text(json.dumps(dict(sorted(files.items())), indent=0) + "\n")
+    ran = {r["nodeid"] for r in rows}
+    same = all(c == collected[0] for c in collected) if collected else False
+    missing = [n for n in (collected[0] if collected else []) if n not in ran]
+    for n in missing[:20]:
+        print(f"NOT RUN {n}")
+    if not same:
+        print("error: the test processes collected different suites")
+    return same and not missing
 
 
 if __name__ == "__main__":
