@@ -4,19 +4,28 @@ server's usage does, and ITL stays the gap between token-carrying events (docs/m
 
 from __future__ import annotations
 
+import itertools
 import json
+import random
 import statistics
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from loadtest.client.record import merged_gap_mask
+from loadtest.client.adapters import adapter_for
+from loadtest.client.adapters.base import classify_http
+from loadtest.client.http import Response
+from loadtest.client.openai import OpenAIClient, PreparedRequest
+from loadtest.client.record import RequestRecord, merged_gap_mask
 from loadtest.sim import SimProcess
-from loadtest.sim.protocol import OutputPlan
+from loadtest.sim.protocol import ChunkWriter, OutputPlan
+from loadtest.sim.reference import RecordedAnswer
 from loadtest.sim.responses import ResponsesWriter
+from loadtest.sim.routes.base import StreamWriter
 from loadtest.sim.routes.messages import MessagesWriter
 from loadtest.sim.spec_decode import SpecDecode
+from loadtest.tokens.tokenizer import get_tokenizer
 from tests.conftest import read_lines, run_cli, write_profile
 
 K, A = 3, 0.7
@@ -121,3 +130,91 @@ def test_a_run_sees_several_tokens_a_chunk_counted_as_the_server_does(tmp_path: 
     tpot = statistics.median(r["tpot_us"] for r in recs)
     itl = float(np.median(every))
     assert 1.3 * tpot < itl < 4 * tpot, (itl, tpot)
+
+
+def _client() -> OpenAIClient:
+    return OpenAIClient("http://127.0.0.1:9", None, get_tokenizer("llama3"))
+
+
+def _writer(api: str, plan: OutputPlan) -> StreamWriter:
+    if api == "chat":
+        return ChunkWriter(True, "chatcmpl-1", 0, "m", plan)
+    if api == "messages":
+        return MessagesWriter("msg_1", 0, "m", plan, 8)
+    return ResponsesWriter("resp_1", 0, "m", plan)
+
+
+def _read(api: str, plan: OutputPlan, runs: list[int]) -> RequestRecord:
+    """A stream written a step at a time (``runs``: the tokens of each step, each step one read), read by
+    the client's adapter for ``api``."""
+    w = _writer(api, plan)
+    reads = [w.opening()]
+    first = 0
+    for n in runs:
+        reads.append(w.tokens(first, n).encode())
+        first += n
+    reads[-1] += w.tail("stop", 8, plan.target, 0, True).encode()
+    resp = Response(
+        200, {"content-type": "text/event-stream"}, 1, reads, list(range(10, 10 + len(reads))), True
+    )
+    rec = RequestRecord("r", requested_output_tokens=plan.target, stream=True)
+    assert not classify_http(rec, resp)
+    adapter_for(api).classify(
+        _client(), rec, PreparedRequest("r", api, {}, 10, plan.target, stream=True), resp
+    )
+    return rec
+
+
+PLANS = {
+    "text": OutputPlan.make(40, None, None, ""),
+    "reasoning": OutputPlan.make(40, 0.6, None, ""),
+    "tool": OutputPlan.make(40, None, "get_weather", "call_1"),
+    "reasoning+tool": OutputPlan.make(40, 0.6, "get_weather", "call_1"),
+}
+
+
+# The engine's Responses route streams no function calls: text and reasoning only.
+CASES = [
+    (api, kind)
+    for api in ("chat", "messages", "responses")
+    for kind in PLANS
+    if api != "responses" or "tool" not in kind
+]
+
+
+@pytest.mark.parametrize(("api", "kind"), CASES)
+def test_the_client_reads_merged_steps_as_it_reads_single_tokens(api: str, kind: str) -> None:
+    plan = PLANS[kind]
+    rng = random.Random(7)
+    runs: list[int] = []
+    while sum(runs) < plan.target:
+        runs.append(min(rng.randint(1, K + 1), plan.target - sum(runs)))
+    one = _read(api, plan, [1] * plan.target)
+    merged = _read(api, plan, runs)
+    assert one.outcome == merged.outcome == "ok", (one.error, merged.error)
+    # The same answer, reasoning and tool arguments, so the same counts; fewer chunks.
+    assert (merged.answer_text, merged.reasoning_text, merged.tool_calls_text) == (
+        one.answer_text,
+        one.reasoning_text,
+        one.tool_calls_text,
+    )
+    assert merged.completion_tokens_client == one.completion_tokens_client
+    assert merged.reasoning_tokens_client == one.reasoning_tokens_client
+    assert merged.completion_tokens_server == one.completion_tokens_server == plan.target
+    # Chat's tool call opens with an event of its own that carries the name: a token-carrying event.
+    opening = int(api == "chat" and plan.tool_name is not None)
+    assert len(one.chunk_ns) == plan.target + opening
+    # One chunk a step, two for the step that crosses from reasoning to the answer.
+    ends = list(itertools.accumulate(runs))
+    crossing = int(0 < plan.n_reasoning < plan.target and plan.n_reasoning not in ends)
+    assert len(merged.chunk_ns) == len(runs) + crossing + opening, (runs, plan.n_reasoning, merged.chunk_ns)
+
+
+def test_a_recorded_answer_keeps_its_own_deltas_in_a_merged_step() -> None:
+    message = {"role": "assistant", "content": "The answer is forty-two, as recorded.", "tool_calls": []}
+    recorded = RecordedAnswer.of(message, piece=4)
+    plan = OutputPlan(len(recorded.deltas), recorded=recorded)
+    w = ChunkWriter(True, "chatcmpl-1", 0, "m", plan)
+    merged = "".join(w.tokens(i, min(3, plan.target - i)) for i in range(0, plan.target, 3))
+    texts = [e["choices"][0]["delta"].get("content", "") for e in _events(merged)]
+    assert "".join(texts) == message["content"], texts

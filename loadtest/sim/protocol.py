@@ -320,8 +320,9 @@ class ChunkWriter:
     def tokens(self, first: int, n: int) -> str:
         """One event for the ``n`` tokens from ``first`` that one step produced (speculative decoding),
         as vLLM streams them: the reasoning part and the answer part each one delta of joined text."""
-        if n == 1:
-            return self.token(first)
+        if n == 1 or (self.plan is not None and self.plan.recorded is not None):
+            # a recorded answer's deltas are its own pieces: each one its event, written together
+            return "".join([self.token(i) for i in range(first, first + n)])
         p = self.plan or OutputPlan(first + n)
         parts = p.run_parts(first, n)
         out: list[str] = []
