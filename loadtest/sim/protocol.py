@@ -167,6 +167,17 @@ def usage(
     return out
 
 
+@dataclass(frozen=True, slots=True)
+class RunParts:
+    """One step's tokens of a stream (speculative decoding), as one event per part: the reasoning text
+    (empty: none), the run's first answer token's index within the answer (None: no answer tokens) and
+    the answer part's text (the tool call's argument fragments for a tool call)."""
+
+    reasoning: str
+    answer_from: int | None
+    answer: str
+
+
 @dataclass(frozen=True)
 class OutputPlan:
     """How one response's output tokens split: reasoning first, then the answer or a tool call."""
@@ -205,6 +216,21 @@ class OutputPlan:
 
     def reasoning_text(self) -> str:
         return "".join(token_piece(i) for i in range(self.n_reasoning))
+
+    def run_parts(self, first: int, n: int) -> RunParts:
+        """The ``n`` tokens from ``first`` that one step produced, split as a stream writes them: the
+        reasoning part's text and the answer part's (text, or the tool call's argument fragments)."""
+        end = first + n
+        stop = min(end, self.n_reasoning) if first < self.n_reasoning else first
+        reasoning = "".join(token_piece(i) for i in range(first, stop))
+        if stop >= end:
+            return RunParts(reasoning, None, "")
+        j0, j1 = stop - self.n_reasoning, end - self.n_reasoning
+        if self.tool_name is not None:
+            answer = "".join(self.tool_fragment(j) for j in range(j0, j1))
+        else:
+            answer = "".join(token_piece(i) for i in range(stop, end))
+        return RunParts(reasoning, j0, answer)
 
     def answer_text(self) -> str:
         if self.recorded is not None:
@@ -294,26 +320,23 @@ class ChunkWriter:
     def tokens(self, first: int, n: int) -> str:
         """One event for the ``n`` tokens from ``first`` that one step produced (speculative decoding),
         as vLLM streams them: the reasoning part and the answer part each one delta of joined text."""
-        if n == 1:
-            return self.token(first)
-        p = self.plan
-        end = first + n
+        if n == 1 or (self.plan is not None and self.plan.recorded is not None):
+            # a recorded answer's deltas are its own pieces: each one its event, written together
+            return "".join([self.token(i) for i in range(first, first + n)])
+        p = self.plan or OutputPlan(first + n)
+        parts = p.run_parts(first, n)
         out: list[str] = []
-        if p is not None and first < p.n_reasoning:
-            stop = min(end, p.n_reasoning)
-            piece = "".join(token_piece(i) for i in range(first, stop))
+        if parts.reasoning:
+            piece = parts.reasoning
             out.append(self._delta({"reasoning_content": piece, "reasoning": piece}))
-            first = stop
-        if first < end:
-            if p is None or p.tool_name is None:
-                text = "".join(token_piece(i) for i in range(first, end))
-                out.append(self._tok_pre + _dumps(text) + self._tok_post)
+        if parts.answer_from is not None:
+            if p.tool_name is None:
+                out.append(self._tok_pre + _dumps(parts.answer) + self._tok_post)
             else:
-                j0 = first - p.n_reasoning
-                if j0 == 0:  # the call's opening event, then the fragments
+                if parts.answer_from == 0:  # the call's opening event, then the fragments
                     out.append(self._tool_opening())
-                args = "".join(p.tool_fragment(j) for j in range(j0, end - p.n_reasoning))
-                out.append(self._delta({"tool_calls": [{"index": 0, "function": {"arguments": args}}]}))
+                args = {"tool_calls": [{"index": 0, "function": {"arguments": parts.answer}}]}
+                out.append(self._delta(args))
         return "".join(out)
 
     def finish(self, reason: str) -> str:

@@ -126,6 +126,30 @@ class ResponsesWriter:
             {"item_id": self.msg_id, "output_index": self.msg_index, "content_index": 0, "delta": piece},
         )
 
+    def tokens(self, first: int, n: int) -> str:
+        """One delta event for the ``n`` tokens from ``first`` that one step produced (speculative
+        decoding), a part each: ``response.reasoning_text.delta``, then ``response.output_text.delta``."""
+        if n == 1:
+            return self.token(first)
+        parts = self.plan.run_parts(first, n)
+        out = ""
+        if parts.reasoning:
+            out = self._event(
+                "response.reasoning_text.delta",
+                {"item_id": self.rs_id, "output_index": 0, "content_index": 0, "delta": parts.reasoning},
+            )
+        if parts.answer_from is not None:
+            out += self._event(
+                "response.output_text.delta",
+                {
+                    "item_id": self.msg_id,
+                    "output_index": self.msg_index,
+                    "content_index": 0,
+                    "delta": parts.answer,
+                },
+            )
+        return out
+
     def framed_token(self, index: int) -> bytes:
         return _chunk(self.token(index).encode())
 

@@ -80,6 +80,11 @@ class StreamWriter(Protocol):
         """``token(index)`` as one HTTP/1.1 chunk."""
         ...
 
+    def tokens(self, first: int, n: int) -> str:
+        """The ``n`` tokens from ``first`` that one step produced (speculative decoding) as one event a
+        part (``OutputPlan.run_parts``: reasoning, answer), not one a token."""
+        ...
+
     def tail(
         self, finish_reason: str, prompt_tokens: int, completion_tokens: int, cached_tokens: int, usage: bool
     ) -> str:

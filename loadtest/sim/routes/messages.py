@@ -133,6 +133,26 @@ class MessagesWriter:
             return head + _event("content_block_delta", {"index": self.answer_index, "delta": delta})
         return head + self._text_pre + _dumps(token_piece(index)) + "}}\n\n"
 
+    def tokens(self, first: int, n: int) -> str:
+        """One ``content_block_delta`` for the ``n`` tokens from ``first`` that one step produced
+        (speculative decoding), a part each: the thinking part, then the answer's text or tool input."""
+        if n == 1:
+            return self.token(first)
+        p = self.plan
+        parts = p.run_parts(first, n)
+        out = ""
+        if parts.reasoning:
+            delta = {"type": "thinking_delta", "thinking": parts.reasoning}
+            out = _event("content_block_delta", {"index": 0, "delta": delta})
+        if parts.answer_from is None:
+            return out
+        if parts.answer_from == 0 and p.n_reasoning:
+            out += self._close_thinking() + self._start(self.answer_index)
+        if p.tool_name is not None:
+            delta = {"type": "input_json_delta", "partial_json": parts.answer}
+            return out + _event("content_block_delta", {"index": self.answer_index, "delta": delta})
+        return out + self._text_pre + _dumps(parts.answer) + "}}\n\n"
+
     def framed_token(self, index: int) -> bytes:
         p = self.plan
         if p.tool_name is None and index > p.n_reasoning:  # plain text tokens: one cached chunk per piece
