@@ -20,7 +20,8 @@ from tests.conftest import read_lines, run_cli, write_profile
 
 def _conversations(path: Path, duration_s: float = 5) -> Path:
     """Eight closed-loop conversations of eight turns: each turn resends the history (a 256-token
-    shared system prompt, then 400 tokens a user message and 48 an answer)."""
+    shared system prompt, then 400 tokens a user message and 48 an answer); think times spread out
+    (lognormal), so round-robin does not fall into step with the conversations."""
     return write_profile(
         path,
         kind="multi_turn",
@@ -28,7 +29,10 @@ def _conversations(path: Path, duration_s: float = 5) -> Path:
         input_tokens={"dist": "fixed", "value": 400},
         output_tokens={"dist": "fixed", "value": 48},
         ignore_eos=True,
-        session={"turns": {"dist": "fixed", "value": 8}, "think_time_s": {"dist": "fixed", "value": 0.05}},
+        session={
+            "turns": {"dist": "fixed", "value": 8},
+            "think_time_s": {"dist": "lognormal", "median": 0.2, "sigma": 0.8, "max": 2},
+        },
         load={"concurrency": 8},
         duration_s=duration_s,
     )
