@@ -19,21 +19,21 @@ from tests.conftest import read_lines, run_cli, write_profile
 
 
 def _conversations(path: Path, duration_s: float = 5) -> Path:
-    """Eight closed-loop conversations of eight turns: each turn resends the history (a 256-token
-    shared system prompt, then 400 tokens a user message and 48 an answer); think times spread out
-    (lognormal), so round-robin does not fall into step with the conversations."""
+    """Four closed-loop conversations of eight turns, one a replica when balanced: each turn resends
+    the history (a 256-token shared system prompt, then 400 tokens a user message and 16 an answer);
+    think times spread out (lognormal), so round-robin does not fall into step with the conversations."""
     return write_profile(
         path,
         kind="multi_turn",
         system_prompt_tokens=256,
         input_tokens={"dist": "fixed", "value": 400},
-        output_tokens={"dist": "fixed", "value": 48},
+        output_tokens={"dist": "fixed", "value": 16},
         ignore_eos=True,
         session={
             "turns": {"dist": "fixed", "value": 8},
             "think_time_s": {"dist": "lognormal", "median": 0.2, "sigma": 0.8, "max": 2},
         },
-        load={"concurrency": 8},
+        load={"concurrency": 4},
         duration_s=duration_s,
     )
 
@@ -63,12 +63,13 @@ def test_kv_aware_and_session_routing_beat_round_robin_on_conversations(tmp_path
         hit_rate = doc["prefix_cache"]["hit_rate"]
         figures[router] = (hit_rate, doc["metrics"]["latency_ms"]["ttft"]["p50"])
     rr_hit, rr_ttft = figures["round-robin"]
-    # Round-robin sends three turns in four to a replica without the history; the history is most
-    # of a later turn's prompt, so keeping it shows in the hit rate and in the prefill TTFT waits for.
+    # Round-robin sends three turns in four to a replica without the last turn; the history is most
+    # of a later turn's prompt, so keeping it shows in the hit rate and in the prefill TTFT waits for
+    # (measured: hit rate 0.45 against 0.78, TTFT p50 29 ms against 17 ms).
     for router in ("session", "kv"):
         hit, ttft = figures[router]
-        assert hit > rr_hit + 0.05, figures
-        assert ttft < 0.85 * rr_ttft, figures
+        assert hit > rr_hit + 0.15, figures
+        assert ttft < 0.8 * rr_ttft, figures
 
 
 def test_per_replica_series_sum_to_the_whole(tmp_path: Path) -> None:
