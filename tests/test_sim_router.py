@@ -6,6 +6,7 @@ holding the prefix unless it is much busier."""
 from __future__ import annotations
 
 import json
+import urllib.request
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -169,3 +170,27 @@ def test_an_unknown_router_or_a_bad_layout_is_refused(tmp_path: Path) -> None:
     res = run_cli(["run", "--profile", str(prof), "--out", str(tmp_path / "b")])
     assert res.returncode == 2, res.stderr
     assert "engine.router" in res.stderr and "kv" in res.stderr, res.stderr[-800:]
+
+
+def _chat(base_url: str, headers: dict[str, str], **body: Any) -> None:
+    data = json.dumps({"messages": [{"role": "user", "content": "hello"}], "max_tokens": 2, **body}).encode()
+    req = urllib.request.Request(
+        base_url + "/v1/chat/completions", data, {"Content-Type": "application/json", **headers}
+    )
+    direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # a local server: no proxy
+    with direct.open(req, timeout=30) as r:
+        assert r.status == 200
+
+
+def test_session_router_keys_on_the_session_header_then_the_user_field() -> None:
+    with SimProcess(speedup=10, extra_args=["--replicas", "4", "--router", "session"]) as sim:
+        for k in range(3):
+            _chat(sim.base_url, {"X-Session-ID": "conversation-a", "X-Request-Id": f"h{k}"})
+            _chat(sim.base_url, {"X-Request-Id": f"u{k}"}, user="alice")
+        for k in range(4):
+            _chat(sim.base_url, {"X-Request-Id": f"n{k}"})
+        served = {t["request_id"]: t["replica"] for t in sim.truth()}
+    ring = SessionAffinity(4)
+    assert {served[f"h{k}"] for k in range(3)} == {ring.pick([_state()] * 4, 1, "conversation-a")}
+    assert {served[f"u{k}"] for k in range(3)} == {ring.pick([_state()] * 4, 1, "alice")}
+    assert sorted(served[f"n{k}"] for k in range(4)) == [0, 1, 2, 3]  # no key: round-robin
