@@ -165,6 +165,8 @@ def test_an_unknown_router_or_a_bad_layout_is_refused(tmp_path: Path) -> None:
     assert res.returncode == 2, res.stderr
     line = res.stderr.strip().splitlines()[-1]
     assert "replicas" in line and "disaggregated" in line and "--engine-replicas" in line, line
+    res = run_cli(["run", "--profile", str(prof), "--engine-replicas", "0", "--out", str(tmp_path / "c")])
+    assert res.returncode == 2 and "--engine-replicas" in res.stderr, res.stderr[-800:]
     bad: dict[str, Any] = {"replicas": 2, "router": "random"}
     prof = write_profile(tmp_path / "q.yaml", engine=bad)
     res = run_cli(["run", "--profile", str(prof), "--out", str(tmp_path / "b")])

@@ -93,7 +93,7 @@ def start_engine(
         extra += ["--system", system]
     if ep and ep > 1:
         extra += ["--ep", str(ep)]
-    replicas = opts.replicas or profile.engine.replicas
+    replicas = opts.replicas if opts.replicas is not None else profile.engine.replicas
     router = opts.router or profile.engine.router
     if replicas < 1:
         raise EngineStartError("--engine-replicas must be ≥ 1", usage=True)
