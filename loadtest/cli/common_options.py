@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+from typing import get_args
 
 from loadtest.cli.run_options import add_generator_health_option, add_smoke_option
 from loadtest.cli.suggest import SuggestingParser
+from loadtest.profile.schema import RouterName
 
 DEFAULT_PROFILE = "interactive-chat"
 
@@ -226,6 +228,19 @@ def engine_parent(scope: str = "") -> SuggestingParser:
         metavar="P:D[@GBPS]",
         help="disaggregated prefill/decode in the engine: P prefill and D decode instances, KV link GB/s "
         "per GPU (default: the profile's engine.disagg, else one aggregated instance)",
+    )
+    g.add_argument(
+        "--engine-replicas",
+        type=int,
+        metavar="N",
+        help="N replicas of the engine behind its one endpoint, each its own KV and prefix cache "
+        "(default: the profile's engine.replicas, else 1)",
+    )
+    g.add_argument(
+        "--engine-router",
+        choices=get_args(RouterName),
+        help="how the replicas' router picks one: round-robin, session (affinity by the session header), "
+        "kv (cached prefix against load) (default: the profile's engine.router, else round-robin)",
     )
     return p
 

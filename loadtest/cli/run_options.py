@@ -278,5 +278,7 @@ def engine_overrides(args: argparse.Namespace) -> EngineOverrides:
         disagg=getattr(args, "engine_disagg", None),
         ep=getattr(args, "engine_ep", None),
         system=getattr(args, "engine_system", None),
+        replicas=getattr(args, "engine_replicas", None),
+        router=getattr(args, "engine_router", None),
         recorded=bool(getattr(args, "engine_recorded", False)),
     )

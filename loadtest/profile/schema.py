@@ -81,6 +81,8 @@ def _run_salt(v: Any) -> Any:
     return {False: "off", True: "per_run"}.get(v, v) if isinstance(v, bool) else v
 
 
+# The embedded engine's routers over its replicas (sim/router.py).
+RouterName = Literal["round-robin", "session", "kv"]
 RunSalt = Annotated[Literal["per_run", "per_seed", "off"], BeforeValidator(_run_salt)]
 SloKey = Annotated[str, StringConstraints(pattern=SLO_KEY_PATTERN)]
 SloValue = Annotated[float | str, BeforeValidator(_slo_value)]
@@ -102,6 +104,9 @@ class EngineSpec(Strict):
     ep: int = Field(default=1, ge=1)
     # Rack-scale system preset, e.g. "GB300-NVL72" (its GPU unless --engine-gpu names one).
     system: str | None = None
+    # Replicas of the preset behind the one endpoint and the router's policy over them (docs/engine.md).
+    replicas: int = Field(default=1, ge=1)
+    router: RouterName = "round-robin"
 
 
 class Judging(Strict):

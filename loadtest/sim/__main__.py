@@ -17,10 +17,12 @@ from aiohttp import web
 
 from loadtest.fd_limit import raise_open_file_limit
 from loadtest.gc_tuning import tune_gc
+from loadtest.profile.request import SESSION_HEADER
 from loadtest.sim.disagg_spec import parse_disagg
 from loadtest.sim.faults import FaultSpecError, parse_spec
 from loadtest.sim.presets import EngineConfig, get_gpu, get_model, get_system
 from loadtest.sim.reference import load_recorded, load_references
+from loadtest.sim.router import ROUTERS
 from loadtest.sim.server import ServerOptions, create_app
 from loadtest.sim.spec_decode import parse_spec_decode
 
@@ -109,6 +111,29 @@ def build_parser(prog: str = "python -m loadtest.sim") -> argparse.ArgumentParse
         metavar="P:D[@GBPS]",
         help="disaggregated serving: P prefill and D decode instances (each --tp GPUs), the prompt's KV "
         "sent at GBPS GB/s per GPU (default: NVLink, one direction; docs/engine.md)",
+    )
+    p.add_argument(
+        "--replicas",
+        type=int,
+        default=1,
+        metavar="N",
+        help="N independent engine instances of the preset behind this one endpoint, each its own "
+        "scheduler, KV cache and prefix cache (default: 1; docs/engine.md)",
+    )
+    p.add_argument(
+        "--router",
+        choices=ROUTERS,
+        default="round-robin",
+        help="how a request's replica is picked: round-robin, session (a consistent hash of the "
+        f"{SESSION_HEADER} header or the body's user), kv (cached prefix against load, Dynamo's cost) "
+        "(default: %(default)s)",
+    )
+    p.add_argument(
+        "--router-overlap-weight",
+        type=float,
+        default=1.0,
+        metavar="W",
+        help="kv router: the weight of prompt blocks to prefill against KV blocks in use (default: 1)",
     )
     p.add_argument(
         "--spec-draft-layers",
@@ -227,7 +252,12 @@ def config_from_args(args: argparse.Namespace) -> EngineConfig:
     if args.spec_decode:
         spec = parse_spec_decode(args.spec_decode)
         extra["spec"] = dataclasses.replace(spec, draft_layers=args.spec_draft_layers)
+    if args.replicas < 1:
+        raise ValueError("--replicas must be >= 1")
     return EngineConfig(
+        replicas=args.replicas,
+        router=args.router,
+        router_overlap_weight=args.router_overlap_weight,
         gpu=get_gpu(gpu),
         model=get_model(args.model),
         tp=args.tp,

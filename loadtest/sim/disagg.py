@@ -7,9 +7,8 @@ import asyncio
 import time
 import weakref
 from collections.abc import Sequence
-from dataclasses import fields
 
-from loadtest.sim.engine import Engine, EngineCounters
+from loadtest.sim.engine import Engine, EngineCounters, merge_lateness, sum_counters
 from loadtest.sim.presets import GB, EngineConfig
 from loadtest.sim.request import SHUTDOWN, RequestState, SimRequest
 
@@ -129,22 +128,7 @@ class DisaggEngine:
 
     @property
     def counters(self) -> EngineCounters:
-        out = EngineCounters()
-        for e in self.instances:
-            c = e.counters
-            for f in fields(EngineCounters):
-                setattr(out, f.name, getattr(out, f.name) + getattr(c, f.name))
-        return out
+        return sum_counters(self.instances)
 
     def take_step_lateness(self) -> dict[str, float | int]:
-        parts = [e.take_step_lateness() for e in self.instances]
-        steps = sum(int(p["steps"]) for p in parts)
-        if not steps:
-            return parts[0]
-        return {
-            "steps": steps,
-            "p50_us": max(float(p["p50_us"]) for p in parts),
-            "p99_us": max(float(p["p99_us"]) for p in parts),
-            "max_us": max(float(p["max_us"]) for p in parts),
-            "over_1ms": sum(int(p["over_1ms"]) for p in parts),
-        }
+        return merge_lateness([e.take_step_lateness() for e in self.instances])

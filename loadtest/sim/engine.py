@@ -10,7 +10,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from loadtest.sim.clock import draft_time_s, step_time_s
 from loadtest.sim.kv import KvManager
@@ -45,6 +45,30 @@ class EngineCounters:
     spec_drafts: int = 0  # vllm:spec_decode_num_drafts (speculative decode items verified)
     spec_draft_tokens: int = 0  # vllm:spec_decode_num_draft_tokens
     spec_accepted_tokens: int = 0  # vllm:spec_decode_num_accepted_tokens
+
+
+def sum_counters(engines: Sequence[Engine]) -> EngineCounters:
+    """The totals of several instances: each counter summed."""
+    out = EngineCounters()
+    for e in engines:
+        c = e.counters
+        for f in fields(EngineCounters):
+            setattr(out, f.name, getattr(out, f.name) + getattr(c, f.name))
+    return out
+
+
+def merge_lateness(parts: Sequence[dict[str, float | int]]) -> dict[str, float | int]:
+    """Several instances' ``take_step_lateness`` as one: steps summed, the worst percentiles."""
+    steps = sum(int(p["steps"]) for p in parts)
+    if not steps:
+        return parts[0]
+    return {
+        "steps": steps,
+        "p50_us": max(float(p["p50_us"]) for p in parts),
+        "p99_us": max(float(p["p99_us"]) for p in parts),
+        "max_us": max(float(p["max_us"]) for p in parts),
+        "over_1ms": sum(int(p["over_1ms"]) for p in parts),
+    }
 
 
 def default_scheduler(config: EngineConfig) -> Scheduler:

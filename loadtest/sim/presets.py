@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 import yaml
 
 from loadtest.sim.disagg_spec import Disagg
+from loadtest.sim.router import ROUTERS
 from loadtest.sim.spec_decode import SpecDecode
 
 T = TypeVar("T")
@@ -330,6 +331,11 @@ class EngineConfig:
     spec: SpecDecode = field(default_factory=SpecDecode)
     # Disaggregated prefill/decode pools (sim/disagg.py); off by default: one aggregated instance.
     disagg: Disagg = field(default_factory=Disagg)
+    # Replicas behind the one endpoint (sim/replicas.py): independent instances of this preset and the
+    # router's policy over them (sim/router.py), with its KV overlap weight (docs/sources.md §28).
+    replicas: int = 1
+    router: str = "round-robin"
+    router_overlap_weight: float = 1.0
 
     def __post_init__(self) -> None:
         if self.tp < 1 or self.max_num_seqs < 1 or self.max_num_batched_tokens < 1:
@@ -350,8 +356,16 @@ class EngineConfig:
             )
         if self.ep > 1 and self.ep > self.model.n_experts:
             raise ValueError(f"ep {self.ep} exceeds {self.model.name}'s {self.model.n_experts} experts")
+        if self.replicas < 1:
+            raise ValueError("replicas must be >= 1")
+        if self.router not in ROUTERS:
+            raise ValueError(f"router {self.router!r}: give one of {', '.join(ROUTERS)}")
+        if self.router_overlap_weight < 0:
+            raise ValueError("the router's overlap weight must be >= 0")
+        if self.replicas > 1 and self.disagg.enabled:
+            raise ValueError("replicas and disaggregated pools do not combine: give one or the other")
         if self.system is not None:
-            instances = self.disagg.prefill + self.disagg.decode if self.disagg.enabled else 1
+            instances = self.disagg.prefill + self.disagg.decode if self.disagg.enabled else self.replicas
             if instances * self.gpus > self.system.gpus:
                 raise ValueError(
                     f"{instances} instance(s) of {self.gpus} GPUs (tp {self.tp} × ep {self.ep}) exceed "
@@ -460,6 +474,8 @@ class EngineConfig:
             "disagg_prefill": self.disagg.prefill,
             "disagg_decode": self.disagg.decode,
             "disagg_link_gbs": self.disagg.link_gbs,
+            "replicas": self.replicas,
+            "router": self.router if self.replicas > 1 else None,
             "gpu_source": self.gpu.source,
             "model_source": self.model.source,
         }

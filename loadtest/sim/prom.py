@@ -152,34 +152,87 @@ class SimMetrics(Collector):
         yield self._counter("loadtest_sim:kv_transfers", "Prompts' KV sent to decode.", e.kv_transfers)
         yield self._counter("loadtest_sim:kv_transfer_bytes", "KV bytes sent to decode.", e.kv_transfer_bytes)
 
-    def collect(self) -> Iterator[Any]:
-        e = self.engine
-        yield self._gauge("vllm:num_requests_running", "Requests in the running batch.", e.num_running)
-        yield self._gauge("vllm:num_requests_waiting", "Requests waiting to be scheduled.", e.num_waiting)
-        yield self._gauge(
-            "vllm:kv_cache_usage_perc", "KV-cache usage (1 = full).", engine_value(e, "kv_usage")
+    def _parts(self) -> tuple[list[str], list[tuple[list[str], Any]]]:
+        """The label names and, per instance, its label values and engine: the engine alone (no label
+        beyond the model), or each replica behind a router (``replica``: the whole is their sum)."""
+        replicas = getattr(self.engine, "replicas", None)
+        if isinstance(replicas, list) and len(replicas) > 1:
+            return ["model_name", "replica"], [([self.model_name, str(i)], r) for i, r in enumerate(replicas)]
+        return ["model_name"], [([self.model_name], self.engine)]
+
+    def _engine_families(self) -> Iterator[Any]:
+        """The engine's gauges and counters (vLLM names), one sample per instance."""
+        labels, parts = self._parts()
+        whole = len(parts) == 1
+
+        def family(kind: type[Any], name: str, doc: str, read: Any) -> Any:
+            m = kind(name, doc, labels=labels)
+            for values, e in parts:
+                m.add_metric(values, read(e))
+            return m
+
+        def token_counter(e: Any, name: str, finished: int, per_step: bool = True) -> float:
+            v = engine_counter(e, name) if per_step else None
+            return float(finished) if v is None and whole else (v or 0.0)
+
+        G, C = GaugeMetricFamily, CounterMetricFamily
+        yield family(
+            G, "vllm:num_requests_running", "Requests in the running batch.", lambda e: e.num_running
         )
-        yield self._counter("vllm:num_preemptions", "Cumulative preemptions.", engine_value(e, "preemptions"))
-        yield self._counter(
-            "vllm:prefix_cache_queries", "Prefix-cache queried tokens.", engine_value(e, "prefix_queries")
+        yield family(
+            G, "vllm:num_requests_waiting", "Requests waiting to be scheduled.", lambda e: e.num_waiting
         )
-        yield self._counter(
-            "vllm:prefix_cache_hits", "Prefix-cache hit tokens.", engine_value(e, "prefix_hits")
+        yield family(
+            G, "vllm:kv_cache_usage_perc", "KV-cache usage (1 = full).", lambda e: engine_value(e, "kv_usage")
         )
-        prompt = engine_counter(e, "prompt_tokens") if self.prompt_per_step else None
-        generated = engine_counter(e, "generated_tokens")
-        yield self._counter(
+        yield family(
+            C, "vllm:num_preemptions", "Cumulative preemptions.", lambda e: engine_value(e, "preemptions")
+        )
+        yield family(
+            C,
+            "vllm:prefix_cache_queries",
+            "Prefix-cache queried tokens.",
+            lambda e: engine_value(e, "prefix_queries"),
+        )
+        yield family(
+            C, "vllm:prefix_cache_hits", "Prefix-cache hit tokens.", lambda e: engine_value(e, "prefix_hits")
+        )
+        yield family(
+            C,
             "vllm:prompt_tokens",
             "Prefill tokens processed.",
-            self.prompt_tokens if prompt is None else prompt,
+            lambda e: token_counter(e, "prompt_tokens", self.prompt_tokens, self.prompt_per_step),
         )
-        yield self._counter(
+        yield family(
+            C,
             "vllm:generation_tokens",
             "Generation tokens served.",
-            self.generation_tokens if generated is None else generated,
+            lambda e: token_counter(e, "generated_tokens", self.generation_tokens),
         )
         for name, doc, field in _SPEC_COUNTERS:
-            yield self._counter(name, doc, engine_value(e, field))
+            yield family(C, name, doc, lambda e, f=field: engine_value(e, f))
+
+    def _router(self, e: Any) -> Iterator[Any]:
+        """The router's decisions per replica: requests sent, prompt blocks found cached there."""
+        policy = e.policy.name
+        for name, doc, counts in (
+            ("loadtest_sim:router_requests", "Requests the router sent to a replica.", e.routed),
+            (
+                "loadtest_sim:router_prefix_blocks_matched",
+                "Prompt blocks the chosen replica held cached when the router picked it.",
+                e.matched_blocks,
+            ),
+        ):
+            c = CounterMetricFamily(name, doc, labels=["model_name", "replica", "policy"])
+            for i, n in enumerate(counts):
+                c.add_metric([self.model_name, str(i), policy], n)
+            yield c
+
+    def collect(self) -> Iterator[Any]:
+        e = self.engine
+        yield from self._engine_families()
+        if hasattr(e, "routed"):  # replicas behind a router (sim/replicas.py)
+            yield from self._router(e)
         if hasattr(e, "pool_waiting"):  # disaggregated pools (sim/disagg.py)
             yield from self._pools(e)
         ok = CounterMetricFamily(

@@ -55,6 +55,8 @@ class SimRequest:
     kv_transferred: bool = False
     prefill_done_ns: int | None = None
     kv_arrived_ns: int | None = None
+    replica: int | None = None  # the replica the router sent it to (sim/replicas.py), None with one engine
+    routed_cached_tokens: int = 0  # its prompt tokens that replica held cached when the router picked it
     error: str | None = None
     state: RequestState = RequestState.WAITING
     queue: asyncio.Queue[int] = field(default_factory=asyncio.Queue)

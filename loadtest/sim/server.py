@@ -24,6 +24,7 @@ from typing import Any, cast
 
 from aiohttp import web
 
+from loadtest.profile.request import SESSION_HEADER
 from loadtest.sim import faults as F
 from loadtest.sim.disagg import DisaggEngine
 from loadtest.sim.engine import Engine
@@ -40,6 +41,7 @@ from loadtest.sim.protocol import (
     json_body,
 )
 from loadtest.sim.reference import RecordedAnswer, chat_key, prompt_of
+from loadtest.sim.replicas import ReplicaEngine
 from loadtest.sim.request import SHUTDOWN, SimRequest
 from loadtest.sim.request_log import RequestLog
 from loadtest.sim.routes import ROUTES, Answer, ApiRoute, PrefillRequest, StreamWriter
@@ -78,7 +80,7 @@ class SimState:
     """Everything the handlers share."""
 
     config: EngineConfig
-    engine: Engine | DisaggEngine
+    engine: Engine | DisaggEngine | ReplicaEngine
     truth: TruthLog
     stats: SimStats
     options: ServerOptions = field(default_factory=ServerOptions)
@@ -150,9 +152,24 @@ async def _next_tokens(req: SimRequest) -> list[int]:
     return out
 
 
-def _submit(st: SimState, g: GenRequest, target: int, request_id: str) -> SimRequest:
-    """Submit token ids where the engine takes them (prefix cache), else the prompt length."""
+def _session_key(request: web.Request, body: dict[str, Any] | None) -> str | None:
+    """The conversation a request belongs to, for session affinity: the session header loadtest sends
+    (profile request.session_header), else the body's OpenAI ``user`` field."""
+    key = request.headers.get(SESSION_HEADER)
+    if key:
+        return key
+    user = body.get("user") if body is not None else None
+    return user if isinstance(user, str) and user else None
+
+
+def _submit(
+    st: SimState, g: GenRequest, target: int, request_id: str, session: str | None = None
+) -> SimRequest:
+    """Submit token ids where the engine takes them (prefix cache), else the prompt length; replicas
+    route by the ids and ``session``."""
     engine = st.engine
+    if isinstance(engine, ReplicaEngine):
+        return engine.submit(g.prompt_ids or [0], target, request_id, session)
     if st.submit_ids is None:
         params = list(inspect.signature(engine.submit).parameters)
         st.submit_ids = bool(params) and params[0] == "prompt"
@@ -547,7 +564,7 @@ async def _generate(request: web.Request, route: ApiRoute) -> web.StreamResponse
     else:
         limit = g.max_tokens if g.max_tokens is not None else st.config.output_len.cap
         finish_reason = "length" if target >= limit else "stop"
-    req = _submit(st, g, target, rec.request_id)
+    req = _submit(st, g, target, rec.request_id, _session_key(request, body))
     try:
         engine_err = getattr(req, "error", None)
         if engine_err:
@@ -581,6 +598,7 @@ async def _generate(request: web.Request, route: ApiRoute) -> web.StreamResponse
         rec.accepted_tokens = int(getattr(req, "num_accepted_tokens", 0) or 0)
         rec.prefill_done_ns = getattr(req, "prefill_done_ns", None)
         rec.kv_arrived_ns = getattr(req, "kv_arrived_ns", None)
+        rec.replica = getattr(req, "replica", None)
         _finish(st, rec, submitted=not getattr(req, "error", None))  # refused: never prefilled
 
 
@@ -892,6 +910,9 @@ async def sim_stats(request: web.Request) -> web.Response:
             "faults": st.options.faults,
         }
     )
+    if isinstance(st.engine, ReplicaEngine):
+        out["router"] = st.engine.policy.name
+        out["replicas"] = st.engine.describe()
     return web.json_response(out)
 
 
@@ -931,7 +952,13 @@ def create_app(
     config = config or EngineConfig()
     options = options or ServerOptions()
     app = web.Application(middlewares=[_require_key(options)] if options.api_key else [])
-    engine: Engine | DisaggEngine = DisaggEngine(config) if config.disagg.enabled else Engine(config)
+    engine: Engine | DisaggEngine | ReplicaEngine = (
+        DisaggEngine(config)
+        if config.disagg.enabled
+        else ReplicaEngine(config)
+        if config.replicas > 1
+        else Engine(config)
+    )
     state = SimState(
         config=config,
         engine=engine,

@@ -36,6 +36,8 @@ class EngineOverrides:
     system: str | None = None  # rack-scale system preset (its GPU unless --engine-gpu names one)
     recorded_answers: str | None = None  # a messages → recorded answer JSONL file: the recorded-answer mode
     recorded: bool = False  # --engine-recorded: answer the profile's recorded calls as recorded
+    replicas: int | None = None  # replicas behind the one endpoint (sim/replicas.py)
+    router: str | None = None  # the router's policy over them: round-robin, session, kv (sim/router.py)
 
 
 def _mode_args(opts: EngineOverrides) -> list[str]:
@@ -91,6 +93,12 @@ def start_engine(
         extra += ["--system", system]
     if ep and ep > 1:
         extra += ["--ep", str(ep)]
+    replicas = opts.replicas if opts.replicas is not None else profile.engine.replicas
+    router = opts.router or profile.engine.router
+    if replicas < 1:
+        raise EngineStartError("--engine-replicas must be ≥ 1", usage=True)
+    if replicas > 1:
+        extra += ["--replicas", str(replicas), "--router", router]
     disagg = opts.disagg or profile.engine.disagg
     try:  # the layout's own checks (a MoE model for ep > 1, the system's GPU count), as one line
         EngineConfig(
@@ -100,10 +108,13 @@ def start_engine(
             ep=ep or 1,
             system=get_system(system) if system else None,
             disagg=parse_disagg(disagg) if disagg else Disagg(),
+            replicas=replicas,
+            router=router,
         )
     except ValueError as e:
         raise EngineStartError(
-            f"embedded engine layout: {e} (--engine-tp, --engine-ep, --engine-system, --engine-disagg)",
+            f"embedded engine layout: {e} (--engine-tp, --engine-ep, --engine-system, --engine-disagg, "
+            "--engine-replicas)",
             usage=True,
         ) from e
     try:
@@ -126,6 +137,8 @@ def start_engine(
     gpus = f"{n_gpus}×{gpu}" if n_gpus > 1 else gpu
     if system:
         gpus += f" of {system}"
+    if replicas > 1:
+        gpus = f"{replicas} replicas of {gpus} ({router} router)"
     print(
         f"embedded engine: {model} on {gpus} (speed-up {opts.speedup:g}x) at {sim.base_url}",
         flush=True,

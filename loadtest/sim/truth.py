@@ -40,6 +40,7 @@ class TruthRecord:
     # Disaggregated serving: when the prefill instance finished the prompt, when its KV reached decode.
     prefill_done_ns: int | None = None
     kv_arrived_ns: int | None = None
+    replica: int | None = None  # the replica that served it (replicas behind a router), else None
 
     def to_json(self) -> str:
         return _encode(self).decode()
