@@ -5,6 +5,7 @@ service match its truth, and calls from several gevent users overlap (docs/api-s
 from __future__ import annotations
 
 import json
+import re
 import socket
 import threading
 import time
@@ -51,6 +52,41 @@ def _read(body: bytes, samples: int = 3) -> RequestRecord:
     rec = RequestRecord("r", stream=False)
     read_answer(rec, body, samples)
     return rec
+
+
+def _proto_fields(text: str) -> set[tuple[str, str, int]]:
+    """(message, field, number) of every field the .proto declares, nested messages by their full name."""
+    out: set[tuple[str, str, int]] = set()
+    stack: list[str] = []  # the open braces: a message's name, or "" (a service, a oneof, an rpc)
+    code = "\n".join(ln.split("//")[0] for ln in text.splitlines())
+    for m in re.finditer(r"(message|oneof|service)\s+(\w+)\s*\{|\{|\}|(\w+)\s*=\s*(\d+)\s*;", code):
+        if m.group(3):
+            out.add((".".join(n for n in stack if n), m.group(3), int(m.group(4))))
+        elif m.group(0) == "}":
+            stack.pop()
+        else:
+            stack.append(m.group(2) if m.group(1) == "message" else "")
+    return out
+
+
+def test_the_committed_messages_are_the_protos() -> None:
+    """kserve_v2_pb2.py (protoc's output, tools/gen_kserve_proto.py) declares exactly the .proto's fields."""
+    proto = (Path(pb.__file__).parent / "kserve_v2.proto").read_text()
+    built: set[tuple[str, str, int]] = set()
+
+    def walk(desc: Any, prefix: str) -> None:
+        if desc.GetOptions().map_entry:
+            return
+        name = f"{prefix}{desc.name}"
+        built.update((name, f.name, f.number) for f in desc.fields)
+        for nested in desc.nested_types:
+            walk(nested, name + ".")
+
+    for desc in pb.DESCRIPTOR.message_types_by_name.values():
+        walk(desc, "")
+    assert _proto_fields(proto) == built and len(built) > 40
+    methods = {m.name for m in pb.DESCRIPTOR.services_by_name["GRPCInferenceService"].methods}
+    assert methods == {"ServerLive", "ServerReady", "ModelReady", "ModelMetadata", "ModelInfer"}
 
 
 def test_the_call_carries_the_tensors_the_id_and_the_model() -> None:
