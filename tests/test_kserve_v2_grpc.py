@@ -15,13 +15,14 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+import locust  # noqa: F401 - gevent patches this process before grpcio starts, as in the suite's Locust tests
 import pytest
 from conftest import read_lines, run_cli, write_profile
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from loadtest.client.adapters import adapter_for
-from loadtest.client.adapters.kserve_v2_grpc import infer_request, read_answer, server_ready
+from loadtest.client.adapters.kserve_v2_grpc import infer_request, read_answer, server_ready, use_gevent
 from loadtest.client.http import Endpoint
 from loadtest.client.openai import OpenAIClient, PreparedRequest, Timeouts
 from loadtest.client.record import OUTCOMES, RequestRecord
@@ -31,6 +32,7 @@ from loadtest.sim.grpc_kserve import INFER_PATH
 from loadtest.sim.routes.kserve_v2 import FIXED_S, PER_SAMPLE_S
 from loadtest.tokens.tokenizer import get_tokenizer
 
+use_gevent()  # before this process's first gRPC object: its servers and calls run as greenlets
 TENSOR = {"name": "features", "shape": [3, 2], "datatype": "FP32", "data": [0.1, 0.2, 0.3, 0.4, 0.5, 0.6]}
 TOK = get_tokenizer("llama3")
 
