@@ -46,8 +46,9 @@ def test_every_api_the_profile_schema_accepts_has_one_adapter() -> None:
 
 
 def test_the_engine_serves_the_path_of_every_api_but_raw() -> None:
-    """raw replays to any path; every other adapter's path is exactly one engine route's."""
-    assert set(ROUTES) == SCHEMA_APIS - {"raw"}
+    """raw replays to any path; kserve_v2_grpc calls the engine's gRPC service (tests/test_kserve_v2_grpc.py);
+    every other adapter's path is exactly one engine route's."""
+    assert set(ROUTES) == SCHEMA_APIS - {"raw", "kserve_v2_grpc"}
     ep = Endpoint.parse("http://127.0.0.1:8000")
     for api, route in ROUTES.items():
         assert route.api == api
@@ -65,7 +66,8 @@ def test_the_size_cap_follows_max_tokens_except_for_embeddings_and_rerank() -> N
         req = PreparedRequest("x", api, {}, 0, requested_output_tokens=10_000)
         want = (
             CAP_UNLIMITED_BYTES
-            if api in ("embeddings", "rerank", "kserve_v2", "videogen", "video_jobs", "images")
+            if api
+            in ("embeddings", "rerank", "kserve_v2", "kserve_v2_grpc", "videogen", "video_jobs", "images")
             else 10_000 * 4096
         )
         assert response_cap(req) == want, api

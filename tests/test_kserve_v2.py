@@ -1,6 +1,7 @@
 """KServe v2 / Open Inference Protocol inference (``api: kserve_v2``): the adapter reads tensors into one
 endpoint outcome whatever a server sends, runs against the embedded engine's compute route match the
-engine's truth, and the shipped DLRMv3 profiles run with a valid verdict (docs/api-surface.md)."""
+engine's truth, the shipped DLRMv3 profiles run with a valid verdict, and a real v2 server (MLServer)
+answers over REST and over gRPC (``api: kserve_v2_grpc``; docs/api-surface.md)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -202,12 +204,13 @@ class MLServer:
         settings: dict[str, Any] = {"name": self.MODEL, "implementation": "mlserver_sklearn.SKLearnModel"}
         settings["parameters"] = {"uri": "./model.joblib", "version": "v1"}
         (folder / "model-settings.json").write_text(json.dumps(settings))
-        self.port = free_port()
-        ports = {"http_port": self.port, "grpc_port": free_port(), "metrics_port": free_port()}
+        self.port, self.grpc_port = free_port(), free_port()
+        ports = {"http_port": self.port, "grpc_port": self.grpc_port, "metrics_port": free_port()}
         (folder / "settings.json").write_text(
             json.dumps({"host": "127.0.0.1", "parallel_workers": 0, **ports})
         )
         self.url = f"http://127.0.0.1:{self.port}"
+        self.grpc_url = f"grpc://127.0.0.1:{self.grpc_port}"  # the same models over KServe v2's gRPC service
         self.log = folder / "mlserver.log"
         with self.log.open("w") as out:
             self.proc = subprocess.Popen(
@@ -238,11 +241,18 @@ class MLServer:
         stop_process(self.proc, timeout=30)
 
 
-def test_a_run_against_a_real_kserve_v2_server(tmp_path: Path) -> None:
-    """MLServer answers the same requests the engine does: every one ok, one prediction row a sample."""
+@pytest.fixture(scope="module")
+def mlserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MLServer]:
+    """One MLServer for the module's REST and gRPC runs."""
+    with MLServer(tmp_path_factory.mktemp("mlserver")) as srv:
+        yield srv
+
+
+def _real_profile(path: Path, api: str) -> Path:
+    """Eight samples of four features a request, two users: what the 4-feature classifier takes."""
     prof = write_profile(
-        tmp_path / "k.yaml",
-        api="kserve_v2",
+        path,
+        api=api,
         inputs_per_request=8,
         input_tokens={"dist": "fixed", "value": 4},
         load={"concurrency": 2},
@@ -250,15 +260,39 @@ def test_a_run_against_a_real_kserve_v2_server(tmp_path: Path) -> None:
     data = json.loads(prof.read_text())
     del data["output_tokens"]
     prof.write_text(json.dumps(data))
-    with MLServer(tmp_path / "mlserver") as srv:
-        args = ["--profile", str(prof), "--duration", "3", "--host", srv.url, "--model", srv.MODEL]
-        args += ["--endpoint-check", "/v2/health/ready", "--no-telemetry"]
-        res, run, records = run_load(args, tmp_path / "run", timeout=180)
+    return prof
+
+
+def test_a_run_against_a_real_kserve_v2_server(mlserver: MLServer, tmp_path: Path) -> None:
+    """MLServer answers the same requests the engine does: every one ok, one prediction row a sample."""
+    prof = _real_profile(tmp_path / "k.yaml", "kserve_v2")
+    srv = mlserver
+    args = ["--profile", str(prof), "--duration", "3", "--host", srv.url, "--model", srv.MODEL]
+    args += ["--endpoint-check", "/v2/health/ready", "--no-telemetry"]
+    res, run, records = run_load(args, tmp_path / "run", timeout=180)
     assert res.returncode == run["verdict"]["exit_code"] == 0, res.stdout[-2000:] + res.stderr[-2000:]
     s = run["metrics"]["samples"]
     assert s["requests_ok"] == run["metrics"]["requests"]["completed"] > 10
     assert s["samples_total"] == 8 * s["requests_ok"]
     assert all(r["outcome"] == "ok" and r["inputs"] == 8 and r["e2e_us"] > 0 for r in records)
+
+
+def test_a_run_against_a_real_kserve_v2_grpc_server(mlserver: MLServer, tmp_path: Path) -> None:
+    """MLServer's gRPC port answers the same tensors as ModelInfer calls: every call ok, one row a sample;
+    a model it does not serve is its NOT_FOUND, an endpoint outcome."""
+    prof = _real_profile(tmp_path / "g.yaml", "kserve_v2_grpc")
+    args = ["--profile", str(prof), "--duration", "3", "--host", mlserver.grpc_url, "--model", mlserver.MODEL]
+    res, run, records = run_load([*args, "--no-telemetry"], tmp_path / "run", timeout=180)
+    assert res.returncode == run["verdict"]["exit_code"] == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    s = run["metrics"]["samples"]
+    assert s["requests_ok"] == run["metrics"]["requests"]["completed"] == len(records) > 10
+    assert s["samples_total"] == 8 * s["requests_ok"]
+    assert all(r["api"] == "kserve_v2_grpc" and r["outcome"] == "ok" and r["inputs"] == 8 for r in records)
+    # gRPC only in subprocesses here: grpcio's threads must not predate a later gevent patch of this process
+    args[args.index(mlserver.MODEL)] = "no-such-model"
+    res, run, records = run_load([*args, "--no-telemetry"], tmp_path / "missing", timeout=180)
+    assert res.returncode != 0 and run["verdict"]["status"] != "pass"
+    assert records and all(r["outcome"] == "http_4xx" and "gRPC NOT_FOUND" in r["error"] for r in records)
 
 
 def test_the_engines_faults_reach_the_client_as_endpoint_outcomes(engine: SimProcess) -> None:

@@ -58,6 +58,7 @@ V6_RUNS = {
     "mlperf-qwen3-vl-235b-offline": 1,
     "mlperf-dlrmv3-server": 1,
     "mlperf-dlrmv3-offline": 1,
+    "mlperf-dlrmv3-server-grpc": 1,  # KServe v2 over gRPC: the engine serves its gRPC service too
     "mlperf-wan2.2-singlestream": 100,
     "mlperf-wan2.2-offline": 100,
 }

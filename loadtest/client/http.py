@@ -140,8 +140,10 @@ class Endpoint:
                 f"host {bare}: credentials in the URL (user:password@) are never sent and would be "
                 "written into the run's files; give the key with --api-key-env or --api-key-file"
             )
-        if u.scheme not in ("http", "https"):
-            raise ValueError(f"host {url!r}: scheme must be http or https")
+        if u.scheme not in ("http", "https", "grpc"):
+            raise ValueError(f"host {url!r}: scheme must be http, https or grpc (api kserve_v2_grpc)")
+        if u.scheme == "grpc" and (u.path.strip("/") or u.query or not u.netloc.rpartition(":")[2].isdigit()):
+            raise ValueError(f"host {url!r}: a gRPC host is grpc://HOST:PORT, with its port and no path")
         if not u.hostname:
             raise ValueError(f"host {url!r}: no host name")
         if u.fragment:

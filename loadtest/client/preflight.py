@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from loadtest.client.adapters import adapter_for
+from loadtest.client.adapters.kserve_v2_grpc import SCHEME as GRPC_SCHEME
+from loadtest.client.adapters.kserve_v2_grpc import server_ready
 from loadtest.client.apis import auth_headers
 from loadtest.client.http import Endpoint
 from loadtest.client.network import NetworkPolicy, unreachable
@@ -77,6 +79,10 @@ def served_models(
     except ValueError as e:
         raise EndpointError(str(e)) from e
     if check == CHECK_NONE:
+        return []
+    if ep.scheme == GRPC_SCHEME:  # KServe v2 over gRPC: its ServerReady call; no model list to read
+        if (why := server_ready(ep, timeout)) is not None:
+            raise EndpointError(f"{host} is not a ready KServe v2 gRPC server ({why}); is the port right?")
         return []
     url = f"{ep.origin}{check}" if check != CHECK_MODELS else f"{ep.origin}{ep.api_prefix}/models{ep.query}"
     body, ctype = _get(url, ep, api_key, timeout, network or NetworkPolicy(), headers, api)

@@ -18,12 +18,13 @@ Api = Literal[
     "messages",
     "rerank",
     "kserve_v2",
+    "kserve_v2_grpc",
     "videogen",
     "video_jobs",
     "images",
 ]
 # APIs whose requests carry a batch of inputs (inputs_per_request)
-BATCH_APIS = ("embeddings", "rerank", "kserve_v2")
+BATCH_APIS = ("embeddings", "rerank", "kserve_v2", "kserve_v2_grpc")
 # APIs that generate no output tokens: single requests without chat features
 NO_OUTPUT_APIS = (*BATCH_APIS, "videogen", "video_jobs", "images")
 DEFAULT_POLL_S = 1.0  # video_jobs: seconds between two polls of a job (a scenario's poll_interval_s)
@@ -135,8 +136,8 @@ def check_api(sc: Any, api: str, i: int) -> None:
         )
     if api not in BATCH_APIS and sc.inputs_per_request != 1:
         raise rule_error(
-            "inputs_per_request applies to api embeddings, rerank and kserve_v2 only (rerank: documents,"
-            " kserve_v2: samples per request)",
+            "inputs_per_request applies to api embeddings, rerank, kserve_v2 and kserve_v2_grpc only (rerank:"
+            " documents, kserve_v2: samples per request)",
             "scenarios",
             i,
             "inputs_per_request",
@@ -144,7 +145,7 @@ def check_api(sc: Any, api: str, i: int) -> None:
 
 
 def push_api(data: Any) -> Any:
-    """A profile-level ``api: embeddings|rerank|kserve_v2|videogen|video_jobs|images|raw`` also applies to each scenario that names none (so that the
+    """A profile-level ``api: embeddings|rerank|kserve_v2[_grpc]|videogen|video_jobs|images|raw`` also applies to each scenario that names none (so that the
     scenario's own rules, e.g. no output_tokens for embeddings, see it)."""
     if not isinstance(data, dict) or data.get("api") not in ("raw", *NO_OUTPUT_APIS):
         return data

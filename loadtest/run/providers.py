@@ -230,9 +230,14 @@ class EmbeddingsProvider(_LatencyOnlyProvider):
     KEY, INPUTS = "embeddings", "inputs"
 
     def selects(self, ln: RecordLine) -> bool:
-        return ln.api not in ("rerank", "kserve_v2", "videogen", "video_jobs", "images") and (
-            ln.api == "embeddings" or bool(ln.n_inputs)
-        )
+        return ln.api not in (
+            "rerank",
+            "kserve_v2",
+            "kserve_v2_grpc",
+            "videogen",
+            "video_jobs",
+            "images",
+        ) and (ln.api == "embeddings" or bool(ln.n_inputs))
 
 
 class RerankProvider(_LatencyOnlyProvider):
@@ -254,7 +259,7 @@ class SamplesProvider(RerankProvider):
     KEY, INPUTS = "samples", "samples"
 
     def selects(self, ln: RecordLine) -> bool:
-        return ln.api in ("kserve_v2", "videogen", "video_jobs", "images")
+        return ln.api in ("kserve_v2", "kserve_v2_grpc", "videogen", "video_jobs", "images")
 
 
 CHECK_WORDS = {

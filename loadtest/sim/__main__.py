@@ -23,7 +23,7 @@ from loadtest.sim.faults import FaultSpecError, parse_spec
 from loadtest.sim.presets import EngineConfig, get_gpu, get_model, get_system
 from loadtest.sim.reference import load_recorded, load_references
 from loadtest.sim.router import ROUTERS
-from loadtest.sim.server import ServerOptions, create_app
+from loadtest.sim.server import STATE_KEY, ServerOptions, create_app
 from loadtest.sim.spec_decode import parse_spec_decode
 
 LISTENING_PREFIX = "LOADTEST_SIM_LISTENING"
@@ -36,6 +36,13 @@ def build_parser(prog: str = "python -m loadtest.sim") -> argparse.ArgumentParse
         "--host", default="127.0.0.1", metavar="ADDR", help="address to listen on (default: %(default)s)"
     )
     p.add_argument("--port", type=int, default=0, metavar="PORT", help="0 picks a free port")
+    p.add_argument(
+        "--grpc-port",
+        type=int,
+        default=None,
+        metavar="PORT",
+        help="also serve KServe v2 over gRPC on this port (0 picks a free one; GET /sim/stats names it)",
+    )
     p.add_argument(
         "--gpu",
         default=None,
@@ -309,10 +316,16 @@ async def serve(
     truth_log: str | None,
     parent_pid: int | None = None,
     options: ServerOptions | None = None,
+    grpc_port: int | None = None,
 ) -> None:
     app = create_app(config, truth_log=truth_log, options=options)
     runner = web.AppRunner(app, access_log=None, handler_cancellation=True, shutdown_timeout=5.0)
     await runner.setup()
+    grpc_server = None
+    if grpc_port is not None:
+        from loadtest.sim.grpc_kserve import start_grpc
+
+        grpc_server = await start_grpc(app[STATE_KEY], host, grpc_port)
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
@@ -334,6 +347,8 @@ async def serve(
     finally:
         if watcher is not None:
             watcher.cancel()
+        if grpc_server is not None:
+            await grpc_server.stop(1.0)
         await runner.cleanup()
 
 
@@ -363,10 +378,14 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m loadtest.sim"
     except ImportError:
         uvloop = None
     if uvloop is not None:
-        uvloop.run(serve(config, args.host, args.port, args.truth_log, args.parent_pid, options))
+        uvloop.run(
+            serve(config, args.host, args.port, args.truth_log, args.parent_pid, options, args.grpc_port)
+        )
     else:
         with contextlib.suppress(KeyboardInterrupt):
-            asyncio.run(serve(config, args.host, args.port, args.truth_log, args.parent_pid, options))
+            asyncio.run(
+                serve(config, args.host, args.port, args.truth_log, args.parent_pid, options, args.grpc_port)
+            )
     return 0
 
 

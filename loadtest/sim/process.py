@@ -202,6 +202,14 @@ class SimProcess:
         return f"http://{self.host}:{self.port}"
 
     @property
+    def grpc_url(self) -> str:
+        """``grpc://host:port`` of the KServe v2 gRPC service (started with ``extra_args=["--grpc-port", "0"]``)."""
+        port = self.stats().get("grpc_port")
+        if port is None:
+            raise RuntimeError("the engine serves no gRPC (start it with --grpc-port)")
+        return f"grpc://{self.host}:{port}"
+
+    @property
     def pid(self) -> int | None:
         return self.proc.pid if self.proc is not None else None
 

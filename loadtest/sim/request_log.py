@@ -4,15 +4,24 @@ from __future__ import annotations
 
 import hashlib
 from collections import deque
-from typing import Any
-
-from aiohttp import web
+from collections.abc import Mapping
+from typing import Any, Protocol
 
 STANDARD_HEADERS = frozenset(
     {"host", "content-length", "content-type", "accept", "connection", "user-agent", "accept-encoding"}
 )
 AUTH_HEADERS = frozenset({"authorization", "api-key", "x-api-key"})
 BULKY_FIELDS = frozenset({"messages", "input", "prompt", "tools", "system", "query", "documents"})
+
+
+class Incoming(Protocol):
+    """What the log reads of a request: its path and headers (an aiohttp request, or a gRPC call's)."""
+
+    @property
+    def path(self) -> str: ...
+
+    @property
+    def headers(self) -> Mapping[str, str]: ...
 
 
 def _sha256(text: str) -> str:
@@ -53,7 +62,7 @@ class RequestLog:
     def __init__(self, size: int = 512) -> None:
         self._items: deque[dict[str, Any]] = deque(maxlen=size)
 
-    def add(self, request: web.Request, raw: bytes, body: dict[str, Any] | None) -> None:
+    def add(self, request: Incoming, raw: bytes, body: dict[str, Any] | None) -> None:
         """``body``: the request's decoded JSON object (None when it was not one)."""
         headers = {}
         for name, value in request.headers.items():

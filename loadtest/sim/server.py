@@ -43,7 +43,7 @@ from loadtest.sim.protocol import (
 from loadtest.sim.reference import RecordedAnswer, chat_key, prompt_of
 from loadtest.sim.replicas import ReplicaEngine
 from loadtest.sim.request import SHUTDOWN, SimRequest
-from loadtest.sim.request_log import RequestLog
+from loadtest.sim.request_log import Incoming, RequestLog
 from loadtest.sim.routes import ROUTES, Answer, ApiRoute, PrefillRequest, StreamWriter
 from loadtest.sim.routes.base import ComputeRequest, Flow, Job, JobRoute
 from loadtest.sim.truth import (
@@ -91,6 +91,7 @@ class SimState:
     device: asyncio.Lock = field(default_factory=asyncio.Lock)  # compute routes' passes, one at a time
     jobs: dict[str, Job] = field(default_factory=dict)  # job routes' jobs, by id (the last MAX_JOBS)
     job_tasks: set[asyncio.Task[None]] = field(default_factory=set)  # their passes, running or waiting
+    grpc_port: int | None = None  # where sim/grpc_kserve.py serves KServe v2 over gRPC (--grpc-port)
 
 
 STATE_KEY = web.AppKey("sim_state", SimState)
@@ -109,7 +110,7 @@ def _model_ok(config: EngineConfig, requested: str | None) -> bool:
     return r in names or r.rsplit("/", 1)[-1] in names
 
 
-def _admit(st: SimState, request: web.Request, model: str | None) -> Fault | None:
+def _admit(st: SimState, request: Incoming, model: str | None) -> Fault | None:
     """The requested model checked (404) and the request's fault picked (400 on a bad header)."""
     if not _model_ok(st.config, model):
         raise RequestError(404, f"The model `{model}` does not exist.", "model_not_found", "model")
@@ -686,24 +687,40 @@ async def _prefill(request: web.Request, route: ApiRoute) -> web.StreamResponse:
         _finish(st, rec, submitted=True)
 
 
-async def _admit_compute(
-    request: web.Request, route: ApiRoute
-) -> tuple[ComputeRequest, F.Fault | None, TruthRecord, str | None] | web.StreamResponse:
-    """A compute or job route's request read, parsed and admitted (the request log and the counters
-    updated): the parsed request, its fault, its truth record and the client's id; or the error answer."""
+Admitted = tuple[ComputeRequest, F.Fault | None, TruthRecord, str | None]
+
+
+async def _admit_compute(request: web.Request, route: ApiRoute) -> Admitted | web.StreamResponse:
+    """A compute or job route's HTTP request read and ``admit_compute``-ed; or the error answer."""
     arrival_ns = time.perf_counter_ns()
-    st = request.app[STATE_KEY]
     raw = await request.read()
-    body: dict[str, Any] | None = None
     try:
         body = json_body(raw)
-        c = route.parse({**body, **request.match_info}, get_tokenizer(st.config.model.tokenizer))
+    except RequestError as err:
+        st = request.app[STATE_KEY]
+        st.requests.add(request, raw, None)
+        st.stats.rejected(err.status)
+        return _error(err)
+    fields = {**body, **request.match_info}
+    admitted = admit_compute(request.app[STATE_KEY], route, request, raw, fields, arrival_ns)
+    return _error(admitted) if isinstance(admitted, RequestError) else admitted
+
+
+def admit_compute(
+    st: SimState, route: ApiRoute, request: Incoming, raw: bytes, body: dict[str, Any], arrival_ns: int = 0
+) -> Admitted | RequestError:
+    """A compute route's request (``body``: its fields, the path's too) parsed and admitted, the request
+    log and the counters updated: the parsed request, its fault, its truth record and the client's id
+    (X-Request-Id); or the error. The HTTP routes and the gRPC service (sim/grpc_kserve.py) share it."""
+    arrival_ns = arrival_ns or time.perf_counter_ns()
+    try:
+        c = route.parse(body, get_tokenizer(st.config.model.tokenizer))
         assert isinstance(c, ComputeRequest), f"a {route.flow} route parses into a ComputeRequest"
         fault = _admit(st, request, c.model)
     except RequestError as err:
         st.requests.add(request, raw, body)
         st.stats.rejected(err.status)
-        return _error(err)
+        return err
     st.requests.add(request, raw, body)
     st.stats.received(request.path)
     client_id = request.headers.get("X-Request-Id")
@@ -714,6 +731,13 @@ async def _admit_compute(
         TruthRecord(client_id or response_id, response_id, request.path, False, arrival_ns),
         client_id,
     )
+
+
+async def compute_pass(st: SimState, c: ComputeRequest, rec: TruthRecord) -> None:
+    """A compute request's pass on the device, one at a time: its cost model's time over the speedup."""
+    async with st.device:
+        rec.first_token_ns = time.perf_counter_ns()  # the pass starts: the queue wait ends
+        await asyncio.sleep(c.seconds / st.config.speedup)
 
 
 async def _compute(request: web.Request, route: ApiRoute) -> web.StreamResponse:
@@ -729,9 +753,7 @@ async def _compute(request: web.Request, route: ApiRoute) -> web.StreamResponse:
         if fault is not None and fault.kind in F.PRE_ENGINE:
             rec.fault = rec.outcome = fault.kind
             return _pre_engine_fault(request, fault)
-        async with st.device:
-            rec.first_token_ns = time.perf_counter_ns()  # the pass starts: the queue wait ends
-            await asyncio.sleep(c.seconds / st.config.speedup)
+        await compute_pass(st, c, rec)
         _check_connected(request)
         headers = {"X-Request-Id": client_id} if client_id else {}
         answer = Answer(response_id, int(time.time()), st.config.model_name, "stop", 0)
@@ -886,6 +908,8 @@ async def sim_stats(request: web.Request) -> web.Response:
     st = request.app[STATE_KEY]
     c = st.engine.counters
     out = st.stats.as_dict()
+    if st.grpc_port is not None:
+        out["grpc_port"] = st.grpc_port
     out.update(
         {
             "config": st.config.describe(),

@@ -10,6 +10,8 @@ from typing import Any
 
 from loadtest.profile.schema import Profile
 
+GRPC_API = "kserve_v2_grpc"  # a profile with this api gets the engine's gRPC service as its host
+
 
 class EngineStartError(Exception):
     """One line for the user; ``usage`` tells a bad preset (exit 2) from an engine that failed (exit 1)."""
@@ -99,6 +101,9 @@ def start_engine(
         raise EngineStartError("--engine-replicas must be ≥ 1", usage=True)
     if replicas > 1:
         extra += ["--replicas", str(replicas), "--router", router]
+    grpc = GRPC_API in {profile.api, *(s.api for s in profile.scenarios)}
+    if grpc:  # KServe v2 over gRPC: the engine serves it too; the run's host is its grpc:// address
+        extra += ["--grpc-port", "0"]
     disagg = opts.disagg or profile.engine.disagg
     try:  # the layout's own checks (a MoE model for ep > 1, the system's GPU count), as one line
         EngineConfig(
@@ -137,10 +142,8 @@ def start_engine(
     gpus = f"{n_gpus}×{gpu}" if n_gpus > 1 else gpu
     if system:
         gpus += f" of {system}"
+    url = sim.grpc_url if grpc else sim.base_url
     if replicas > 1:
         gpus = f"{replicas} replicas of {gpus} ({router} router)"
-    print(
-        f"embedded engine: {model} on {gpus} (speed-up {opts.speedup:g}x) at {sim.base_url}",
-        flush=True,
-    )
-    return {"url": sim.base_url, "embedded": True, "engine": sim.stats().get("config")}
+    print(f"embedded engine: {model} on {gpus} (speed-up {opts.speedup:g}x) at {url}", flush=True)
+    return {"url": url, "embedded": True, "engine": sim.stats().get("config")}

@@ -34,8 +34,8 @@ def build_request(w: Workload, sc: Scenario, index: int) -> PreparedRequest | No
         return _embeddings(w, sc, index)
     if api == "rerank":
         return _rerank(w, sc, index)
-    if api == "kserve_v2":
-        return _kserve_v2(w, sc, index)
+    if api in ("kserve_v2", "kserve_v2_grpc"):
+        return _kserve_v2(w, sc, index, api)
     if api in ("videogen", "video_jobs", "images"):
         return _videogen(w, sc, index, api)
     if api == "raw":
@@ -104,9 +104,9 @@ def _rerank(w: Workload, sc: Scenario, index: int) -> PreparedRequest:
     )
 
 
-def _kserve_v2(w: Workload, sc: Scenario, index: int) -> PreparedRequest:
+def _kserve_v2(w: Workload, sc: Scenario, index: int, api: str) -> PreparedRequest:
     """One query of ``inputs_per_request`` samples as a v2 inference request: one FP32 input tensor of
-    shape [samples, features] (features: the scenario's input length), seeded values."""
+    shape [samples, features] (features: the scenario's input length), seeded values; over REST or gRPC."""
     assert sc.input_tokens is not None
     rng = random.Random(f"{w.seed}:{index}")
     features = sample_length(sc.input_tokens, rng)
@@ -115,7 +115,7 @@ def _kserve_v2(w: Workload, sc: Scenario, index: int) -> PreparedRequest:
     tensor = {"name": "features", "shape": [n, features], "datatype": "FP32", "data": data}
     return PreparedRequest(
         request_id=f"{w.seed:x}-{index}",
-        api="kserve_v2",
+        api=api,
         body={"inputs": [tensor]},
         prompt_tokens=0,  # tensors, not tokens
         requested_output_tokens=None,

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from loadtest.client.adapters.base import ApiAdapter, size_cap
+from loadtest.client.adapters.base import ApiAdapter, SelfSending, size_cap
 from loadtest.client.adapters.chat import ChatAdapter
 from loadtest.client.adapters.completions import CompletionsAdapter
 from loadtest.client.adapters.embeddings import EmbeddingsAdapter
 from loadtest.client.adapters.images import ImagesAdapter
 from loadtest.client.adapters.kserve_v2 import KServeV2Adapter
+from loadtest.client.adapters.kserve_v2_grpc import KServeV2GrpcAdapter
 from loadtest.client.adapters.messages import MessagesAdapter
 from loadtest.client.adapters.raw import RawAdapter
 from loadtest.client.adapters.rerank import RerankAdapter
@@ -23,7 +24,7 @@ from loadtest.client.adapters.videogen import VideoGenAdapter
 if TYPE_CHECKING:
     from loadtest.client.openai import PreparedRequest
 
-__all__ = ["ADAPTERS", "ApiAdapter", "adapter_for", "register", "response_cap"]
+__all__ = ["ADAPTERS", "ApiAdapter", "SelfSending", "adapter_for", "register", "response_cap"]
 
 ADAPTERS: dict[str, ApiAdapter] = {}
 
@@ -56,6 +57,7 @@ _BUILTIN: tuple[ApiAdapter, ...] = (
     MessagesAdapter(),
     RerankAdapter(),
     KServeV2Adapter(),
+    KServeV2GrpcAdapter(),
     VideoGenAdapter(),
     VideoJobsAdapter(),
     ImagesAdapter(),

@@ -4,7 +4,7 @@ and content-coding checks, context-length detection, the server's error message,
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from urllib.parse import quote
 
 import msgspec
@@ -54,6 +54,15 @@ class ApiAdapter(Protocol):
         """Read a 2xx answer (status, redirects and content coding already checked) into ``rec``: outcome,
         error, times, token counts, finish reason, text."""
         ...
+
+
+@runtime_checkable
+class SelfSending(Protocol):
+    """An adapter with its own transport (gRPC): ``OpenAIClient.send`` hands it the request and the record,
+    set up, instead of sending HTTP; it sets the times, the outcome and the error, and never raises for
+    what a server does."""
+
+    def exchange(self, client: OpenAIClient, rec: RequestRecord, req: PreparedRequest) -> None: ...
 
 
 class RoutedAdapter:

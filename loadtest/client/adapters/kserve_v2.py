@@ -50,20 +50,27 @@ def _tensor_problem(t: Any, samples: int) -> str | None:
     """Why ``t`` is not an output tensor of ``samples`` samples, or None when it is one."""
     if not isinstance(t, dict) or not isinstance(t.get("name"), str):
         return "an output is not a {name, shape, datatype, data} object"
-    shape, data, dtype = t.get("shape"), t.get("data"), t.get("datatype")
-    if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
-        return f"output {t['name']!r}: shape is not a list of dimensions"
-    if dtype not in DATATYPES:
-        return f"output {t['name']!r}: unknown datatype {str(dtype)[:20]!r}"
-    if not isinstance(data, list):
+    data = t.get("data")
+    if t.get("datatype") in DATATYPES and not isinstance(data, list):
         return f"output {t['name']!r}: data is not a list"
+    count = _flat_len(data) if isinstance(data, list) else 0
+    return tensor_problem(t["name"], t.get("shape"), t.get("datatype"), count, samples)
+
+
+def tensor_problem(name: str, shape: Any, dtype: Any, count: int, samples: int) -> str | None:
+    """Why an output tensor (its name, shape, datatype and number of values) is not whole for ``samples``
+    samples, or None; shared by the REST and gRPC adapters."""
+    if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
+        return f"output {name!r}: shape is not a list of dimensions"
+    if dtype not in DATATYPES:
+        return f"output {name!r}: unknown datatype {str(dtype)[:20]!r}"
     size = 1
     for d in shape:
         size *= d
-    if _flat_len(data) != size:
-        return f"output {t['name']!r}: {_flat_len(data)} value(s) for shape {shape}"
+    if count != size:
+        return f"output {name!r}: {count} value(s) for shape {shape}"
     if shape and shape[0] != samples:
-        return f"output {t['name']!r}: {shape[0]} row(s) for {samples} sample(s)"
+        return f"output {name!r}: {shape[0]} row(s) for {samples} sample(s)"
     return None
 
 
