@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import glob
 import json
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import run_cli, write_profile
+from conftest import CLI, interrupt_when, run_cli, write_profile
 
 from loadtest.locust.ramp import AT_ONCE_STREAMS, MAX_RAMP_SHARE, STARTS_PER_S, STEP_S, plan_ramp
 
@@ -133,6 +134,34 @@ def test_the_ramp_over_worker_processes_is_judged_after_its_end(tmp_path: Path, 
     assert first[-1]["t"] - first[0]["t"] >= 1.5 - 2 * STEP_S
     assert doc["judged"]["window"]["start"] > first[-1]["t"]
     assert doc["config"]["judging"]["ramp"]["planned_s"] == 1.5
+
+
+def test_ctrl_c_during_the_ramp_keeps_every_finished_request(tmp_path: Path, paced: str) -> None:
+    prof = write_profile(
+        tmp_path / "ramp.yaml",
+        input_tokens={"dist": "fixed", "value": 12},
+        output_tokens={"dist": "fixed", "value": 3},
+        load={"concurrency": 300, "ramp_up_s": 6},
+        duration_s=20,
+    )
+    out = tmp_path / "out"
+    cmd = [*CLI, "run", "--profile", str(prof), "--host", paced, "--endpoint-check", "none"]
+    cmd += ["--model", "m-bench", "--tokenizer", "llama3", "--out", str(out), "--progress", "0"]
+    log = out / "records.jsonl"
+
+    def answered() -> bool:  # the first answers (4 s) are in while the 6 s ramp still runs
+        return log.exists() and log.stat().st_size > 0
+
+    code, stdout, stderr = interrupt_when(cmd, answered, signal.SIGINT)
+    assert code == 130, stdout[-2000:] + stderr[-2000:]
+    assert "Traceback" not in stderr
+    doc = json.loads((out / "run.json").read_text())
+    lines = [json.loads(ln) for ln in log.read_text().splitlines()]
+    outcomes = {ln["outcome"] for ln in lines}
+    assert doc["status"] == "interrupted" and doc["verdict"]["status"] != "pass"
+    assert "ok" in outcomes and outcomes <= {"ok", "cancelled"}  # the finished ones kept, the rest cancelled
+    assert doc["config"]["judging"].get("ramp") is None  # stopped before every stream started
+    assert len(_first_requests(lines)) < 300
 
 
 @pytest.mark.parametrize(
