@@ -51,7 +51,18 @@ def test_two_processes_run_every_test_once_and_the_real_engine_files_one_at_a_ti
         TRACE=str(trace),
         PYTHONPATH=os.pathsep.join([str(PLUGIN_DIR), os.environ.get("PYTHONPATH", "")]),
     )
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "shard_claims", "-o", "addopts=", "-p", "no:cacheprovider"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "shard_claims",
+        "-o",
+        "addopts=",
+        "-p",
+        "no:cacheprovider",
+    ]
     procs = [subprocess.Popen([*cmd, str(suite)], cwd=suite, env=env) for _ in range(2)]
     try:
         time.sleep(3.0)  # the four plain files (3.6 s of tests) are under way; the "install" is not done
@@ -73,7 +84,10 @@ def test_two_processes_run_every_test_once_and_the_real_engine_files_one_at_a_ti
     real = [r for r in rows if r["file"].startswith("test_r")]
     assert min(r["start"] for r in real) >= installed_at
     spans = {
-        name: (min(r["start"] for r in real if r["file"] == name), max(r["end"] for r in real if r["file"] == name))
+        name: (
+            min(r["start"] for r in real if r["file"] == name),
+            max(r["end"] for r in real if r["file"] == name),
+        )
         for name in ("test_r1", "test_r2")
     }
     (s1, e1), (s2, e2) = spans["test_r1"], spans["test_r2"]

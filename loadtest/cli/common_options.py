@@ -132,7 +132,8 @@ def client_parent() -> SuggestingParser:
 
 
 def load_parent(total: str = "") -> SuggestingParser:
-    """--duration/-d and --concurrency/-c | --rate/-r (``total``: " in all" when spread over workers)."""
+    """--duration/-d, --concurrency/-c | --rate/-r and --ramp-up (``total``: " in all" when spread over
+    workers)."""
     p = _parent()
     p.add_argument(
         "-d",
@@ -146,6 +147,13 @@ def load_parent(total: str = "") -> SuggestingParser:
     )
     load.add_argument(
         "-r", "--rate", type=float, metavar="R", help=f"open loop: R requests/s{total}, Poisson arrivals"
+    )
+    p.add_argument(
+        "--ramp-up",
+        metavar="S",
+        help="closed loop: start the streams over this many seconds (0: at once; default: at once up to "
+        "500 a process, else 1,000 a second a process, at most a third of the run); the judged window "
+        "begins after the last one started",
     )
     return p
 

@@ -9,6 +9,7 @@ import textwrap
 
 from loadtest.cli.run_options import endpoint_options, fail, run_options, telemetry_options
 from loadtest.errors import LoadtestError
+from loadtest.locust.ramp import plan_for
 from loadtest.log_setup import configure_logging
 from loadtest.metrics.judged import describe_warmup, judged_warmup_s
 from loadtest.metrics.verdict import describe_judging
@@ -40,7 +41,9 @@ def run_command(args: argparse.Namespace) -> int:
             print("\n  ".join(textwrap.wrap(head, 78)))
             print(f"  writing {out}/")
             judged_s = max(0.0, duration - judged_warmup_s(profile.judging.warmup_s, duration))
+            ramp = plan_for(profile.load, duration, settings.processes)
             for line in [
+                *([ramp.describe()] if ramp is not None and ramp.seconds > 0 else []),
                 describe_warmup(profile.judging.warmup_s, duration),
                 *describe_judging(prepared.slos, profile.load.rate, judged_s),
             ]:

@@ -120,6 +120,7 @@ def run_options(args: argparse.Namespace, **given: Any) -> RunOptions:
         "processes": getattr(args, "processes", 1),
         "concurrency": getattr(args, "concurrency", None),
         "rate": getattr(args, "rate", None),
+        "ramp_up": getattr(args, "ramp_up", None),
         "seed": getattr(args, "seed", None),
         "seed_set": getattr(args, "seed_set", None),
         "duration": getattr(args, "duration", None),

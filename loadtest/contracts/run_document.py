@@ -60,6 +60,15 @@ class Timeouts(_Section):
     total_s: float | None
 
 
+class StartRamp(_Section):
+    """A closed loop's start (locust/ramp.py): the ramp planned (0: at once), what starting every stream
+    took, and whether ``--ramp-up`` / ``load.ramp_up_s`` set it (``set``) or the default did."""
+
+    planned_s: float
+    took_s: float
+    source: str
+
+
 class JudgingConfig(_Section):
     warmup_s: float | str | None
     warmup_source: str
@@ -67,6 +76,7 @@ class JudgingConfig(_Section):
     generator_health_startup_s: float | None
     generator_health: str
     smoke: bool = False
+    ramp: StartRamp | None = None  # a closed loop's start; absent for other loads and older runs
 
 
 class SeedSetRecord(_Section):

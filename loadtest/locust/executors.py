@@ -9,6 +9,7 @@ from typing import ClassVar, Protocol
 from gevent.event import Event
 from locust.runners import Runner
 
+from loadtest.locust.ramp import Ramp, plan_ramp, start_streams
 from loadtest.locust.users import ClosedLoopUser, OpenLoopUser
 from loadtest.profile.load import Load
 
@@ -25,8 +26,9 @@ class Executor(Protocol):
     @property
     def user_class(self) -> type: ...
 
-    def drive(self, runner: Runner, duration_s: float, processes: int, stop: Event) -> None:
-        """Start the users and keep the load until ``duration_s`` ends or ``stop`` is set."""
+    def drive(self, runner: Runner, duration_s: float, processes: int, stop: Event) -> Ramp | None:
+        """Start the users and keep the load until ``duration_s`` ends or ``stop`` is set; the closed
+        loop's start ramp (None for the other loads, or when ``stop`` came before every stream started)."""
         ...
 
 
@@ -43,23 +45,30 @@ class ScheduledArrivals:
     open_loop: ClassVar[bool] = True
     user_class: ClassVar[type] = OpenLoopUser
 
-    def drive(self, runner: Runner, duration_s: float, processes: int, stop: Event) -> None:
+    def drive(self, runner: Runner, duration_s: float, processes: int, stop: Event) -> Ramp | None:
         runner.start(processes, spawn_rate=_spawn_rate(processes))
         stop.wait(timeout=duration_s)
+        return None
 
 
 @dataclass(frozen=True, slots=True)
 class ConstantStreams:
-    """Closed loop: ``streams`` users, each sending its next unit as soon as the last ended."""
+    """Closed loop: ``streams`` users, each sending its next unit as soon as the last ended, started over
+    ``ramp_up_s`` (None: at once for a few hundred a process, else at a rate the host sustains;
+    locust/ramp.py). The duration counts from the first start."""
 
     streams: int
+    ramp_up_s: float | None = None
     name: ClassVar[str] = "constant-streams"
     open_loop: ClassVar[bool] = False
     user_class: ClassVar[type] = ClosedLoopUser
 
-    def drive(self, runner: Runner, duration_s: float, processes: int, stop: Event) -> None:
-        runner.start(self.streams, spawn_rate=_spawn_rate(self.streams))
-        stop.wait(timeout=duration_s)
+    def drive(self, runner: Runner, duration_s: float, processes: int, stop: Event) -> Ramp | None:
+        deadline = time.monotonic() + duration_s
+        ramp = start_streams(runner, plan_ramp(self.streams, self.ramp_up_s, duration_s, processes), stop)
+        if ramp is not None:
+            stop.wait(timeout=max(0.0, deadline - time.monotonic()))
+        return ramp
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +80,7 @@ class StreamStages:
     open_loop: ClassVar[bool] = False
     user_class: ClassVar[type] = ClosedLoopUser
 
-    def drive(self, runner: Runner, duration_s: float, processes: int, stop: Event) -> None:
+    def drive(self, runner: Runner, duration_s: float, processes: int, stop: Event) -> Ramp | None:
         deadline = time.monotonic() + duration_s
         previous = 0
         for n, seconds, ramp in self.stages:
@@ -80,7 +89,8 @@ class StreamStages:
             previous = n
             wait = min(seconds, deadline - time.monotonic())
             if wait <= 0 or stop.wait(timeout=wait):
-                return
+                return None
+        return None
 
 
 def executor_for(load: Load) -> Executor:
@@ -89,4 +99,4 @@ def executor_for(load: Load) -> Executor:
         return ScheduledArrivals(load.executor)
     if load.stages:
         return StreamStages(tuple((int(s.concurrency or 0), s.duration_s, s.ramp) for s in load.stages))
-    return ConstantStreams(int(load.concurrency or 1))
+    return ConstantStreams(int(load.concurrency or 1), load.ramp_up_s)

@@ -43,6 +43,7 @@ from loadtest.contracts.record_line import LINE_ENCODER, RecordLine
 from loadtest.locust.compat import check_locust_version, users_dispatcher
 from loadtest.locust.progress import ProgressPrinter
 from loadtest.locust.prometheus import LiveMetrics, LiveView
+from loadtest.locust.ramp import Ramp
 from loadtest.locust.runtime import RunOutcome, Stopper, drive_load, send, user_class
 from loadtest.locust.settings import RunSettings
 from loadtest.locust.shipping import RecordSink
@@ -160,6 +161,7 @@ class MasterSession:
         self.by_client: dict[str, _Worker] = {}
         self.procs: dict[int, subprocess.Popen] = {}  # pid → local worker process
         self.watcher: gevent.Greenlet | None = None
+        self.ramp: Ramp | None = None  # the closed loop's start, once drive_load has started every stream
         self.reserve: Reserve | None = None  # room for run.json on a disk the records fill
         self.begin(settings)
         if live is not None:  # the merged figures as of the workers' last reports
@@ -327,7 +329,7 @@ class MasterSession:
             )
             progress.start()
             host_cpu = gevent.spawn(_sample_host_cpu, total, list(procs)) if procs else None
-            drive_load(runner, profile, settings, stopper)
+            self.ramp = drive_load(runner, profile, settings, stopper)
             progress.stop()
             if host_cpu is not None:
                 host_cpu.kill()
@@ -476,6 +478,7 @@ class MasterSession:
             write_failure=sink.failure.describe() if sink.failure is not None else None,
             records_lost=sink.lost,
             lost_in_flight=lost_in_flight,
+            ramp=self.ramp,
         )
 
 

@@ -40,6 +40,7 @@ from loadtest.locust.context import RunContext
 from loadtest.locust.executors import executor_for
 from loadtest.locust.progress import ProgressPrinter
 from loadtest.locust.prometheus import LiveMetrics, LiveView
+from loadtest.locust.ramp import Ramp
 from loadtest.locust.settings import RunSettings
 from loadtest.metrics.recorder import RunAggregates
 from loadtest.metrics.run_length import drain_timeout_for
@@ -72,6 +73,7 @@ class RunOutcome:
     write_failure: str | None = None
     records_lost: int = 0  # finished requests counted in the aggregates but not in the record log
     lost_in_flight: int = 0  # lost workers' requests in flight, recorded as cancelled (outcome unknown)
+    ramp: Ramp | None = None  # the closed loop's start (locust/ramp.py); None: another load, or stopped first
 
 
 def send(runner: Runner, msg: WireMessage, client_id: str | None = None) -> None:
@@ -83,10 +85,10 @@ def user_class(profile: Profile) -> type:
     return executor_for(profile.load).user_class
 
 
-def drive_load(runner: Runner, profile: Profile, settings: RunSettings, stopper: Stopper) -> None:
+def drive_load(runner: Runner, profile: Profile, settings: RunSettings, stopper: Stopper) -> Ramp | None:
     """Start the users and keep the load the profile asks for until the duration ends or a signal comes
-    (the profile's executor, locust/executors.py)."""
-    executor_for(profile.load).drive(runner, settings.duration_s, settings.processes, stopper.event)
+    (the profile's executor, locust/executors.py); the closed loop's start ramp."""
+    return executor_for(profile.load).drive(runner, settings.duration_s, settings.processes, stopper.event)
 
 
 BUSY_CHECK_S = 0.5  # after a stop: a greenlet that does not yield for this long (to twice it) is ended
@@ -202,8 +204,9 @@ def run_local(settings: RunSettings, live: LiveMetrics | None = None) -> RunOutc
         lambda: ctx.recorder.total, lambda: ctx.in_flight, settings.duration_s, settings.progress_s
     )
     progress.start()
+    ramp = None
     try:
-        drive_load(runner, ctx.profile, settings, stopper)
+        ramp = drive_load(runner, ctx.profile, settings, stopper)
         progress.stop()
         if not stopper.interrupted:
             drain_s = drain_timeout_for(ctx.profile)
@@ -229,4 +232,5 @@ def run_local(settings: RunSettings, live: LiveMetrics | None = None) -> RunOutc
         stopped_early=ctx.failing,
         write_failure=failure.describe() if failure is not None else None,
         records_lost=lost,
+        ramp=ramp,
     )

@@ -28,6 +28,7 @@ class RunSettings:
     seed: int
     concurrency: int | None = None
     rate: float | None = None
+    ramp_up_s: float | None = None  # --ramp-up: over the profile's load.ramp_up_s (closed loop only)
     model: str | None = None
     api_key_env: str | None = None  # the NAME of the variable holding the key; the key itself is never stored
     api_key_file: str | None = None  # or the path of a file holding it (read by each process)
@@ -79,7 +80,9 @@ class RunSettings:
             trace = load.trace.model_copy(update={"target_rate": self.rate, "speedup": None})
             load = load.model_copy(update={"trace": trace})
         elif self.concurrency is not None:
-            load = Load(concurrency=self.concurrency)
+            load = Load(
+                concurrency=self.concurrency, ramp_up_s=load.ramp_up_s if not load.open_loop else None
+            )
         elif self.rate is not None:
             keep_cv = load.arrival == "gamma" and load.cv is not None
             load = Load(
@@ -88,6 +91,13 @@ class RunSettings:
                 cv=load.cv if keep_cv else None,
                 max_in_flight=load.max_in_flight,
             )
+        if self.ramp_up_s is not None:
+            if load.concurrency is None:
+                raise ProfileError(
+                    f"{path}: --ramp-up applies to a closed loop (load.concurrency or --concurrency); "
+                    f"this profile's load is {load.describe()}"
+                )
+            load = load.model_copy(update={"ramp_up_s": self.ramp_up_s})
         update: dict = {"load": load}
         if self.tokenizer:
             update["tokenizer"] = self.tokenizer

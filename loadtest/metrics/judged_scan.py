@@ -63,7 +63,9 @@ class JudgingScan:
     tokens and whether it meets the per-request SLO (goodput), in typed arrays.
 
     ``warmup``: the profile's (or --warmup's) seconds, ``"auto"``, or None for the default
-    (``default_warmup_s`` of the schedule); ``cooldown`` the same without a default."""
+    (``default_warmup_s`` of the schedule); ``cooldown`` the same without a default. ``ramp_end``: the
+    epoch by which a closed loop's streams had all started (locust/ramp.py): whatever the warm-up, the
+    window and the generator's steady state begin no earlier."""
 
     def __init__(
         self,
@@ -71,8 +73,9 @@ class JudgingScan:
         cooldown: float | str,
         slos: Sequence[AnySlo],
         per_scenario: bool,
+        ramp_end: float | None = None,
     ) -> None:
-        self.warmup, self.cooldown = warmup, cooldown
+        self.warmup, self.cooldown, self.ramp_end = warmup, cooldown, ramp_end
         rule = RequestSlo.from_slos(slos)
         self.rule = rule if rule.ttft_ms is not None or rule.tpot_ms is not None else None
         self.per_scenario = per_scenario
@@ -117,6 +120,7 @@ class JudgingScan:
         out of the schedule-lag p99."""
         ts = self._t
         span = max(ts) - min(ts) if ts else 0.0
+        ramp_s = max(0.0, self.ramp_end - min(ts)) if ts and self.ramp_end is not None else 0.0
         default = self.warmup is None
         w: float | str = default_warmup_s(span) if self.warmup is None else self.warmup
         cooldown = self.cooldown
@@ -127,27 +131,27 @@ class JudgingScan:
         }
         window: Window | None = None
         note: str | None = None
-        if ts and (w or cooldown):
+        if ts and (w or cooldown or ramp_s):
             try:
-                window = self._choose(w, cooldown)
+                window = self._choose(w, cooldown, ramp_s)
             except ValueError as e:
                 note = f"judged window: {e}; the whole run is judged"
             else:
                 if not any(window.start <= t < window.end for t in ts):
                     note = f"judged window: no request was scheduled in [{window.start:.3f}, {window.end:.3f}); the whole run is judged"
                     window = None
-        startup = max(default_warmup_s(span), window.warmup_s if window is not None else 0.0)
+        startup = max(default_warmup_s(span), window.warmup_s if window is not None else 0.0, ramp_s)
         health = self._health(startup)
         config["generator_health_startup_s"] = health["startup_s"]
         return JudgedWindow(window, health, config, note)
 
-    def _choose(self, warmup: float | str, cooldown: float | str) -> Window:
-        """The window from fixed warm-up/cool-down seconds, or ``"auto"`` (steady-state detection);
-        ValueError when they leave nothing of the schedule."""
+    def _choose(self, warmup: float | str, cooldown: float | str, ramp_s: float) -> Window:
+        """The window from fixed warm-up/cool-down seconds, or ``"auto"`` (steady-state detection), never
+        beginning before ``ramp_s`` (the start ramp); ValueError when they leave nothing of the schedule."""
         t0, t_last = min(self._t), max(self._t)
         automatic = warmup == "auto" or cooldown == "auto"
         first, last = steady_state(self._completion_rates(t0)) if automatic else (0, 0)
-        w = float(first) if warmup == "auto" else float(warmup)
+        w = max(float(first) if warmup == "auto" else float(warmup), ramp_s)
         c = max(0.0, t_last - (t0 + last)) if cooldown == "auto" else float(cooldown)
         start, end = t0 + w, t_last - c + 1e-6
         if end <= start:

@@ -67,6 +67,10 @@ class Load(Strict):
     trace: TraceLoad | None = None
     stages: list[Stage] | None = Field(default=None, min_length=1)
     max_in_flight: int | None = Field(default=None, ge=1)
+    # Closed loop: the seconds over which the streams start (0: at once; None: at once up to a few hundred
+    # a process, else at a rate the generator's host sustains; locust/ramp.py). The judged window begins
+    # after the last one started.
+    ramp_up_s: float | None = Field(default=None, ge=0)
 
     @model_validator(mode="after")
     def _rules(self) -> Load:
@@ -91,6 +95,11 @@ class Load(Strict):
         if not open_loop and self.max_in_flight is not None:
             raise rule_error(
                 "max_in_flight applies to open loop only (rate, or stages with rate)", "max_in_flight"
+            )
+        if self.ramp_up_s is not None and self.concurrency is None:
+            raise rule_error(
+                "ramp_up_s applies to a closed loop (concurrency); stages ramp with their own ramp: true",
+                "ramp_up_s",
             )
         if self.arrival == "gamma" and self.cv is None:
             raise rule_error(

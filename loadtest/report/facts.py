@@ -131,7 +131,9 @@ def judged_label(run: RunDocument) -> str:
         return f"judged: the whole run, {n} (no warm-up or cool-down window)"
     w = run.judged.window
     start = w.warmup_s
-    return f"judged window: {start:.1f}–{start + w.duration_s:.1f} s, {n}"
+    ramp = run.config.judging.ramp if run.config.judging is not None else None
+    after = f", after a {ramp.took_s:.1f} s start ramp" if ramp is not None and ramp.planned_s > 0 else ""
+    return f"judged window: {start:.1f}–{start + w.duration_s:.1f} s, {n}{after}"
 
 
 def whole_run_label(run: RunDocument) -> str:

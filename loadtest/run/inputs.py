@@ -102,6 +102,7 @@ def prepare(
     if endpoints is not None:
         prepared.hosts = _endpoints(prepared.settings, endpoints)
     prepared.settings.duration_s = run_duration(options, prepared.profile, prepared.workload)
+    _check_ramp(prepared.profile, profile_path, options, prepared.settings.duration_s)
     if run_folder:
         prepared.out = out_dir(options, prepared.profile.name)
         prepared.settings.out_dir, prepared.settings.run_id = str(prepared.out), prepared.out.name
@@ -120,6 +121,7 @@ def prepare_settings(options: RunOptions, profile_path: Path, *, host: str = "")
         seed=0,
         concurrency=options.concurrency,
         rate=options.rate,
+        ramp_up_s=_seconds(options.ramp_up, "--ramp-up") if options.ramp_up else None,
         api_key_env=_api_key_env(options),
         api_key_file=str(Path(options.api_key_file).expanduser().resolve()) if options.api_key_file else None,
         processes=options.processes,
@@ -332,7 +334,8 @@ def with_judging(profile: Profile, options: RunOptions) -> Profile:
         update["smoke"] = True
     for flag, key in ((options.warmup, "warmup_s"), (options.cooldown, "cooldown_s")):
         if flag:
-            update[key] = "auto" if flag.strip() == "auto" else _window_seconds(flag, key)
+            option = "--warmup" if key == "warmup_s" else "--cooldown"
+            update[key] = "auto" if flag.strip() == "auto" else _seconds(flag, option, " or auto")
     return (
         profile.model_copy(update={"judging": profile.judging.model_copy(update=update)})
         if update
@@ -340,12 +343,24 @@ def with_judging(profile: Profile, options: RunOptions) -> Profile:
     )
 
 
-def _window_seconds(text: str, key: str) -> float:
-    """--warmup / --cooldown seconds: like --duration, but 0 is allowed (``--warmup 0``: judge from the start)."""
+def _seconds(text: str, option: str, also: str = "") -> float:
+    """--warmup / --cooldown / --ramp-up seconds: like --duration, but 0 is allowed (``--warmup 0``: judge
+    from the start; ``--ramp-up 0``: every stream at once); ``also``: what else the option takes."""
     if re.fullmatch(r"\s*0+(?:\.0*)?\s*(ms|s|m|h)?\s*", text):
         return 0.0
     try:
         return parse_duration(text)
     except UsageError:
-        option = "--warmup" if key == "warmup_s" else "--cooldown"
-        raise UsageError(f"{option} {text!r}: use seconds like 30s, 2m, 0, or auto") from None
+        raise UsageError(f"{option} {text!r}: use seconds like 30s, 2m, 0{also}") from None
+
+
+def _check_ramp(profile: Profile, path: Path, options: RunOptions, duration_s: float) -> None:
+    """A ramp set by --ramp-up or load.ramp_up_s must end before the run does (UsageError naming it)."""
+    ramp = profile.load.ramp_up_s
+    if ramp is None or ramp < duration_s:
+        return
+    what = f"--ramp-up {options.ramp_up}" if options.ramp_up else f"{path}: load.ramp_up_s {ramp:g}"
+    raise UsageError(
+        f"{what}: the streams would still be starting when the {duration_s:g} s run ends; give a ramp "
+        "shorter than the duration (or a longer --duration)"
+    )

@@ -23,6 +23,7 @@ class RunOptions:
     processes_option: str = "--processes"  # the option that set ``processes`` (named when it is < 1)
     concurrency: int | None = None
     rate: float | None = None
+    ramp_up: str | None = None  # --ramp-up: seconds like 30s or 0 over the profile's load.ramp_up_s
     seed: int | None = None
     seed_set: str | None = None  # --seed-set FILE:COHORT[:SET] (workload/seed_set.py)
     duration: str | None = None  # 90, 90s, 5m, 1h; None: a self-ending schedule's length, else the profile's

@@ -161,7 +161,9 @@ def finalize(run: FinishedRun) -> Finalized:
 
     # Pass one over the record log: failures, the judged window's columns, the providers' figures.
     paths = [out / f for f in outcome.record_files]
-    scan = JudgingScan(judging.warmup_s, judging.cooldown_s, run.slos, per_scenario)
+    ramp = outcome.ramp
+    ramp_end = ramp.end_epoch if ramp is not None else None
+    scan = JudgingScan(judging.warmup_s, judging.cooldown_s, run.slos, per_scenario, ramp_end)
     failures = FailureTally()
     samples = LatencySamples()  # the exact values behind the reported percentiles (LoadGen's rule)
     skipped = ReadTally()
@@ -219,6 +221,7 @@ def finalize(run: FinishedRun) -> Finalized:
         **judged.config,
         "generator_health": judging.generator_health,
         "smoke": judging.smoke,
+        **({"ramp": ramp.to_dict()} if ramp is not None else {}),
     }
     if judging.smoke:  # the first note: whatever the verdict, this is not a compliant result
         doc["notes"].insert(0, SMOKE_NOTE)

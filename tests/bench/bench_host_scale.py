@@ -9,7 +9,8 @@ The paced server (tests/bench/sse_server.py, pinned to CPU 1) answers every requ
   flight, time-averaged over the steady state) and the ``streams_held`` check's verdict;
 - ``peak_rss_mb`` (the run's process tree, sampled each second) and ``rss_per_stream_kb``;
 - ``errors`` (requests that did not end ok or cancelled) and whether any was a descriptor error;
-- ``cpu_p90_percent`` and ``host_cpu_p90_percent`` (the generator's own figures) and the verdict.
+- ``cpu_p90_percent`` and ``host_cpu_p90_percent`` (the generator's own figures), ``start_ramp`` (what
+  starting every stream took: the default ramp, docs/profiles.md "Start ramp") and the verdict.
 
     .venv/bin/python tests/bench/bench_host_scale.py [--streams 13368] [--processes 1,2] [--duration 60]
         [--answer-s 25]
@@ -128,6 +129,8 @@ def main() -> None:
         line(f"{name}_fd_errors", "yes" if r["fd_errors"] else "no")
         line(f"{name}_cpu_p90_percent", gen.get("cpu_p90_percent") or 0.0, "%", "{:.1f}")
         line(f"{name}_host_cpu_p90_percent", gen.get("host_cpu_p90_percent") or 0.0, "%", "{:.1f}")
+        ramp = doc["config"]["judging"].get("ramp") or {}
+        line(f"{name}_start_ramp", ramp.get("took_s") or 0.0, "s", "{:.1f}")
         line(f"{name}_ttft_p99", doc["metrics"]["latency_ms"]["ttft"]["p99"] or 0.0, "ms", "{:.1f}")
         line(f"{name}_verdict", doc["verdict"]["status"])
 
