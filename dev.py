@@ -117,7 +117,7 @@ def main() -> int:
     ensure_image_builder()
     ensure_proxies()
     jobs = test_jobs()
-    if rest or jobs < 2:  # a chosen subset, or one core: one pytest, the engines installed first
+    if rest or jobs < 2:  # a chosen subset, or one job: one pytest, the engines installed first
         ensure_real_engines()
         rc = lint()
         return subprocess.call([str(PY), "-m", "pytest", "-q", *rest], cwd=ROOT) or rc
@@ -135,9 +135,8 @@ def main() -> int:
 
 
 def test_jobs() -> int:
-    """How many pytest processes share the suite: `LOADTEST_TEST_JOBS`, else one per core, at most 2."""
-    value = os.environ.get("LOADTEST_TEST_JOBS")
-    return int(value) if value else min(2, os.cpu_count() or 1)
+    """How many pytest processes share the suite: `LOADTEST_TEST_JOBS` (1 when unset)."""
+    return int(os.environ.get("LOADTEST_TEST_JOBS") or "1")
 
 
 def lint() -> int:
