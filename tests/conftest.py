@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -14,6 +15,10 @@ from typing import Any
 import pytest
 
 CLI = [sys.executable, "-m", "loadtest.cli.main"]
+
+# The gRPC tests create grpcio channels and servers in the test process; grpcio's fork handlers would then
+# run in every child the later tests start (between fork and exec) and abort it. Off before grpc loads.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
 # Why these helpers judge the generator's health with `warn` by default: a run's verdict includes the
 # load generator's own health (schedule lag p99 ≤ 50 ms, CPU ≤ 90 %; loadtest/metrics/verdict.py), and

@@ -5,13 +5,18 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import weakref
 from collections.abc import Sequence
 from time import perf_counter_ns
 from typing import TYPE_CHECKING, Any
 
-import grpc
+# a process with gRPC channels may still start children (workers, the engine): grpcio's fork handlers would
+# run in each between fork and exec and can abort it
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+
+import grpc  # noqa: E402
 from google.protobuf.message import DecodeError
 
 from loadtest.client.adapters.base import CAP_UNLIMITED_BYTES, json_encoder
