@@ -13,14 +13,30 @@ import json
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import gevent
 import pytest
 from conftest import CLI, interrupt_when, run_cli, write_profile
+from gevent.event import Event
+from locust import User, constant, task
+from locust.env import Environment
 
-from loadtest.locust.ramp import AT_ONCE_STREAMS, MAX_RAMP_SHARE, STARTS_PER_S, STEP_S, plan_ramp
+from loadtest.locust.host_cpu import HostCpu
+from loadtest.locust.ramp import (
+    AT_ONCE_STREAMS,
+    HOLD_MAX_FACTOR,
+    MAX_RAMP_SHARE,
+    STARTS_PER_S,
+    STEP_S,
+    Ramp,
+    RampPlan,
+    plan_ramp,
+    start_streams,
+)
 
 HERE = Path(__file__).resolve().parent
 SERVER = HERE / "bench" / "sse_server.py"
@@ -191,3 +207,65 @@ def test_the_ramp_options_help_gives_the_defaults_the_code_uses() -> None:
     text = " ".join(res.stdout.split())
     assert f"{AT_ONCE_STREAMS} a process" in text and f"{STARTS_PER_S:,.0f} a second a process" in text
     assert "a third of the run" in text and pytest.approx(1 / 3) == MAX_RAMP_SHARE
+
+
+class _Waiting(User):
+    """A stream that only waits: the ramp's subject is when streams start."""
+
+    wait_time = constant(1)
+
+    @task
+    def nothing(self) -> None:
+        gevent.sleep(1)
+
+
+class _BusyFor(HostCpu):
+    """The host's real gauge, read as busy for its first ``busy`` readings (then as it is)."""
+
+    def __init__(self, busy: int) -> None:
+        self.busy = busy
+        super().__init__()
+
+    def share(self) -> float:
+        real = super().share()
+        if self.busy > 0:
+            self.busy -= 1
+            return 1.0
+        return real
+
+
+def _start(plan: RampPlan, host: HostCpu) -> Ramp:
+    runner = Environment(user_classes=[_Waiting]).create_local_runner()
+    try:
+        ramp = start_streams(runner, plan, Event(), host)
+        assert ramp is not None and runner.user_count == plan.streams
+        return ramp
+    finally:
+        runner.quit()
+
+
+def test_the_host_gauge_adds_up_the_processes_it_watches() -> None:
+    spin = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        host = HostCpu([spin.pid])
+        time.sleep(1.0)
+        # one spinning process: about one core of the usable ones (a busy machine gives it less)
+        assert 0.3 / host.cores < host.share() < 1.3 / host.cores + 0.2
+    finally:
+        spin.kill()
+        spin.wait(timeout=5)
+    time.sleep(0.3)
+    assert host.share() < 0.6 / host.cores + 0.2  # an ended process counts no more
+
+
+def test_a_default_ramp_holds_its_batches_while_the_host_is_busy() -> None:
+    plan = RampPlan(40, 1.0, "default")
+    held = _start(plan, _BusyFor(6))  # six readings busy: about six steps held
+    assert held.held_s >= 5 * STEP_S
+    assert held.took_s >= plan.seconds + held.held_s - 2 * STEP_S
+    # a host busy the whole time: held until the ramp has taken HOLD_MAX_FACTOR times its plan, no longer
+    always = _start(plan, _BusyFor(10**6))
+    assert always.held_s >= (HOLD_MAX_FACTOR - 1) * plan.seconds - 2 * STEP_S
+    assert always.took_s < HOLD_MAX_FACTOR * plan.seconds + 3.0
+    # a ramp set by --ramp-up keeps its pace
+    assert _start(RampPlan(40, 1.0, "set"), _BusyFor(10**6)).held_s == 0

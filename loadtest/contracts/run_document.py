@@ -62,11 +62,13 @@ class Timeouts(_Section):
 
 class StartRamp(_Section):
     """A closed loop's start (locust/ramp.py): the ramp planned (0: at once), what starting every stream
-    took, and whether ``--ramp-up`` / ``load.ramp_up_s`` set it (``set``) or the default did."""
+    took, and whether ``--ramp-up`` / ``load.ramp_up_s`` set it (``set``) or the default did; ``held_s``:
+    how long a default ramp's batches waited for the host's CPU."""
 
     planned_s: float
     took_s: float
     source: str
+    held_s: float = 0.0
 
 
 class JudgingConfig(_Section):

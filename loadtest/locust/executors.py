@@ -9,6 +9,7 @@ from typing import ClassVar, Protocol
 from gevent.event import Event
 from locust.runners import Runner
 
+from loadtest.locust.host_cpu import HostCpu
 from loadtest.locust.ramp import Ramp, plan_ramp, start_streams
 from loadtest.locust.users import ClosedLoopUser, OpenLoopUser
 from loadtest.profile.load import Load
@@ -26,9 +27,12 @@ class Executor(Protocol):
     @property
     def user_class(self) -> type: ...
 
-    def drive(self, runner: Runner, duration_s: float, processes: int, stop: Event) -> Ramp | None:
-        """Start the users and keep the load until ``duration_s`` ends or ``stop`` is set; the closed
-        loop's start ramp (None for the other loads, or when ``stop`` came before every stream started)."""
+    def drive(
+        self, runner: Runner, duration_s: float, processes: int, stop: Event, host: HostCpu
+    ) -> Ramp | None:
+        """Start the users and keep the load until ``duration_s`` ends or ``stop`` is set (a closed loop's
+        start watches ``host``'s CPU); the closed loop's start ramp (None for the other loads, or when
+        ``stop`` came before every stream started)."""
         ...
 
 
@@ -45,7 +49,9 @@ class ScheduledArrivals:
     open_loop: ClassVar[bool] = True
     user_class: ClassVar[type] = OpenLoopUser
 
-    def drive(self, runner: Runner, duration_s: float, processes: int, stop: Event) -> Ramp | None:
+    def drive(
+        self, runner: Runner, duration_s: float, processes: int, stop: Event, host: HostCpu
+    ) -> Ramp | None:
         runner.start(processes, spawn_rate=_spawn_rate(processes))
         stop.wait(timeout=duration_s)
         return None
@@ -63,9 +69,12 @@ class ConstantStreams:
     open_loop: ClassVar[bool] = False
     user_class: ClassVar[type] = ClosedLoopUser
 
-    def drive(self, runner: Runner, duration_s: float, processes: int, stop: Event) -> Ramp | None:
+    def drive(
+        self, runner: Runner, duration_s: float, processes: int, stop: Event, host: HostCpu
+    ) -> Ramp | None:
         deadline = time.monotonic() + duration_s
-        ramp = start_streams(runner, plan_ramp(self.streams, self.ramp_up_s, duration_s, processes), stop)
+        plan = plan_ramp(self.streams, self.ramp_up_s, duration_s, processes)
+        ramp = start_streams(runner, plan, stop, host)
         if ramp is not None:
             stop.wait(timeout=max(0.0, deadline - time.monotonic()))
         return ramp
@@ -80,7 +89,9 @@ class StreamStages:
     open_loop: ClassVar[bool] = False
     user_class: ClassVar[type] = ClosedLoopUser
 
-    def drive(self, runner: Runner, duration_s: float, processes: int, stop: Event) -> Ramp | None:
+    def drive(
+        self, runner: Runner, duration_s: float, processes: int, stop: Event, host: HostCpu
+    ) -> Ramp | None:
         deadline = time.monotonic() + duration_s
         previous = 0
         for n, seconds, ramp in self.stages:

@@ -4,7 +4,6 @@ every worker's final results at the end."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
@@ -19,7 +18,6 @@ from typing import Any
 
 import gevent
 import msgspec
-import psutil
 import yaml
 from locust.env import Environment
 from locust.rpc import Message
@@ -41,6 +39,7 @@ from loadtest.contracts.messages import (
 )
 from loadtest.contracts.record_line import LINE_ENCODER, RecordLine
 from loadtest.locust.compat import check_locust_version, users_dispatcher
+from loadtest.locust.host_cpu import HostCpu
 from loadtest.locust.progress import ProgressPrinter
 from loadtest.locust.prometheus import LiveMetrics, LiveView
 from loadtest.locust.ramp import Ramp
@@ -329,7 +328,7 @@ class MasterSession:
             )
             progress.start()
             host_cpu = gevent.spawn(_sample_host_cpu, total, list(procs)) if procs else None
-            self.ramp = drive_load(runner, profile, settings, stopper)
+            self.ramp = drive_load(runner, profile, settings, stopper, HostCpu(list(procs)))
             progress.stop()
             if host_cpu is not None:
                 host_cpu.kill()
@@ -623,25 +622,14 @@ def _wait_for_workers(
 
 def _sample_host_cpu(total: RunAggregates, pids: list[int]) -> None:
     """Once a second while the load runs: this master's and its local workers' CPU together, per core
-    they may use (the master's affinity, which the workers inherit), into the run's health figures.
-    Workers that share cores are judged together: each alone can look half idle on a saturated core."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    procs = [psutil.Process()]
-    for pid in pids:
-        with contextlib.suppress(psutil.Error):
-            procs.append(psutil.Process(pid))
-    for p in procs:
-        with contextlib.suppress(psutil.Error):
-            p.cpu_percent(None)
+    they may use (locust/host_cpu.py), into the run's health figures."""
+    host = HostCpu(pids)
     gevent.sleep(2.0)  # start-up (users spawning) is not the steady load
+    host.share()
     hist = total.all.hists["generator_host_cpu"]
     while True:
         gevent.sleep(1.0)
-        used = 0.0
-        for p in procs:
-            with contextlib.suppress(psutil.Error):
-                used += p.cpu_percent(None)
-        hist.record_value(min(round(used / cores * 10), 100_000))
+        hist.record_value(min(round(host.share() * 1000), 100_000))
 
 
 def _watch_workers(

@@ -12,6 +12,7 @@ import gevent
 from gevent.event import Event
 from locust.runners import Runner
 
+from loadtest.locust.host_cpu import HostCpu
 from loadtest.profile.load import Load
 
 # Up to this many streams per process start at once: a few hundred connections and first requests take
@@ -26,6 +27,13 @@ MAX_RAMP_SHARE = 1 / 3
 # Streams start in batches this far apart; each batch waits for the last to be taken in (a busy loop,
 # or a master waiting for its workers' word, spaces them further: the ramp slows with the host).
 STEP_S = 0.1
+# A default ramp also watches the host: a batch waits while the generator's processes on this host use more
+# than HOLD_ABOVE of the cores they may use (locust/host_cpu.py), so that starting streams does not take
+# the CPU the running ones need. It waits until the ramp has taken HOLD_MAX_FACTOR times its plan at most:
+# a host the running streams alone saturate would otherwise never start the rest (its run's health check
+# then says the host is saturated). A ramp set by --ramp-up keeps its own pace.
+HOLD_ABOVE = 0.9
+HOLD_MAX_FACTOR = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,22 +76,32 @@ def plan_ramp(streams: int, ramp_up_s: float | None, duration_s: float, processe
 @dataclass(frozen=True, slots=True)
 class Ramp:
     """What the start took: planned ``planned_s``, from the first start to the last stream taken in
-    ``took_s``; ``end_epoch``: when the judged window may begin (a step after the last batch of a ramp;
-    the first start when the streams started at once)."""
+    ``took_s``, of which ``held_s`` batches waited for the host's CPU; ``end_epoch``: when the judged
+    window may begin (a step after the last batch of a ramp; the first start when the streams started at
+    once)."""
 
     planned_s: float
     took_s: float
     end_epoch: float
     source: str
+    held_s: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        return {"planned_s": self.planned_s, "took_s": self.took_s, "source": self.source}
+        return {
+            "planned_s": self.planned_s,
+            "took_s": self.took_s,
+            "source": self.source,
+            "held_s": self.held_s,
+        }
 
 
-def start_streams(runner: Runner, plan: RampPlan, stop: Event) -> Ramp | None:
-    """Start ``plan.streams`` users on ``runner`` in batches STEP_S apart (one batch when at once); the
-    ramp when every stream started, None when ``stop`` came first."""
+def start_streams(runner: Runner, plan: RampPlan, stop: Event, host: HostCpu) -> Ramp | None:
+    """Start ``plan.streams`` users on ``runner`` in batches STEP_S apart (one batch when at once), a
+    default ramp's batches held while ``host`` is busy; the ramp when every stream started, None when
+    ``stop`` came first."""
     n = plan.streams
+    watch = plan.source == "default" and plan.seconds > 0
+    held = 0.0
     steps = max(1, math.ceil(plan.seconds / STEP_S))
     taken = Event()
     counts: list[int] = [0]
@@ -95,8 +113,11 @@ def start_streams(runner: Runner, plan: RampPlan, stop: Event) -> Ramp | None:
     events = runner.environment.events.spawning_complete
     events.add_listener(spawned)
     started = time.time()
+    hold_until = time.monotonic() + HOLD_MAX_FACTOR * plan.seconds
     try:
         for i in range(1, steps + 1):
+            if watch and i > 1:
+                held += _hold_while_busy(host, hold_until, stop)
             target = math.ceil(n * i / steps)
             taken.clear()
             runner.start(target, spawn_rate=float(target))  # this batch in one dispatch
@@ -114,7 +135,18 @@ def start_streams(runner: Runner, plan: RampPlan, stop: Event) -> Ramp | None:
     if plan.seconds <= 0:  # at once: the start is the warm-up's business, as it always was
         return Ramp(0.0, round(took, 3), started, plan.source)
     gevent.sleep(STEP_S)  # the last batch's first requests are scheduled before the window begins
-    return Ramp(plan.seconds, round(took, 3), time.time(), plan.source)
+    return Ramp(plan.seconds, round(took, 3), time.time(), plan.source, round(held, 3))
+
+
+def _hold_while_busy(host: HostCpu, until: float, stop: Event) -> float:
+    """Wait a step at a time while ``host`` used more than HOLD_ABOVE of its cores in the last one (until
+    ``until`` at the latest); the seconds waited."""
+    waited = 0.0
+    while host.share() > HOLD_ABOVE and time.monotonic() < until:
+        if stop.wait(timeout=STEP_S):
+            break
+        waited += STEP_S
+    return waited
 
 
 def plan_for(load: Load, duration_s: float, processes: int) -> RampPlan | None:

@@ -38,6 +38,7 @@ from loadtest.contracts.messages import (
 from loadtest.gc_tuning import tune_gc
 from loadtest.locust.context import RunContext
 from loadtest.locust.executors import executor_for
+from loadtest.locust.host_cpu import HostCpu
 from loadtest.locust.progress import ProgressPrinter
 from loadtest.locust.prometheus import LiveMetrics, LiveView
 from loadtest.locust.ramp import Ramp
@@ -85,10 +86,14 @@ def user_class(profile: Profile) -> type:
     return executor_for(profile.load).user_class
 
 
-def drive_load(runner: Runner, profile: Profile, settings: RunSettings, stopper: Stopper) -> Ramp | None:
+def drive_load(
+    runner: Runner, profile: Profile, settings: RunSettings, stopper: Stopper, host: HostCpu
+) -> Ramp | None:
     """Start the users and keep the load the profile asks for until the duration ends or a signal comes
-    (the profile's executor, locust/executors.py); the closed loop's start ramp."""
-    return executor_for(profile.load).drive(runner, settings.duration_s, settings.processes, stopper.event)
+    (the profile's executor, locust/executors.py); the closed loop's start ramp, which watches ``host``."""
+    return executor_for(profile.load).drive(
+        runner, settings.duration_s, settings.processes, stopper.event, host
+    )
 
 
 BUSY_CHECK_S = 0.5  # after a stop: a greenlet that does not yield for this long (to twice it) is ended
@@ -206,7 +211,7 @@ def run_local(settings: RunSettings, live: LiveMetrics | None = None) -> RunOutc
     progress.start()
     ramp = None
     try:
-        ramp = drive_load(runner, ctx.profile, settings, stopper)
+        ramp = drive_load(runner, ctx.profile, settings, stopper, HostCpu())
         progress.stop()
         if not stopper.interrupted:
             drain_s = drain_timeout_for(ctx.profile)

@@ -132,7 +132,10 @@ def judged_label(run: RunDocument) -> str:
     w = run.judged.window
     start = w.warmup_s
     ramp = run.config.judging.ramp if run.config.judging is not None else None
-    after = f", after a {ramp.took_s:.1f} s start ramp" if ramp is not None and ramp.planned_s > 0 else ""
+    after = ""
+    if ramp is not None and ramp.planned_s > 0:
+        held = f", {ramp.held_s:.1f} s of it waiting for the host's CPU" if ramp.held_s > 0 else ""
+        after = f", after a {ramp.took_s:.1f} s start ramp{held}"
     return f"judged window: {start:.1f}–{start + w.duration_s:.1f} s, {n}{after}"
 
 
