@@ -135,8 +135,12 @@ def main() -> int:
 
 
 def test_jobs() -> int:
-    """How many pytest processes share the suite: `LOADTEST_TEST_JOBS` (1 when unset)."""
-    return int(os.environ.get("LOADTEST_TEST_JOBS") or "1")
+    """How many pytest processes share the suite: `LOADTEST_TEST_JOBS`, else 2 where two cores are free to
+    this process (the suite's tests start servers and workers of their own: more would crowd them)."""
+    if os.environ.get("LOADTEST_TEST_JOBS"):
+        return int(os.environ["LOADTEST_TEST_JOBS"])
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return min(2, cores)
 
 
 def lint() -> int:

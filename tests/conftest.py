@@ -76,14 +76,17 @@ def interrupt_when(
     sig: signal.Signals = signal.SIGINT,
     wait_s: float = 90,
     merge_stderr: bool = False,
+    sigint_ignored: bool = False,
 ) -> tuple[int, str, str]:
     """Start ``cmd``, send ``sig`` once ``ready()`` holds, return (exit code, stdout, stderr); never leaks it.
 
     Waits at most ``wait_s`` for ``ready`` and as long again for the exit; fails if the process ended
-    before the signal. With ``merge_stderr`` the stderr lines are in stdout and stderr is "".
+    before the signal. With ``merge_stderr`` the stderr lines are in stdout and stderr is "". With
+    ``sigint_ignored`` it starts with SIGINT ignored, as a shell's background job does.
     """
     err = subprocess.STDOUT if merge_stderr else subprocess.PIPE
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True)
+    start = (lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if sigint_ignored else None
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, preexec_fn=start)
     try:
         deadline = time.monotonic() + wait_s
         while time.monotonic() < deadline and proc.poll() is None and not ready():

@@ -174,8 +174,10 @@ def test_ui_checks_every_replica_of_its_fleet(tmp_path: Path) -> None:
     assert last.startswith("loadtest: error: replica http://127.0.0.1:9"), r.stderr
 
 
-def test_ctrl_c_before_the_load_starts_is_one_line_and_exit_130(tmp_path: Path) -> None:
-    """A SIGINT while the endpoint check still waits for an answer: no traceback, nothing recorded."""
+@pytest.mark.parametrize("background", [False, True], ids=["foreground", "sigint-ignored-at-start"])
+def test_ctrl_c_before_the_load_starts_is_one_line_and_exit_130(tmp_path: Path, background: bool) -> None:
+    """A SIGINT while the endpoint check still waits for an answer: no traceback, nothing recorded; also
+    when the command started with SIGINT ignored (a shell's background job), which Python leaves ignored."""
     server = socket.create_server(("127.0.0.1", 0))  # accepts (the kernel's backlog), never answers
     accepted: list[socket.socket] = []
     try:
@@ -199,7 +201,7 @@ def test_ctrl_c_before_the_load_starts_is_one_line_and_exit_130(tmp_path: Path) 
             "--out",
             str(tmp_path / "r"),
         ]
-        code, out, err = interrupt_when(cmd, connected, signal.SIGINT)
+        code, out, err = interrupt_when(cmd, connected, signal.SIGINT, sigint_ignored=background)
     finally:
         for s in (*accepted, server):
             s.close()

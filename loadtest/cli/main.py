@@ -1,6 +1,7 @@
 """The ``loadtest`` command line: subcommands and their arguments."""
 
 import argparse
+import signal
 import sys
 
 from loadtest import __version__
@@ -185,6 +186,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     raise_open_file_limit()
+    # SIGINT stops every command, even when it was started with SIGINT ignored (a shell's background job,
+    # whose children inherit that): Python then installs no handler of its own.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         return _command(args)
     except KeyboardInterrupt:  # Ctrl-C before a run's own handlers took over: nothing was sent yet
