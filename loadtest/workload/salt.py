@@ -28,6 +28,7 @@ def _digits_needed(bits: int, base: int) -> int:
 
 
 SALT_TOKENS = _digits_needed(SALT_BITS, len(TOKEN_PIECES))
+_rng = random.Random()  # salt_value's generator
 
 
 def new_run_nonce() -> int:
@@ -53,7 +54,8 @@ def describe_run_salt(mode: str, nonce: int | None, seed: int) -> dict[str, str 
 def salt_value(seed: int, index: int | str, nonce: int | None = None) -> int:
     """The 64-bit salt of query ``index``: the same for the same seed, index and run nonce."""
     key = f"{seed}:salt:{index}" if nonce is None else f"{seed}:salt:{index}:{nonce:x}"
-    return random.Random(key).getrandbits(SALT_BITS)
+    _rng.seed(key)  # reseeded, not made anew: the same value without a new generator per query
+    return _rng.getrandbits(SALT_BITS)
 
 
 def salt_text(seed: int, index: int | str, nonce: int | None = None) -> str:
