@@ -124,7 +124,6 @@ class RunContext:
             CaptureSpec.model_validate(settings.capture) if settings.capture else self.profile.capture
         )
         self.capture: CaptureLog | None = None  # open_capture: where this process's capture file goes
-        self._flush_due = False  # a flush of the record lines is queued on the event loop
         self._closed_counter = itertools.count()
         # Where Locust's request event is fired (its statistics, for a web UI): None, not fired.
         self.env: Environment | None = None
@@ -257,10 +256,7 @@ class RunContext:
         if rec.session is not None:
             slo = self.request_slo
             self.recorder.converse(rec, rec.outcome == "ok" if slo is None else slo.is_good_record(rec))
-        self.log.add(rec)
-        if not self._flush_due:  # the lines of the requests that end in this pass: one write
-            self._flush_due = True
-            gevent.get_hub().loop.run_callback(self._flush_log)
+        self.log.write(rec)
         if self.capture is not None:
             self.capture.offer(rec)
         if (
@@ -291,15 +287,10 @@ class RunContext:
                 context={},
             )
 
-    def _flush_log(self) -> None:
-        """The record lines of the requests finished in this event-loop pass, to the OS in one write."""
-        self._flush_due = False
-        self.log.flush()
-
     def close(self) -> None:
         self._cpu_sampler.kill(block=False)
         self.recorder.flush()
-        self.log.close()  # the lines not yet flushed first
+        self.log.close()
         if self.capture is not None:
             self.capture.close()
 

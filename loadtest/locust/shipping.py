@@ -30,7 +30,6 @@ class ShippedLog:
             path.parent.mkdir(parents=True, exist_ok=True)
             self._copy = AppendFile(path, self._copy_failed)
         self._pending: list[bytes] = []
-        self._copied = 0  # how many of the pending lines the local copy has
         self.count = 0
 
     def _copy_failed(self, failure: WriteFailure) -> None:
@@ -40,22 +39,12 @@ class ShippedLog:
             failure.describe(),
         )
 
-    def add(self, rec: RequestRecord) -> None:
-        """Keep ``rec``'s line for the next report; the local copy gets it at the next ``flush``."""
-        self._pending.append(LINE_ENCODER.encode(rec.to_log()) + b"\n")
-        self.count += 1
-
-    def flush(self) -> None:
-        """Append the lines ``add`` kept since the last flush to the local copy, in one block."""
-        if self._copy is not None and self._copied < len(self._pending):
-            block = self._pending[self._copied :]
-            self._copy.append(b"".join(block), len(block))
-        self._copied = len(self._pending)
-
     def write(self, rec: RequestRecord) -> None:
-        """Keep ``rec``'s line for the next report and append it to the local copy now."""
-        self.add(rec)
-        self.flush()
+        line = LINE_ENCODER.encode(rec.to_log()) + b"\n"
+        if self._copy is not None:
+            self._copy.append(line)
+        self._pending.append(line)
+        self.count += 1
 
     @property
     def lost(self) -> int:
@@ -67,17 +56,13 @@ class ShippedLog:
         return None
 
     def take(self) -> bytes:
-        """The lines kept since the last call, compressed (the local copy has them all first)."""
-        self.flush()
         if not self._pending:
             return b""
         blob = zlib.compress(b"".join(self._pending), 1)
         self._pending = []
-        self._copied = 0
         return blob
 
     def close(self) -> None:
-        self.flush()
         if self._copy is not None:
             self._copy.close()
 

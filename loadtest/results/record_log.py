@@ -15,36 +15,18 @@ from loadtest.results.durable import AppendFile, FailureHandler, WriteFailure
 
 
 class RecordLog:
-    """Append-only JSONL writer. ``write`` hands a line to the OS at once; ``add`` keeps it until the next
-    ``flush`` (its owner flushes once per event-loop pass, so that the lines of the requests that ended
-    together reach the OS in one write, docs/durability.md). After a failed write (a full disk) nothing
-    more is written: ``lost`` counts the records that are not in the file."""
+    """Append-only JSONL writer; each line reaches the OS as soon as its request finishes. After a failed
+    write (a full disk) nothing more is written: ``lost`` counts the records that are not in the file."""
 
     def __init__(self, path: Path, on_failure: FailureHandler | None = None) -> None:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
         self._file = AppendFile(path, on_failure)
-        self._pending: list[bytes] = []
         self.count = 0
 
-    def add(self, rec: RequestRecord) -> None:
-        """Encode ``rec``'s line; it is written by the next ``flush`` (or ``write``, or ``close``)."""
-        self._pending.append(LINE_ENCODER.encode(rec.to_log()))
-
-    def flush(self) -> None:
-        """Write every line ``add`` kept, whole lines in one block."""
-        pending = self._pending
-        if not pending:
-            return
-        self._pending = []
-        pending.append(b"")  # the last line's newline
-        if self._file.append(b"\n".join(pending), len(pending) - 1):
-            self.count += len(pending) - 1
-
     def write(self, rec: RequestRecord) -> None:
-        """Write ``rec``'s line now (after any kept by ``add``)."""
-        self.add(rec)
-        self.flush()
+        if self._file.append(LINE_ENCODER.encode(rec.to_log()) + b"\n"):
+            self.count += 1
 
     @property
     def failure(self) -> WriteFailure | None:
@@ -55,7 +37,6 @@ class RecordLog:
         return self._file.lost
 
     def close(self) -> None:
-        self.flush()
         self._file.close()
 
 
