@@ -57,7 +57,7 @@ def salt_value(seed: int, index: int | str, nonce: int | None = None) -> int:
 
     Without a nonce (``run_salt: off``) it is MLPerf's per-query salt as loadtest has always drawn it, a
     Mersenne Twister seeded by the seed and the index; with one, a BLAKE2b hash of the three (seeding a
-    generator per query cost more than the rest of a short request's build, docs/profiles.md)."""
+    generator per query cost about 8 µs of a short request's CPU in a run, docs/profiles.md)."""
     if nonce is None:
         _rng.seed(f"{seed}:salt:{index}")  # reseeded, not made anew: one allocation less per query
         return _rng.getrandbits(SALT_BITS)
