@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, replace
 from time import perf_counter_ns
 from typing import Any
 
-from loadtest.client.adapters import SelfSending, adapter_for, response_cap
+from loadtest.client.adapters import adapter_for, response_cap, self_sending
 from loadtest.client.adapters.base import classify_http, done_time, with_model
 from loadtest.client.http import Connection, Endpoint, HttpFailure, Response, build_request
 from loadtest.client.network import NetworkPolicy
@@ -153,8 +153,8 @@ class OpenAIClient:
         rec.scheduled_epoch = scheduled_epoch
         rec.requested_output_tokens = req.requested_output_tokens
         rec.prompt_tokens_client = req.prompt_tokens
-        if isinstance(adapter := adapter_for(req.api), SelfSending):  # its own transport (gRPC)
-            adapter.exchange(self, rec, req)
+        if (sender := self_sending(req.api)) is not None:  # its own transport (gRPC)
+            sender.exchange(self, rec, req)
             rec.error = redact_echoes(rec.error, self._secrets) if rec.error else rec.error
             return rec
         raw = self.encode(req, rec)
@@ -187,4 +187,4 @@ class OpenAIClient:
         if classify_http(rec, resp):
             return
         adapter_for(req.api).classify(self, rec, req, resp)
-        rec.merged_gaps = count_merged_gaps(rec.chunk_times())
+        rec.merged_gaps = count_merged_gaps(rec.chunk_seq())

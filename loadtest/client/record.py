@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import pairwise
 
 import numpy as np
 from msgspec import UNSET
 
 from loadtest.contracts.record_line import AgenticTurn, LineLike, RecordLine, as_line
+
+# A stream of at most this many chunks is scanned in plain Python (short answers, most tool calls):
+# numpy's set-up for so few values costs more than the work.
+SMALL_STREAM = 8
 
 # Every request ends in exactly one of these (docs/metrics.md explains each).
 OUTCOMES: tuple[str, ...] = (
@@ -137,6 +142,17 @@ class RequestRecord:
             arr = self._chunk_times = np.asarray(self.chunk_ns, dtype=np.int64)
         return arr
 
+    def _chunks_us(self) -> list[int]:
+        """The chunks' times in µs after the scheduled time (plain Python for a short stream)."""
+        base, chunks = self.scheduled_ns, self.chunk_ns
+        if len(chunks) <= SMALL_STREAM:
+            return [(c - base) // 1000 for c in chunks]
+        return ((self.chunk_times() - base) // 1000).tolist()
+
+    def chunk_seq(self) -> np.ndarray | list[int]:
+        """``chunk_ns`` as the cheaper to scan: the list itself for a short stream, else ``chunk_times()``."""
+        return self.chunk_ns if len(self.chunk_ns) <= SMALL_STREAM else self.chunk_times()
+
     def to_log(self) -> RecordLine:
         """The record-log line: absolute epoch for the schedule, microsecond offsets for the rest."""
         base = self.scheduled_ns
@@ -162,7 +178,7 @@ class RequestRecord:
             first_answer_us=rel(self.first_answer_ns),
             e2e_us=rel(self.done_ns),
             tpot_us=None if (tp := self.tpot_us()) is None else round(tp, 1),
-            chunks_us=((self.chunk_times() - base) // 1000).tolist(),
+            chunks_us=self._chunks_us(),
             requested_output_tokens=self.requested_output_tokens,
             prompt_tokens=self.prompt_tokens_client,
             output_tokens=self.completion_tokens_client,
@@ -265,10 +281,18 @@ def merged_gap_mask(times: np.ndarray) -> np.ndarray:
     return merged
 
 
+def merged_flags(chunk_ns: list[int]) -> list[bool]:
+    """``merged_gap_mask`` in plain Python, for a short stream (numpy's set-up costs more than its work)."""
+    same = [a == b for a, b in pairwise(chunk_ns)]
+    return [s or after for s, after in zip(same, [*same[1:], False], strict=True)]
+
+
 def count_merged_gaps(chunk_ns: list[int] | np.ndarray) -> int:
     """How many of a record's token gaps are merged (``merged_gap_mask``)."""
     if len(chunk_ns) < 2:
         return 0
+    if isinstance(chunk_ns, list) and len(chunk_ns) <= SMALL_STREAM:
+        return sum(merged_flags(chunk_ns))
     times = np.asarray(chunk_ns, dtype=np.int64)
     if not (times[1:] == times[:-1]).any():
         return 0

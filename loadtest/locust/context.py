@@ -125,6 +125,7 @@ class RunContext:
         )
         self.capture: CaptureLog | None = None  # open_capture: where this process's capture file goes
         self._closed_counter = itertools.count()
+        # Where Locust's request event is fired (its statistics, for a web UI): None, not fired.
         self.env: Environment | None = None
         # The requests in flight (keyed by their record's id()): a worker reports them with each report.
         self._sending: dict[int, tuple[RequestRecord, PreparedRequest, int, float]] = {}

@@ -197,7 +197,8 @@ def run_local(settings: RunSettings, live: LiveMetrics | None = None) -> RunOutc
         live.attach(lambda: LiveView(ctx.recorder.result(), ctx.in_flight))
     ctx.open_capture(Path(settings.out_dir), CAPTURE_FILE)
     env = Environment(user_classes=[user_class(ctx.profile)], host=settings.host)
-    ctx.env = env
+    # ctx.env stays None: Locust's statistics feed its web UI, and a local run has none (the `ui`
+    # command's runs and workers fire Locust's request event; the run's figures never come from it).
     env.loadtest = ctx  # type: ignore[attr-defined]  # our context rides on locust's Environment
     stopper.install()
     ctx.on_failing = lambda _info: stopper.event.set()  # end the wait; the drain and results follow

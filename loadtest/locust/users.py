@@ -218,11 +218,13 @@ class Ahead:
 class ClosedLoopUser(User):
     """One concurrent stream: runs the next unit (a request or a whole session) as soon as the last ended.
 
-    Each unit is one Locust task: Locust's zero wait between tasks yields to the event loop, which then
-    serves every ready socket in one pass (running units back to back in one task instead cost 25 % more
-    CPU a request on 2-token answers, tests/bench/bench_run_capacity.py --only short). After a failed
-    unit the stream backs off (failure_backoff_s) instead of resending at once: an endpoint that fails
-    fast would otherwise spin the generator at full CPU."""
+    The stream's one Locust task runs its units one after the other, each followed by Locust's own wait
+    (``User.wait``: zero here, and where Locust stops a user between units). That wait yields to the
+    event loop, which then serves every ready socket in one pass (running units back to back without it
+    cost 25 % more CPU a request on 2-token answers, tests/bench/bench_run_capacity.py --only short);
+    Locust's scheduling of a new task per unit is left out. After a failed unit the stream backs off
+    (failure_backoff_s) instead of resending at once: an endpoint that fails fast would otherwise spin
+    the generator at full CPU."""
 
     wait_time = constant(0)
 
@@ -235,6 +237,11 @@ class ClosedLoopUser(User):
         self.client.close()
 
     @task
+    def units(self) -> None:
+        while True:
+            self.one_unit()
+            self.wait()
+
     def one_unit(self) -> None:
         if self.ctx.stopping or not self.ctx.take_unit():
             raise StopUser()

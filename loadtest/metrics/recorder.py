@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections import Counter, defaultdict
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
 from hdrh.histogram import HdrHistogram
 
-from loadtest.client.record import RequestRecord, merged_gap_mask
+from loadtest.client.record import RequestRecord, merged_flags, merged_gap_mask
 from loadtest.metrics import hdr
 from loadtest.metrics.conversations import LIVE_LATENCY, LiveConversations
 from loadtest.metrics.delivery import MIN_EVENTS, merged_delivery, stream_bursts
@@ -153,7 +154,16 @@ class Track:
                 tpot = rec.tpot_us()
                 if tpot is not None:
                     values.append(("tpot", round(tpot)))
-                if len(rec.chunk_ns) > 1:
+                chunks = rec.chunk_ns
+                if 1 < len(chunks) < MIN_EVENTS:  # short: no delivery judgement, plain Python
+                    flags = merged_flags(chunks) if rec.merged_gaps else None
+                    short = [(b - a) // 1000 for a, b in pairwise(chunks)]
+                    if flags is not None:  # gaps the client could not time stay out of ITL, counted
+                        merged = sum(flags)
+                        short = [g for g, m in zip(short, flags, strict=True) if not m]
+                    self._pending["itl"] += short
+                    self._pending_n += len(short)
+                elif len(chunks) > 1:
                     times = rec.chunk_times()
                     gaps = (times[1:] - times[:-1]) // 1000  # np.diff's work without its wrapper
                     if rec.merged_gaps:  # gaps the client could not time stay out of ITL, counted

@@ -50,6 +50,9 @@ class Tokenizer:
         self._special: dict[str, str] = {}
         self._assistant: AssistantCounter | None = None
         self.template_file: str | None = None
+        # llama3 chat counts: the fixed part of every prompt and each role's tokens, counted once
+        self._chat_fixed = 0
+        self._role_tokens: dict[str, int] = {}
         if key is not None:
             self.name = key
             self._enc = quicktok.get_encoding(key)
@@ -176,13 +179,18 @@ class Tokenizer:
         if self._template is not None:
             return len(self._hf.encode(self._render_hf(messages), add_special_tokens=False).ids)
         if self.name == "llama3":
-            n = 1 + 2 + self.count("assistant") + self.count("\n\n")  # begin, final header
+            if not self._chat_fixed:  # begin, final header
+                self._chat_fixed = 1 + 2 + self.count("assistant") + self.count("\n\n")
+            n = self._chat_fixed
+            roles = self._role_tokens
             for m in messages:
-                n += (
-                    3
-                    + self.count(str(m.get("role", "user")))
-                    + self.count("\n\n" + _text_of(m.get("content")))
-                )
+                role = str(m.get("role", "user"))
+                role_n = roles.get(role)
+                if role_n is None:
+                    role_n = self.count(role)
+                    if len(roles) < 64:  # a few roles in practice; a dataset's odd ones stay uncached
+                        roles[role] = role_n
+                n += 3 + role_n + self.count("\n\n" + _text_of(m.get("content")))
             return n
         return len(self.encode_chat(messages))
 

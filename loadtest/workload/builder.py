@@ -166,6 +166,7 @@ class Workload:
         self.prefixes = self._prefix_bank(self.nonce)
         self._system: dict[str, str] = {s.name: self._system_prompt(s) for s in self.scenarios}
         self._overhead: dict[str, int] = {}
+        self._rng = random.Random()  # _single's generator, seeded per request
         # Each dataset scenario's conversations, read now (errors name the scenario's dataset field).
         self.datasets: dict[str, Dataset] = {
             s.name: load_dataset(s, i, self.tokenizer, s.api or profile.api, self.seed)
@@ -283,7 +284,8 @@ class Workload:
         other = build_request(self, sc, index)  # responses, embeddings, raw replay (workload/api_requests.py)
         if other is not None:
             return other
-        rng = random.Random(f"{self.seed}:{index}")
+        rng = self._rng  # reseeded, not made anew: the same draws without a new generator per request
+        rng.seed(f"{self.seed}:{index}")
         n_in, n_out, hash_ids = self._lengths(sc, index, rng)
         api = sc.api or self.profile.api
         body: dict[str, Any] = {"max_tokens": n_out}

@@ -24,9 +24,12 @@ from loadtest.client.adapters.videogen import VideoGenAdapter
 if TYPE_CHECKING:
     from loadtest.client.openai import PreparedRequest
 
-__all__ = ["ADAPTERS", "ApiAdapter", "SelfSending", "adapter_for", "register", "response_cap"]
+__all__ = ["ADAPTERS", "ApiAdapter", "SelfSending", "adapter_for", "register", "response_cap", "self_sending"]
 
 ADAPTERS: dict[str, ApiAdapter] = {}
+# Per api: the adapter last looked at and itself again when it is SelfSending, else None (a runtime
+# Protocol check walks the protocol's members: once per adapter, not once per request).
+_SENDERS: dict[str, tuple[ApiAdapter, SelfSending | None]] = {}
 
 
 def register(adapter: ApiAdapter) -> ApiAdapter:
@@ -41,6 +44,15 @@ def register(adapter: ApiAdapter) -> ApiAdapter:
 def adapter_for(api: str) -> ApiAdapter:
     """The adapter of a request's ``api`` (KeyError for an api no adapter serves)."""
     return ADAPTERS[api]
+
+
+def self_sending(api: str) -> SelfSending | None:
+    """The adapter of ``api`` when it has its own transport (``SelfSending``: gRPC), else None."""
+    adapter = ADAPTERS[api]
+    known = _SENDERS.get(api)
+    if known is None or known[0] is not adapter:
+        known = _SENDERS[api] = (adapter, adapter if isinstance(adapter, SelfSending) else None)
+    return known[1]
 
 
 def response_cap(req: PreparedRequest) -> int:
