@@ -10,7 +10,8 @@ The paced server (tests/bench/sse_server.py, pinned to CPU 1) answers every requ
 - ``peak_rss_mb`` (the run's process tree, sampled each second) and ``rss_per_stream_kb``;
 - ``errors`` (requests that did not end ok or cancelled) and whether any was a descriptor error;
 - ``cpu_p90_percent`` and ``host_cpu_p90_percent`` (the generator's own figures), ``start_ramp`` (what
-  starting every stream took: the default ramp, docs/profiles.md "Start ramp") and the verdict.
+  starting every stream took: the default ramp, docs/profiles.md "Start ramp"), ``start_ramp_held_for_cpu``
+  (how long of it batches waited for the host's CPU) and the verdict.
 
     .venv/bin/python tests/bench/bench_host_scale.py [--streams 13368] [--processes 1,2] [--duration 60]
         [--answer-s 25]
@@ -131,6 +132,7 @@ def main() -> None:
         line(f"{name}_host_cpu_p90_percent", gen.get("host_cpu_p90_percent") or 0.0, "%", "{:.1f}")
         ramp = doc["config"]["judging"].get("ramp") or {}
         line(f"{name}_start_ramp", ramp.get("took_s") or 0.0, "s", "{:.1f}")
+        line(f"{name}_start_ramp_held_for_cpu", ramp.get("held_s") or 0.0, "s", "{:.1f}")
         line(f"{name}_ttft_p99", doc["metrics"]["latency_ms"]["ttft"]["p99"] or 0.0, "ms", "{:.1f}")
         line(f"{name}_verdict", doc["verdict"]["status"])
 
