@@ -69,7 +69,11 @@ class DisaggEngine:
         return self.prefill[0].target_length(max_tokens, min_tokens, ignore_eos)
 
     def submit(
-        self, prompt: Sequence[int] | int, target_tokens: int, request_id: str | None = None
+        self,
+        prompt: Sequence[int] | int,
+        target_tokens: int,
+        request_id: str | None = None,
+        session: str | None = None,
     ) -> SimRequest:
         engine = _least_loaded(self.prefill)
         req = engine.submit(prompt, target_tokens, request_id)

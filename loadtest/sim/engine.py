@@ -135,13 +135,18 @@ class Engine:
         return max(1, min_tokens, min(n, limit))
 
     def submit(
-        self, prompt: Sequence[int] | int, target_tokens: int, request_id: str | None = None
+        self,
+        prompt: Sequence[int] | int,
+        target_tokens: int,
+        request_id: str | None = None,
+        session: str | None = None,
     ) -> SimRequest:
         """Queue a request; its ``queue`` then receives token indices as steps complete.
 
         ``prompt`` is the prompt's token ids (keys the prefix cache) or just its length (no
         cross-request prefix hits). A request that can never fit the KV cache comes back already
-        ABORTED, with ``error`` set and ``ERROR`` on its queue.
+        ABORTED, with ``error`` set and ``ERROR`` on its queue. ``session`` (its conversation) matters
+        only to a router over replicas (sim/replicas.py), which takes the same arguments.
         """
         if request_id is None:
             self._next_id += 1

@@ -242,6 +242,10 @@ class OutputPlan:
         return "".join(token_piece(i) for i in range(self.n_reasoning, self.target))
 
 
+# The plan of a response without one: all answer tokens, no tool call (``run_parts`` reads no more).
+_PLAIN = OutputPlan(0)
+
+
 class ChunkWriter:
     """Pre-rendered SSE event bytes for one streamed response (chat or text completion)."""
 
@@ -323,7 +327,7 @@ class ChunkWriter:
         if n == 1 or (self.plan is not None and self.plan.recorded is not None):
             # a recorded answer's deltas are its own pieces: each one its event, written together
             return "".join([self.token(i) for i in range(first, first + n)])
-        p = self.plan or OutputPlan(first + n)
+        p = self.plan or _PLAIN
         parts = p.run_parts(first, n)
         out: list[str] = []
         if parts.reasoning:

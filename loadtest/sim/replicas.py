@@ -63,10 +63,14 @@ class ReplicaEngine:
     ) -> SimRequest:
         """Route the request (``session``: its conversation's key, for session affinity) and queue it."""
         probe = None
-        if self.policy.needs_cache and not isinstance(prompt, int) and prompt:
-            ids = tuple(prompt)
-            probe = SimRequest(request_id or "probe", len(ids), max(1, target_tokens), 0.0, prompt_ids=ids)
-        states = [replica_state(e, probe) for e in self.replicas]
+        states: list[ReplicaState] = []
+        if self.policy.needs_state:  # only a policy that reads them: each is a pass over a replica's queue
+            if not isinstance(prompt, int) and prompt:
+                ids = tuple(prompt)
+                probe = SimRequest(
+                    request_id or "probe", len(ids), max(1, target_tokens), 0.0, prompt_ids=ids
+                )
+            states = [replica_state(e, probe) for e in self.replicas]
         bs = self.config.block_size
         n_prompt = prompt if isinstance(prompt, int) else len(prompt)
         i = self.policy.pick(states, -(-n_prompt // bs), session)
@@ -74,11 +78,12 @@ class ReplicaEngine:
         req = engine.submit(prompt, target_tokens, request_id)
         if probe is not None:
             req.block_hashes = probe.block_hashes  # the prompt's block hashes, computed once
+        cached = states[i].cached_blocks if states else 0
         req.replica = i
-        req.routed_cached_tokens = states[i].cached_blocks * bs
+        req.routed_cached_tokens = cached * bs
         self._owner[req] = engine
         self.routed[i] += 1
-        self.matched_blocks[i] += states[i].cached_blocks
+        self.matched_blocks[i] += cached
         return req
 
     def abort(self, req: SimRequest) -> None:

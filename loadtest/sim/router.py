@@ -30,7 +30,7 @@ class Policy(Protocol):
     """Picks the replica of one request."""
 
     name: str
-    needs_cache: bool  # whether ``pick`` reads ``ReplicaState.cached_blocks`` (the router looks them up)
+    needs_state: bool  # whether ``pick`` reads the replicas' states (else it is given none)
 
     def pick(self, states: Sequence[ReplicaState], prompt_blocks: int, session: str | None) -> int: ...
 
@@ -39,7 +39,7 @@ class RoundRobin:
     """Each request to the next replica in turn."""
 
     name = "round-robin"
-    needs_cache = False
+    needs_state = False
 
     def __init__(self, n: int) -> None:
         self._next = itertools.cycle(range(n))
@@ -58,7 +58,7 @@ class SessionAffinity:
     conversation to one replica; a request without a key goes round-robin."""
 
     name = "session"
-    needs_cache = False
+    needs_state = False
 
     def __init__(self, n: int) -> None:
         ring = sorted((_point(f"replica-{i}-{v}"), i) for i in range(n) for v in range(VNODES))
@@ -87,7 +87,7 @@ class KvAware:
     """The replica of least ``kv_cost``; ties to the one with fewer requests, then in turn."""
 
     name = "kv"
-    needs_cache = True
+    needs_state = True
 
     def __init__(self, n: int, overlap_weight: float = 1.0) -> None:
         self.overlap_weight = overlap_weight

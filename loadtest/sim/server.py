@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import inspect
 import json
 import logging
 import socket
@@ -86,7 +85,6 @@ class SimState:
     options: ServerOptions = field(default_factory=ServerOptions)
     faults: FaultPlan = field(default_factory=FaultPlan)
     metrics: SimMetrics | None = None
-    submit_ids: bool | None = None  # whether Engine.submit takes token ids (None: not yet known)
     requests: RequestLog = field(default_factory=RequestLog)  # what clients sent (GET /sim/requests)
     device: asyncio.Lock = field(default_factory=asyncio.Lock)  # compute routes' passes, one at a time
     jobs: dict[str, Job] = field(default_factory=dict)  # job routes' jobs, by id (the last MAX_JOBS)
@@ -166,20 +164,8 @@ def _session_key(request: web.Request, body: dict[str, Any] | None) -> str | Non
 def _submit(
     st: SimState, g: GenRequest, target: int, request_id: str, session: str | None = None
 ) -> SimRequest:
-    """Submit token ids where the engine takes them (prefix cache), else the prompt length; replicas
-    route by the ids and ``session``."""
-    engine = st.engine
-    if isinstance(engine, ReplicaEngine):
-        return engine.submit(g.prompt_ids or [0], target, request_id, session)
-    if st.submit_ids is None:
-        params = list(inspect.signature(engine.submit).parameters)
-        st.submit_ids = bool(params) and params[0] == "prompt"
-    if st.submit_ids:
-        try:
-            return engine.submit(g.prompt_ids or [0], target, request_id)
-        except TypeError:
-            st.submit_ids = False
-    return engine.submit(g.prompt_tokens, target, request_id)
+    """Submit the prompt's token ids (they key the prefix cache); replicas route by them and ``session``."""
+    return st.engine.submit(g.prompt_ids or [0], target, request_id, session)
 
 
 def _reasoning(st: SimState, g: GenRequest) -> bool:
