@@ -70,24 +70,28 @@ class _Watchdog:
     def __init__(self) -> None:
         # Connections with a request in flight: each leaves in its request's ``finally``.
         self.active: set[Connection] = set()
-        self._greenlet: gevent.Greenlet | None = None
+        self._running = False  # a sweeping greenlet is alive (a plain flag: read once per request)
 
     def watch(self, conn: Connection) -> None:
         self.active.add(conn)
-        if self._greenlet is None or self._greenlet.dead:
-            self._greenlet = gevent.spawn(self._run)
+        if not self._running:
+            self._running = True
+            gevent.spawn(self._run)
 
     def _run(self) -> None:
-        while self.active:
-            gevent.sleep(WATCHDOG_PERIOD_S)
-            _ClockMap.refresh()
-            now = perf_counter_ns()
-            for i, conn in enumerate(list(self.active)):
-                why = conn.overdue(now)
-                if why:
-                    conn.abort(why)
-                if i % _WATCHDOG_SLICE == _WATCHDOG_SLICE - 1:
-                    gevent.sleep(0)
+        try:
+            while self.active:
+                gevent.sleep(WATCHDOG_PERIOD_S)
+                _ClockMap.refresh()
+                now = perf_counter_ns()
+                for i, conn in enumerate(list(self.active)):
+                    why = conn.overdue(now)
+                    if why:
+                        conn.abort(why)
+                    if i % _WATCHDOG_SLICE == _WATCHDOG_SLICE - 1:
+                        gevent.sleep(0)
+        finally:
+            self._running = False
 
 
 _watchdog = _Watchdog()
@@ -248,8 +252,13 @@ class Response:
         return self.headers.get("content-type", "")
 
 
+_NO_RESPONSE = Response()  # what an idle connection's parser points at; never filled
+
+
 class _Reader:
-    """httptools callbacks for one response; ``now`` is set by the read loop before each feed.
+    """httptools callbacks for one connection's responses, one at a time (``begin`` each); ``now`` is set
+    by the read loop before each feed. The parser is made once per connection: llhttp starts the next
+    message after a kept-alive one.
 
     Interim (1xx) responses are skipped (RFC 9110 §15.2): the final response is the answer. Bytes after
     the final response's end are not part of it: they are ignored and poison the connection."""
@@ -263,21 +272,38 @@ class _Reader:
         "leftover",
         "end",
         "parser",
+        "pieces",
         "on_body",
     )
 
-    def __init__(self, resp: Response) -> None:
-        self.resp = resp
+    def __init__(self) -> None:
+        self.resp = _NO_RESPONSE
         self.now = 0
         self._hname = ""
         self.keep_alive = True
         self.done = False
         self.leftover = False  # bytes after the response's end arrived: the connection is not reusable
-        self.end = 0  # body pieces that belong to the response (later ones came after its end)
-        # Each piece of body the parser finds goes straight into the list (no Python frame per HTTP
-        # chunk); the read loop joins one read's pieces and gives them the read's time.
-        self.on_body = resp.chunks.append
+        self.end = 0  # this read's body pieces that belong to the response (later ones came after its end)
+        # Each piece of body the parser finds goes straight into this list (no Python frame per HTTP
+        # chunk; httptools binds the callback once); the read loop joins one read's pieces into the
+        # response's body with the read's time.
+        self.pieces: list[bytes] = []
+        self.on_body = self.pieces.append
         self.parser = httptools.HttpResponseParser(self)
+
+    def begin(self, resp: Response) -> None:
+        """Read ``resp`` next."""
+        self.resp = resp
+        self.now = 0
+        self.keep_alive = True
+        self.done = self.leftover = False
+        self.end = 0
+        self.pieces.clear()
+
+    def release(self) -> None:
+        """The response is its request's now: nothing of it stays with the connection."""
+        self.resp = _NO_RESPONSE
+        self.pieces.clear()
 
     def on_message_begin(self) -> None:
         if self.done:
@@ -302,21 +328,20 @@ class _Reader:
             self.resp.headers.clear()
             return
         self.done = True
-        self.end = len(self.resp.chunks)
+        self.end = len(self.pieces)
         self.resp.complete = True
 
     def settle(self) -> None:
-        """After a read: its body pieces become one piece with the read's time; pieces past the
-        response's end (bytes of a message that was never asked for) are dropped."""
-        chunks, times = self.resp.chunks, self.resp.times
-        start = len(times)
-        if self.done and self.end < len(chunks):
-            del chunks[self.end :]
-        n = len(chunks)
-        if n - start > 1:
-            chunks[start:] = [b"".join(chunks[start:])]
-        if n > start:
-            times.append(self.now)
+        """After a read: its body pieces become one piece of the response's body with the read's time;
+        pieces past the response's end (bytes of a message that was never asked for) are dropped."""
+        pieces = self.pieces
+        if self.done:
+            del pieces[self.end :]
+            self.end = 0  # a later read's pieces all come after the end
+        if pieces:
+            self.resp.chunks.append(pieces[0] if len(pieces) == 1 else b"".join(pieces))
+            self.resp.times.append(self.now)
+            pieces.clear()
 
 
 class _LoopReads:
@@ -333,6 +358,7 @@ class _LoopReads:
         "times",
         "recvmsg",
         "feed",
+        "pieces",
         "watcher",
         "waiter",
         "error",
@@ -340,16 +366,29 @@ class _LoopReads:
         "max_bytes",
     )
 
-    def __init__(self, conn: Connection, sock: gsocket.socket, reader: _Reader, max_bytes: int) -> None:
+    def __init__(self, conn: Connection, sock: gsocket.socket, reader: _Reader) -> None:
         self.conn, self.reader, self.resp = conn, reader, reader.resp
-        self.chunks, self.times = reader.resp.chunks, reader.resp.times  # the same lists, kept in place
+        self.chunks, self.times = self.resp.chunks, self.resp.times
         self.recvmsg = sock._sock.recvmsg
         self.feed = reader.parser.feed_data
-        self.watcher = get_hub().loop.io(sock.fileno(), 1)
+        self.pieces = reader.pieces
+        self.watcher = get_hub().loop.io(sock.fileno(), 1)  # one per connection, started per wait
         self.waiter: Waiter | None = None
         self.error: BaseException | None = None
         self.received = 0
+        self.max_bytes = 0
+
+    def begin(self, max_bytes: int) -> None:
+        """Read the reader's current response (after ``_Reader.begin``)."""
+        self.resp = resp = self.reader.resp
+        self.chunks, self.times = resp.chunks, resp.times  # the same lists, kept in place
+        self.received = 0
         self.max_bytes = max_bytes
+
+    def release(self) -> None:
+        """The response is its request's now: nothing of it stays with the connection."""
+        self.resp = _NO_RESPONSE
+        self.chunks, self.times = _NO_RESPONSE.chunks, _NO_RESPONSE.times
 
     def next(self) -> bytes:
         """Wait until a read needs the request's greenlet; that read's bytes (b"" when the peer closed).
@@ -370,6 +409,7 @@ class _LoopReads:
         self.watcher.stop()
         self.watcher.close()
         del self.watcher, self.reader, self.resp, self.chunks, self.times, self.feed, self.recvmsg, self.conn
+        del self.pieces
 
     def _on_readable(self) -> None:
         try:
@@ -389,11 +429,10 @@ class _LoopReads:
                 self._wake(data)
                 return
             self.feed(data)
-            # Every earlier read's body is one piece with its time: the pieces past the times are this read's.
-            times = self.times
-            pieces = len(self.chunks) - len(times)
-            if pieces == 1 and not reader.done:  # the common case, inline: one piece, its time
-                times.append(now)
+            pieces = self.pieces
+            if len(pieces) == 1 and not reader.done:  # the common case, inline: one piece, its time
+                self.chunks.append(pieces.pop())
+                self.times.append(now)
             elif pieces:
                 reader.settle()
             self.received = received = self.received + len(data)
@@ -413,6 +452,17 @@ class _LoopReads:
         if waiter is not None:
             self.error = error
             self.watcher.loop.run_callback(waiter.switch, data)
+
+
+def _free(parse: _Reader | None, loop_reads: _LoopReads | None) -> None:
+    """A closed connection's parser and read callback: their reference cycles broken, so that nothing
+    they reached waits for the cyclic collector."""
+    if loop_reads is not None:
+        loop_reads.close()
+    if parse is not None:
+        parse.release()
+        with contextlib.suppress(AttributeError):
+            del parse.parser  # it holds the reader's callbacks
 
 
 class Connection:
@@ -436,6 +486,9 @@ class Connection:
         self._sent_ns = 0
         self._aborted = ""
         self._idle_check: Any = None  # plain TCP: a poll object on the socket (readable while idle = stale)
+        # The open connection's parser and (plain TCP) its read callback, made once per connection.
+        self._parse: _Reader | None = None
+        self._loop_reads: _LoopReads | None = None
 
     def overdue(self, now: int) -> str:
         """Why the in-flight request should be given up, or "" if it is fine."""
@@ -459,6 +512,10 @@ class Connection:
 
     def close(self) -> None:
         self._idle_check = None
+        parse, loop_reads = self._parse, self._loop_reads
+        self._parse = self._loop_reads = None
+        if self._reader is None:  # idle: free them now; in flight, the request's end does
+            _free(parse, loop_reads)
         if self.sock is not None:
             try:
                 self.sock.close()
@@ -517,6 +574,9 @@ class Connection:
             self._idle_check = _os_poll()
             self._idle_check.register(sock.fileno(), _IDLE_EVENTS)
         self.sock = sock
+        self._parse = _Reader()
+        if ep.scheme != "https":  # plain TCP: the reads happen in the event loop's callback
+            self._loop_reads = _LoopReads(self, sock, self._parse)
         self.opened = ConnectTiming(dns_ns, connect_ns, tunnel_ns, tls_ns)
 
     def _tunnel(self, sock: gsocket.socket, proxy: Proxy) -> None:
@@ -565,12 +625,13 @@ class Connection:
         sock = self.sock
         assert sock is not None
         resp = Response(opened=opened)
-        chunks, times = resp.chunks, resp.times
-        reader = _Reader(resp)
+        reader, loop_reads = self._parse, self._loop_reads
+        assert reader is not None
+        reader.begin(resp)
         feed = reader.parser.feed_data
         # Plain TCP: the reads happen in the event loop's callback (_LoopReads). TLS: gevent's own recv.
-        tls = isinstance(sock, gssl.SSLSocket)
-        loop_reads = None if tls else _LoopReads(self, sock, reader, max_bytes)
+        if loop_reads is not None:
+            loop_reads.begin(max_bytes)
         self._read_timeout_ns = int(read_timeout * 1e9)
         self._deadline_ns = deadline_ns
         self._aborted = ""
@@ -581,7 +642,7 @@ class Connection:
             self._sent_ns = t_sent
             if on_sent is not None:
                 on_sent[0] = t_sent
-            if tls:
+            if loop_reads is None:  # TLS
                 sock.sendall(raw_request)
             else:  # one send on the non-blocking OS socket; gevent's sendall only for what did not fit
                 try:
@@ -614,7 +675,7 @@ class Connection:
                     return resp
                 if loop_reads is None:
                     feed(data)
-                    if len(chunks) > len(times):
+                    if reader.pieces:
                         reader.settle()
                     received += len(data)
                 else:
@@ -665,11 +726,14 @@ class Connection:
             self.close()
             raise HttpFailure("protocol_error", f"unreadable response: {type(e).__name__}: {e}") from e
         finally:
-            if loop_reads is not None:
-                loop_reads.close()
             reader.settle()  # a read the parser or a timeout stopped in the middle of
             self._reader = None
-            del reader.parser  # it holds the reader: left in place, the body would wait for the cyclic GC
+            if self._parse is reader:  # kept for the connection's next request, without this response
+                reader.release()
+                if loop_reads is not None:
+                    loop_reads.release()
+            else:  # the connection closed during the request
+                _free(reader, loop_reads)
             _watchdog.active.discard(self)  # watched only while in flight: the watchdog ends when idle
         if not reader.keep_alive or reader.leftover:
             self.close()
