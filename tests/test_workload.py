@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from loadtest.profile.loader import ProfileError, load_profile, shipped_profiles
+from loadtest.profile.loader import ProfileError, load_profile, parse_profile, shipped_profiles
 from loadtest.schedule.arrivals import arrival_offsets, worker_share
 from loadtest.tokens.tokenizer import get_tokenizer
 from loadtest.workload.builder import Workload
-from loadtest.workload.text import synth_text
+from loadtest.workload.text import TOKEN_PIECES, keyed_text, synth_text
 from tests.conftest import write_profile
 
 
@@ -22,6 +22,32 @@ def test_synthetic_text_has_exact_token_count(name: str) -> None:
     rng = random.Random(1)
     for n in (1, 2, 17, 512, 4000):
         assert tok.count(synth_text(n, rng)) == n
+        keyed = keyed_text(n, f"1:{n}".encode())
+        assert tok.count(keyed) == n
+        assert keyed_text(n, f"1:{n}".encode()) == keyed  # the key alone decides the words
+        assert keyed_text(n, f"2:{n}".encode()) != keyed
+
+
+def test_keyed_prompts_depend_on_seed_and_index_and_off_keeps_the_seeded_words() -> None:
+    """With a run nonce a request's own words come from its key, without one from the seeded generator
+    as before; both reproducible, and requests of one run differ."""
+    data = {
+        "name": "p",
+        "input_tokens": {"dist": "fixed", "value": 40},
+        "output_tokens": {"dist": "fixed", "value": 2},
+        "load": {"concurrency": 1},
+    }
+    for mode in ("per_seed", "off"):
+        profile = parse_profile({**data, "run_salt": mode}, Path("p.yaml"))
+        a, b = Workload(profile, 7), Workload(profile, 7)
+        first = [a.request(i).body["messages"][-1]["content"] for i in range(20)]
+        assert first == [b.request(i).body["messages"][-1]["content"] for i in range(20)]
+        assert len(set(first)) == 20
+        assert all(a.tokenizer.count_chat(a.request(i).body["messages"]) == 40 for i in range(20))
+    # off: the words are the generator's seeded by "seed:index", the first draws whatever their count
+    off = parse_profile({**data, "run_salt": "off"}, Path("p.yaml"))
+    words = "".join(random.Random("7:3").choices(TOKEN_PIECES, k=5))
+    assert Workload(off, 7).request(3).body["messages"][-1]["content"].startswith(words)
 
 
 def test_fast_chat_count_equals_encoding_the_rendered_template() -> None:

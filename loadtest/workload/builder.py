@@ -13,6 +13,7 @@ from typing import Any
 from loadtest.client.openai import PreparedRequest
 from loadtest.client.record import RequestRecord
 from loadtest.contracts.record_line import AgenticTurn
+from loadtest.profile.dists import Length
 from loadtest.profile.schema import Profile, Scenario
 from loadtest.schedule.arrivals import arrival_offsets, stage_offsets, trace_offsets
 from loadtest.tokens.tokenizer import Tokenizer, get_tokenizer
@@ -39,7 +40,7 @@ from loadtest.workload.lengths import sample_length, sample_seconds
 from loadtest.workload.prefix import PrefixBank
 from loadtest.workload.salt import FINGERPRINT_NONCE, resolve_nonce, salt_text
 from loadtest.workload.sessions import AgentSession, ChatSession, SessionCall
-from loadtest.workload.text import synth_text
+from loadtest.workload.text import keyed_text, synth_text
 from loadtest.workload.units import Step, Unit
 
 # The fingerprint stops building requests past this many prompt tokens: 64 requests of 250k tokens, a few
@@ -117,6 +118,11 @@ def _session_request(
     )
 
 
+def _fixed(length: Length | None) -> bool:
+    """Whether a length takes no draw (fixed, or not given)."""
+    return length is None or length.dist == "fixed"
+
+
 def _length_controls(body: dict[str, Any], n_out: int, sc: Scenario, model_seed: int | None) -> None:
     """What every generated body carries besides its messages: the length controls, the reasoning effort
     and a seed set's model seed (the OpenAI ``seed``; the Responses and Messages bodies drop it)."""
@@ -167,6 +173,12 @@ class Workload:
         self._system: dict[str, str] = {s.name: self._system_prompt(s) for s in self.scenarios}
         self._overhead: dict[str, int] = {}
         self._rng = random.Random()  # _single's generator, seeded per request
+        # Whether a single-request scenario draws from that generator (its lengths, its prefix group).
+        self._draws: dict[str, bool] = {
+            s.name: s.prefix is not None
+            or (s.kind != "trace" and not (_fixed(s.input_tokens) and _fixed(s.output_tokens)))
+            for s in self.scenarios
+        }
         # Each dataset scenario's conversations, read now (errors name the scenario's dataset field).
         self.datasets: dict[str, Dataset] = {
             s.name: load_dataset(s, i, self.tokenizer, s.api or profile.api, self.seed)
@@ -285,7 +297,12 @@ class Workload:
         if other is not None:
             return other
         rng = self._rng  # reseeded, not made anew: the same draws without a new generator per request
-        rng.seed(f"{self.seed}:{index}")
+        key = f"{self.seed}:{index}"
+        # With a nonce the request's own words are keyed by the seed and index (keyed_text); the
+        # generator is seeded only when the scenario draws from it (lengths, prefix groups). Without
+        # one (run_salt: off) every body is the one earlier versions sent.
+        if self.nonce is None or self._draws[sc.name]:
+            rng.seed(key)
         n_in, n_out, hash_ids = self._lengths(sc, index, rng)
         api = sc.api or self.profile.api
         body: dict[str, Any] = {"max_tokens": n_out}
@@ -303,9 +320,12 @@ class Workload:
         if sc.salt or not hash_ids:
             lead += self.salt_lead(sc, index)
         rest = max(1, budget - self.tokenizer.count(lead))
-        text = lead + (
-            self.prefixes.blocks_text(hash_ids, rest) if hash_ids else synth_text(rest, rng, self.tokenizer)
-        )
+        if hash_ids:
+            text = lead + self.prefixes.blocks_text(hash_ids, rest)
+        elif self.nonce is None:
+            text = lead + synth_text(rest, rng, self.tokenizer)
+        else:
+            text = lead + keyed_text(rest, key.encode(), self.tokenizer)
         if api == "chat":
             content: Any = text
             if sc.images is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import random
 
 from loadtest.tokens.tokenizer import Tokenizer, get_tokenizer
@@ -126,6 +127,29 @@ def synth_text(n_tokens: int, rng: random.Random, tokenizer: Tokenizer | None = 
             got = tokenizer.count(text)
         while got < n_tokens:
             text += rng.choice(TOKEN_PIECES)
+            got = tokenizer.count(text)
+    return text
+
+
+def keyed_text(n_tokens: int, key: bytes, tokenizer: Tokenizer | None = None) -> str:
+    """Text of exactly ``n_tokens`` tokens whose words follow from ``key`` alone: one SHAKE-128 draw of
+    two bytes a word, no generator to seed (a Mersenne Twister seeded per request cost more than the
+    rest of a short request's build)."""
+    if n_tokens <= 0:
+        return ""
+    pieces, m = TOKEN_PIECES, len(TOKEN_PIECES)
+    draw = memoryview(hashlib.shake_128(key).digest(2 * n_tokens + 2)).cast("H")
+    text = "".join([pieces[v % m] for v in draw[:n_tokens]])
+    if tokenizer is not None:
+        got = tokenizer.count(text)
+        # Single-token words never merge, so this holds; fall back to trimming if a tokenizer disagrees.
+        while got > n_tokens:
+            text = text[: text.rfind(" ")]
+            got = tokenizer.count(text)
+        extra = draw[n_tokens]
+        while got < n_tokens:
+            text += pieces[extra % m]
+            extra += 1
             got = tokenizer.count(text)
     return text
 
