@@ -85,25 +85,35 @@ class OpenAIClient:
         if self.conn.proxy is not None and endpoint.scheme == "http":  # absolute form through the proxy
             endpoint = replace(endpoint, target_prefix=f"http://{endpoint.host_header}")
         self.endpoint = endpoint
-        self._headers = {
+        self._header_map = {
             "Content-Type": "application/json",
             "Accept": "text/event-stream, application/json",
             "Accept-Encoding": "identity",  # a compressed stream would hide when each token arrived
         }
         self._secrets = (api_key,) if api_key else ()
         if api_key:
-            self._headers["Authorization"] = f"Bearer {api_key}"
+            self._header_map["Authorization"] = f"Bearer {api_key}"
         # None: the profile removed the header; a fixed value is sent as the profile gives it.
         self.request_id_header: str | None = REQUEST_ID_HEADER
         self.fixed_request_id: str | None = None
         self.session_header: str | None = (
             None  # carries PreparedRequest.session (profile request.session_header)
         )
+        # encode's request bytes around the per-request headers, by path, api and session; made at the
+        # first request after a change of the headers above (``_headers``)
+        self._heads: dict[tuple[str, str, bool, str | None], tuple[bytes, bytes]] = {}
+
+    @property
+    def _headers(self) -> dict[str, str]:
+        """The headers every request carries, to read or change (client/apis.py): ``encode``'s cached
+        parts are made anew after any use of it."""
+        self._heads.clear()
+        return self._header_map
 
     def request_headers(self, req: PreparedRequest, rec: RequestRecord | None) -> dict[str, str]:
         """This request's headers: the client's and the profile's, its wire id, its session's id, then its
         own extra ones."""
-        headers = dict(self._headers)
+        headers = dict(self._header_map)
         if self.request_id_header:
             wire_id = self.fixed_request_id or new_wire_id()
             headers[self.request_id_header] = wire_id
@@ -118,19 +128,78 @@ class OpenAIClient:
         self.conn.close()
 
     def encode(self, req: PreparedRequest, rec: RequestRecord | None = None) -> bytes:
-        """The HTTP request for ``req``: its API's path and body (client/adapters), this client's headers."""
+        """The HTTP request for ``req``: its API's path and body (client/adapters), this client's headers.
+
+        The bytes before and after the per-request headers (the wire id, the session) are made once per
+        API, path and session header (``_heads``); a request with its own extra headers is built whole
+        (``encode_whole``), with the same bytes either way."""
+        if req.extra_headers:
+            return self.encode_whole(req, rec)
         adapter = adapter_for(req.api)
         body = adapter.body(self, req)
-        headers = self.request_headers(req, rec)
         if rec is not None:
             rec.body_sent = body
+        session = req.session if self.session_header and req.session else None
+        path = with_model(adapter.path(self.endpoint, req), self.model)
+        key = (path, req.api, session is not None, self.request_id_header)
+        parts = self._heads.get(key)
+        if parts is None:
+            parts = self._heads[key] = self._head_parts(req, path)
+        head, tail = parts
+        own = ""
+        if self.request_id_header:
+            wire_id = self.fixed_request_id or new_wire_id()
+            own = f"{self.request_id_header}: {wire_id}\r\n"
+            if rec is not None:
+                rec.wire_id = wire_id
+        if session:
+            own += f"{self.session_header}: {session}\r\n"
+        return b"".join((head, own.encode("latin-1"), tail, b"%d\r\n\r\n" % len(body), body))
+
+    def _head_parts(self, req: PreparedRequest, path: str) -> tuple[bytes, bytes]:
+        """What ``encode_whole`` writes before the wire id and after the session header (up to the
+        Content-Length value), for requests like ``req`` to ``path``: cut out of one built whole."""
+        mark_id, mark_session = "\x00id\x00", "\x00session\x00"
+        probe = PreparedRequest(
+            req.request_id, req.api, {}, 0, 0, session=mark_session if req.session else None
+        )
+        fixed, self.fixed_request_id = self.fixed_request_id, mark_id if self.request_id_header else None
+        try:
+            whole = self._headers_block(probe, path, None)
+        finally:
+            self.fixed_request_id = fixed
+        lines = whole.split("\r\n")
+        own = [i for i, ln in enumerate(lines) if mark_id in ln or mark_session in ln]
+        first = own[0] if own else len(lines) - 1
+        last = own[-1] + 1 if own else first
+        head = "".join(f"{ln}\r\n" for ln in lines[:first])
+        tail = "".join(f"{ln}\r\n" for ln in lines[last:-1]) + lines[-1]
+        return head.encode("latin-1"), tail.encode("latin-1")
+
+    def _headers_block(self, req: PreparedRequest, path: str, rec: RequestRecord | None) -> str:
+        """The request line and headers up to ``Content-Length: `` (its value left out)."""
+        raw = build_request(self.endpoint, "POST", path, b"", self._request_headers_of(req, rec))
+        return raw.decode("latin-1").removesuffix("0\r\n\r\n")
+
+    def encode_whole(self, req: PreparedRequest, rec: RequestRecord | None = None) -> bytes:
+        """``encode`` without the cached parts: every header gathered for this request."""
+        adapter = adapter_for(req.api)
+        body = adapter.body(self, req)
+        if rec is not None:
+            rec.body_sent = body
+        path = with_model(adapter.path(self.endpoint, req), self.model)
+        return build_request(self.endpoint, "POST", path, body, self._request_headers_of(req, rec))
+
+    def _request_headers_of(self, req: PreparedRequest, rec: RequestRecord | None) -> dict[str, str]:
+        """Every header of ``req`` but Content-Length, in the order they are sent."""
+        adapter = adapter_for(req.api)
+        headers = self.request_headers(req, rec)
         if adapter.accept:
             headers["Accept"] = adapter.accept
         if adapter.default_headers:
             have = {h.lower() for h in headers}
             headers.update((k, v) for k, v in adapter.default_headers if k.lower() not in have)
-        path = with_model(adapter.path(self.endpoint, req), self.model)
-        return build_request(self.endpoint, "POST", path, body, headers)
+        return headers
 
     def send(
         self,

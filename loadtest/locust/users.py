@@ -16,6 +16,7 @@ from locust.exception import StopUser
 from loadtest.client.openai import OpenAIClient, PreparedRequest
 from loadtest.client.record import RequestRecord
 from loadtest.client.unreadable import mark_unreadable
+from loadtest.locust.compat import zero_wait
 from loadtest.locust.context import RunContext
 from loadtest.schedule.arrivals import split
 from loadtest.workload.builder import Step, Unit, Workload
@@ -240,7 +241,7 @@ class ClosedLoopUser(User):
     def units(self) -> None:
         while True:
             self.one_unit()
-            self.wait()
+            zero_wait(self)
 
     def one_unit(self) -> None:
         if self.ctx.stopping or not self.ctx.take_unit():
@@ -251,7 +252,10 @@ class ClosedLoopUser(User):
         last = run_unit(self.ctx, self.client, unit, first, sched_ns, sched_epoch)
         if last is None or last.outcome == "cancelled":
             return
-        self.failures_in_a_row = 0 if last.outcome == "ok" else self.failures_in_a_row + 1
+        if last.outcome == "ok":
+            self.failures_in_a_row = 0
+            return
+        self.failures_in_a_row += 1
         wait = failure_backoff_s(self.failures_in_a_row, self.ctx.failure_backoff_max_s)
         if wait > 0 and not self.ctx.stopping:
             gevent.sleep(wait)  # the next unit is scheduled when it starts: the wait is not generator lag
