@@ -31,6 +31,7 @@ its whole benchmark command and its HTTP client alone.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import subprocess
 import sys
@@ -41,7 +42,7 @@ from typing import Any
 
 import numpy as np
 import psutil
-from harness import ServerProcess, line
+from harness import CoreHog, ServerProcess, line
 from mlperf_peer import Peer, measure_benchmark, measure_client
 from sse_server import WORDS
 
@@ -334,52 +335,71 @@ def part(
     ramp = PACED_TTFT_MS / 1e3 + PACED_TOKENS * PACED_ITL_MS / 1e3 if mode == "paced" else 0.0
     run_streams, base_streams = streams
     rounds: list[dict[str, float]] = []
-    for _ in range(max(1, args.rounds)):
-        with tempfile.TemporaryDirectory(prefix="bench-run-capacity-") as d:
-            if mode == "paced" and args.paced_cpu_share:  # each client at the same share of its core
-                run_streams, base_streams = calibrate(
-                    args, extra, tokens, ramp, (run_streams, base_streams), Path(d)
-                )
-            with ServerProcess(mode, *extra) as srv:
-                run = measure_run(
-                    srv.base_url.removesuffix("/v1"),
-                    run_streams,
-                    args.duration,
-                    args.warmup,
-                    tokens,
-                    Path(d),
-                    ramp,
-                )
-                told = srv.get_json("/truth") if mode == "paced" else {}
-                truth = told.get("requests", {})
-            with ServerProcess(mode, *extra) as srv:
-                base = measure_gevent(
-                    srv.base_url.removesuffix("/v1"), base_streams, args.duration, args.warmup, ramp
-                )
-            peer = mlperf_round(args, mode, extra, base_streams, tokens, run) if args.mlperf_endpoints else {}
-        r = {
-            "run_streams": run_streams,
-            "base_streams": base_streams,
-            "run_rate": run["events"] / run["cpu_s"],
-            "run_util": run["cpu_s"] / run["wall_s"] * 100,
-            "gevent_rate": base["events"] / base["cpu_s"],
-            "gevent_util": base["cpu_s"] / base["window_s"] * 100,
-            **peer,
-        }
-        for label in PEERS:
-            if f"{label}_rate" in r:
-                r[f"{label}_vs"] = (
-                    r["run_rate"] / r[f"{label}_rate"]
-                )  # the run's events/CPU-s over the peer's
-        if mode == "paced":
-            r["ttft_added"] = (run["ttft_p99_ms"] or 0) - PACED_TTFT_MS
-            r["base_ttft_added"] = (base["ttft_p99_ms"] or 0) - PACED_TTFT_MS
-            r["itl"] = run["itl_p99_ms"] or 0.0
-            r["ttft_over"], r["read_over"], r["gap_over"], r["matched"] = over_server(run["lines"], truth)
-            r["base_gap"] = base["gap_p99_ms"] or 0.0
-            late = told.get("lateness_ns") or [0]
-            r["server_late"] = float(np.percentile(late, 99)) / 1e6  # its own loop's delay, in every figure
-        rounds.append(r)
+    # --shared-core: another process spins on the clients' core all along (pilots, runs, baselines)
+    hog = CoreHog(int(CLIENT_CPU)) if args.shared_core else contextlib.nullcontext()
+    with hog:
+        for _ in range(max(1, args.rounds)):
+            r = _round(mode, extra, tokens, ramp, (run_streams, base_streams), args)
+            run_streams, base_streams = (
+                int(r["run_streams"]),
+                int(r["base_streams"]),
+            )  # the next pilot's guess
+            rounds.append(r)
+    _print_part(name, mode, tokens, rounds)
+
+
+def _round(
+    mode: str, extra: list[str], tokens: int, ramp: float, streams: tuple[int, int], args: argparse.Namespace
+) -> dict[str, float]:
+    """One round of a part: the run, then the baseline (and the MLPerf client), each on a fresh server."""
+    run_streams, base_streams = streams
+    with tempfile.TemporaryDirectory(prefix="bench-run-capacity-") as d:
+        if mode == "paced" and args.paced_cpu_share:  # each client at the same share of its core
+            run_streams, base_streams = calibrate(
+                args, extra, tokens, ramp, (run_streams, base_streams), Path(d)
+            )
+        with ServerProcess(mode, *extra) as srv:
+            run = measure_run(
+                srv.base_url.removesuffix("/v1"),
+                run_streams,
+                args.duration,
+                args.warmup,
+                tokens,
+                Path(d),
+                ramp,
+            )
+            told = srv.get_json("/truth") if mode == "paced" else {}
+            truth = told.get("requests", {})
+        with ServerProcess(mode, *extra) as srv:
+            base = measure_gevent(
+                srv.base_url.removesuffix("/v1"), base_streams, args.duration, args.warmup, ramp
+            )
+        peer = mlperf_round(args, mode, extra, base_streams, tokens, run) if args.mlperf_endpoints else {}
+    r = {
+        "run_streams": run_streams,
+        "base_streams": base_streams,
+        "run_rate": run["events"] / run["cpu_s"],
+        "run_util": run["cpu_s"] / run["wall_s"] * 100,
+        "gevent_rate": base["events"] / base["cpu_s"],
+        "gevent_util": base["cpu_s"] / base["window_s"] * 100,
+        **peer,
+    }
+    for label in PEERS:
+        if f"{label}_rate" in r:
+            r[f"{label}_vs"] = r["run_rate"] / r[f"{label}_rate"]  # the run's events/CPU-s over the peer's
+    if mode == "paced":
+        r["ttft_added"] = (run["ttft_p99_ms"] or 0) - PACED_TTFT_MS
+        r["base_ttft_added"] = (base["ttft_p99_ms"] or 0) - PACED_TTFT_MS
+        r["itl"] = run["itl_p99_ms"] or 0.0
+        r["ttft_over"], r["read_over"], r["gap_over"], r["matched"] = over_server(run["lines"], truth)
+        r["base_gap"] = base["gap_p99_ms"] or 0.0
+        late = told.get("lateness_ns") or [0]
+        r["server_late"] = float(np.percentile(late, 99)) / 1e6  # its own loop's delay, in every figure
+    return r
+
+
+def _print_part(name: str, mode: str, tokens: int, rounds: list[dict[str, float]]) -> None:
+    """A part's figures: medians over its rounds, each ratio with its spread."""
 
     def med(key: str) -> float:
         return float(np.median([r[key] for r in rounds]))
@@ -455,6 +475,12 @@ def main() -> None:
         "--short-concurrency", type=int, default=32, help="streams of the short part (2-token answers)"
     )
     ap.add_argument("--only", choices=("batched", "short", "paced", "open"))
+    ap.add_argument(
+        "--shared-core",
+        action="store_true",
+        help="a process spinning on the clients' core throughout, as another job on a CI runner's core: "
+        "each client then gets about half of it (give --paced-cpu-share below 50)",
+    )
     ap.add_argument(
         "--mlperf-endpoints",
         metavar="PATH",

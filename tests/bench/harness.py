@@ -83,6 +83,30 @@ class ServerProcess:
         self.stop()
 
 
+class CoreHog:
+    """A process spinning on one CPU for as long as it is held: the noisy neighbour of a shared core (a CI
+    runner's other job). Stopped by its pid."""
+
+    def __init__(self, cpu: int) -> None:
+        cmd = ["taskset", "-c", str(cpu), sys.executable, "-c", "while True: pass"]
+        self.proc = subprocess.Popen(cmd)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=5)
+
+    def __enter__(self) -> CoreHog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
 def cpu_jiffies() -> dict[int, tuple[int, int]]:
     """Per-CPU (busy, total) jiffies from /proc/stat: shows what else ran on the pinned cores."""
     out: dict[int, tuple[int, int]] = {}
