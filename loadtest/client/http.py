@@ -7,8 +7,9 @@ bytes (the parser's pieces of it joined) and that time; nothing else. On Linux t
 time of the data (SO_TIMESTAMPNS), converted to the ``perf_counter_ns`` clock, so time the
 generator spends busy elsewhere does not delay what it measures; elsewhere, and for TLS, it is
 ``perf_counter_ns()`` at the read. Read and total timeouts are enforced by one watchdog greenlet per
-process, not by a timer per read. Connections are kept alive and reused; a pooled connection the
-server has closed is detected before sending (no hidden retries).
+process, not by a timer per read. Connections are kept alive and reused, each with the parser and the
+read watcher made at its connect; a pooled connection the server has closed is detected before
+sending (no hidden retries).
 """
 
 from __future__ import annotations
