@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import hashlib
+import itertools
 import random
+import sys
+from array import array
+from collections.abc import Callable
 
 from loadtest.tokens.tokenizer import Tokenizer, get_tokenizer
 
@@ -119,38 +123,36 @@ def synth_text(n_tokens: int, rng: random.Random, tokenizer: Tokenizer | None = 
     if n_tokens <= 0:
         return ""
     text = "".join(rng.choices(TOKEN_PIECES, k=n_tokens))
-    if tokenizer is not None:
-        got = tokenizer.count(text)
-        # Single-token words never merge, so this holds; fall back to trimming if a tokenizer disagrees.
-        while got > n_tokens:
-            text = text[: text.rfind(" ")]
-            got = tokenizer.count(text)
-        while got < n_tokens:
-            text += rng.choice(TOKEN_PIECES)
-            got = tokenizer.count(text)
-    return text
+    return _exact(text, n_tokens, tokenizer, lambda: rng.choice(TOKEN_PIECES))
 
 
 def keyed_text(n_tokens: int, key: bytes, tokenizer: Tokenizer | None = None) -> str:
     """Text of exactly ``n_tokens`` tokens whose words follow from ``key`` alone: one SHAKE-128 draw of
-    two bytes a word, no generator to seed (a Mersenne Twister seeded per request cost more than the
-    rest of a short request's build)."""
+    two bytes (little-endian) a word, no generator to seed (a Mersenne Twister seeded per request cost
+    more than the rest of a short request's build)."""
     if n_tokens <= 0:
         return ""
     pieces, m = TOKEN_PIECES, len(TOKEN_PIECES)
-    draw = memoryview(hashlib.shake_128(key).digest(2 * n_tokens + 2)).cast("H")
+    draw = array("H", hashlib.shake_128(key).digest(2 * n_tokens + 2))
+    if sys.byteorder == "big":
+        draw.byteswap()
     text = "".join([pieces[v % m] for v in draw[:n_tokens]])
-    if tokenizer is not None:
+    more = (pieces[(draw[n_tokens] + k) % m] for k in itertools.count())
+    return _exact(text, n_tokens, tokenizer, more.__next__)
+
+
+def _exact(text: str, n_tokens: int, tokenizer: Tokenizer | None, more: Callable[[], str]) -> str:
+    """``text`` cut or grown (by ``more()`` words) to exactly ``n_tokens`` tokens of ``tokenizer``."""
+    if tokenizer is None:
+        return text
+    got = tokenizer.count(text)
+    # Single-token words never merge, so this holds; fall back to trimming if a tokenizer disagrees.
+    while got > n_tokens:
+        text = text[: text.rfind(" ")]
         got = tokenizer.count(text)
-        # Single-token words never merge, so this holds; fall back to trimming if a tokenizer disagrees.
-        while got > n_tokens:
-            text = text[: text.rfind(" ")]
-            got = tokenizer.count(text)
-        extra = draw[n_tokens]
-        while got < n_tokens:
-            text += pieces[extra % m]
-            extra += 1
-            got = tokenizer.count(text)
+    while got < n_tokens:
+        text += more()
+        got = tokenizer.count(text)
     return text
 
 
