@@ -267,7 +267,6 @@ class _Reader:
     __slots__ = (
         "resp",
         "now",
-        "_hname",
         "keep_alive",
         "done",
         "leftover",
@@ -280,7 +279,6 @@ class _Reader:
     def __init__(self) -> None:
         self.resp = _NO_RESPONSE
         self.now = 0
-        self._hname = ""
         self.keep_alive = True
         self.done = False
         self.leftover = False  # bytes after the response's end arrived: the connection is not reusable
