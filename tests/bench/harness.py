@@ -42,6 +42,17 @@ def prepare_process(cpu: int = CLIENT_CPU) -> None:
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
+def stop_process(proc: subprocess.Popen[Any]) -> None:
+    """Stop a child by its pid: terminate, wait, then kill."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=5)
+
+
 class ServerProcess:
     """A tests/bench/sse_server.py child process; stopped by its pid (terminate, wait, kill)."""
 
@@ -66,13 +77,7 @@ class ServerProcess:
             conn.close()
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=5)
+        stop_process(self.proc)
         if self.proc.stdout is not None:
             self.proc.stdout.close()
 
@@ -92,13 +97,7 @@ class CoreHog:
         self.proc = subprocess.Popen(cmd)
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=5)
+        stop_process(self.proc)
 
     def __enter__(self) -> CoreHog:
         return self
