@@ -184,3 +184,35 @@ def test_tokenizer_file_is_found_beside_the_profile(tmp_path: Path, monkeypatch:
     profile, _ = load_profile(str(prof))
     assert Path(profile.tokenizer) == folder / "tokenizer.json"
     assert get_tokenizer(profile.tokenizer).name == str(folder / "tokenizer.json")
+
+
+def test_scenario_mix_follows_the_seed_and_the_weights_and_off_keeps_the_seeded_draw() -> None:
+    data = {
+        "name": "mix",
+        "scenarios": [
+            {
+                "name": "a",
+                "weight": 3,
+                "input_tokens": {"dist": "fixed", "value": 8},
+                "output_tokens": {"dist": "fixed", "value": 2},
+            },
+            {
+                "name": "b",
+                "weight": 1,
+                "input_tokens": {"dist": "fixed", "value": 8},
+                "output_tokens": {"dist": "fixed", "value": 2},
+            },
+        ],
+        "load": {"concurrency": 1},
+    }
+    per_run = parse_profile(data, Path("p.yaml"))
+    seq = [Workload(per_run, 5, run_nonce=1).scenario_for(i).name for i in range(4000)]
+    # the mix follows the seed, not the run nonce: every run of a seed sends the same scenario sequence
+    assert seq == [Workload(per_run, 5, run_nonce=2).scenario_for(i).name for i in range(4000)]
+    assert seq != [Workload(per_run, 6, run_nonce=1).scenario_for(i).name for i in range(4000)]
+    assert 0.72 < seq.count("a") / len(seq) < 0.78  # weights 3:1
+    off = parse_profile({**data, "run_salt": "off"}, Path("p.yaml"))
+    w = Workload(off, 5)
+    for i in range(50):
+        expected = "a" if random.Random(f"5:mix:{i}").random() < 0.75 else "b"
+        assert w.scenario_for(i).name == expected

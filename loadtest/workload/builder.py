@@ -7,6 +7,7 @@ import json
 import random
 from collections.abc import Iterator
 from contextlib import contextmanager
+from hashlib import blake2b
 from pathlib import Path
 from typing import Any
 
@@ -118,6 +119,11 @@ def _session_request(
     )
 
 
+def _unit_interval(key: str) -> float:
+    """A number in [0, 1) that follows from ``key`` alone (BLAKE2b, 53 bits)."""
+    return (int.from_bytes(blake2b(key.encode(), digest_size=8).digest(), "little") >> 11) / 2**53
+
+
 def _fixed(length: Length | None) -> bool:
     """Whether a length takes no draw (fixed, or not given)."""
     return length is None or length.dist == "fixed"
@@ -203,7 +209,10 @@ class Workload:
     def scenario_for(self, index: int) -> Scenario:
         if len(self.scenarios) == 1:
             return self.scenarios[0]
-        u = random.Random(f"{self.seed}:mix:{index}").random()
+        key = f"{self.seed}:mix:{index}"
+        # with a nonce a hash of the key (as the request's words); without one the generator earlier
+        # versions drew from, so run_salt: off keeps its scenario sequence
+        u = random.Random(key).random() if self.nonce is None else _unit_interval(key)
         for sc, edge in zip(self.scenarios, self._cumulative, strict=True):
             if u < edge:
                 return sc
