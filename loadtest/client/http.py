@@ -277,17 +277,12 @@ class _Reader:
     )
 
     def __init__(self) -> None:
-        self.resp = _NO_RESPONSE
-        self.now = 0
-        self.keep_alive = True
-        self.done = False
-        self.leftover = False  # bytes after the response's end arrived: the connection is not reusable
-        self.end = 0  # this read's body pieces that belong to the response (later ones came after its end)
         # Each piece of body the parser finds goes straight into this list (no Python frame per HTTP
         # chunk; httptools binds the callback once); the read loop joins one read's pieces into the
         # response's body with the read's time.
         self.pieces: list[bytes] = []
         self.on_body = self.pieces.append
+        self.begin(_NO_RESPONSE)
         self.parser = httptools.HttpResponseParser(self)
 
     def begin(self, resp: Response) -> None:
@@ -295,8 +290,9 @@ class _Reader:
         self.resp = resp
         self.now = 0
         self.keep_alive = True
-        self.done = self.leftover = False
-        self.end = 0
+        self.done = False
+        self.leftover = False  # bytes after the response's end arrived: the connection is not reusable
+        self.end = 0  # this read's body pieces that belong to the response (later ones came after its end)
         self.pieces.clear()
 
     def release(self) -> None:
@@ -366,8 +362,8 @@ class _LoopReads:
     )
 
     def __init__(self, conn: Connection, sock: gsocket.socket, reader: _Reader) -> None:
-        self.conn, self.reader, self.resp = conn, reader, reader.resp
-        self.chunks, self.times = self.resp.chunks, self.resp.times
+        self.conn, self.reader = conn, reader
+        self.release()
         self.recvmsg = sock._sock.recvmsg
         self.feed = reader.parser.feed_data
         self.pieces = reader.pieces

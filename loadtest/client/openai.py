@@ -36,6 +36,9 @@ def new_wire_id() -> str:
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
+_MARK = "\x00own\x00"  # stands for the per-request header values while encode's cached parts are cut
+
+
 @dataclass(slots=True)
 class PreparedRequest:
     """A request the workload built: body without model/stream fields, and its client-side token count."""
@@ -115,14 +118,19 @@ class OpenAIClient:
         own extra ones."""
         headers = dict(self._header_map)
         if self.request_id_header:
-            wire_id = self.fixed_request_id or new_wire_id()
-            headers[self.request_id_header] = wire_id
-            if rec is not None:
-                rec.wire_id = wire_id
+            headers[self.request_id_header] = self._wire_id(rec)
         if self.session_header and req.session:
             headers[self.session_header] = req.session
         headers.update(req.extra_headers)
         return headers
+
+    def _wire_id(self, rec: RequestRecord | None) -> str:
+        """The request-id header's value of one request (the profile's fixed one, else a new id), kept on
+        its record."""
+        wire_id = self.fixed_request_id or new_wire_id()
+        if rec is not None:
+            rec.wire_id = wire_id
+        return wire_id
 
     def close(self) -> None:
         self.conn.close()
@@ -146,12 +154,7 @@ class OpenAIClient:
         if parts is None:
             parts = self._heads[key] = self._head_parts(req, path)
         head, tail = parts
-        own = ""
-        if self.request_id_header:
-            wire_id = self.fixed_request_id or new_wire_id()
-            own = f"{self.request_id_header}: {wire_id}\r\n"
-            if rec is not None:
-                rec.wire_id = wire_id
+        own = f"{self.request_id_header}: {self._wire_id(rec)}\r\n" if self.request_id_header else ""
         if session:
             own += f"{self.session_header}: {session}\r\n"
         return b"".join((head, own.encode("latin-1"), tail, b"%d\r\n\r\n" % len(body), body))
@@ -159,27 +162,15 @@ class OpenAIClient:
     def _head_parts(self, req: PreparedRequest, path: str) -> tuple[bytes, bytes]:
         """What ``encode_whole`` writes before the wire id and after the session header (up to the
         Content-Length value), for requests like ``req`` to ``path``: cut out of one built whole."""
-        mark_id, mark_session = "\x00id\x00", "\x00session\x00"
-        probe = PreparedRequest(
-            req.request_id, req.api, {}, 0, 0, session=mark_session if req.session else None
-        )
-        fixed, self.fixed_request_id = self.fixed_request_id, mark_id if self.request_id_header else None
-        try:
-            whole = self._headers_block(probe, path, None)
-        finally:
-            self.fixed_request_id = fixed
-        lines = whole.split("\r\n")
-        own = [i for i, ln in enumerate(lines) if mark_id in ln or mark_session in ln]
-        first = own[0] if own else len(lines) - 1
-        last = own[-1] + 1 if own else first
-        head = "".join(f"{ln}\r\n" for ln in lines[:first])
-        tail = "".join(f"{ln}\r\n" for ln in lines[last:-1]) + lines[-1]
-        return head.encode("latin-1"), tail.encode("latin-1")
-
-    def _headers_block(self, req: PreparedRequest, path: str, rec: RequestRecord | None) -> str:
-        """The request line and headers up to ``Content-Length: `` (its value left out)."""
-        raw = build_request(self.endpoint, "POST", path, b"", self._request_headers_of(req, rec))
-        return raw.decode("latin-1").removesuffix("0\r\n\r\n")
+        probe = PreparedRequest(req.request_id, req.api, {}, 0, 0, session=_MARK if req.session else None)
+        headers = self._request_headers_of(probe, None)
+        if self.request_id_header:
+            headers[self.request_id_header] = _MARK  # in place: the header keeps its position
+        whole = build_request(self.endpoint, "POST", path, b"", headers).decode("latin-1")
+        whole = whole.removesuffix("0\r\n\r\n")
+        own = "".join(f"{ln}\r\n" for ln in whole.split("\r\n") if _MARK in ln)  # adjacent lines
+        at = whole.index(own) if own else whole.rindex("Content-Length: ")
+        return whole[:at].encode("latin-1"), whole[at + len(own) :].encode("latin-1")
 
     def encode_whole(self, req: PreparedRequest, rec: RequestRecord | None = None) -> bytes:
         """``encode`` without the cached parts: every header gathered for this request."""
