@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -215,6 +216,13 @@ def _closed_port() -> int:
         return s.getsockname()[1]
 
 
+def _failed_of(note: str) -> tuple[int, int]:
+    """The run note's "F of N pushes failed" as (F, N)."""
+    counts = re.search(r": (\d+) of (\d+) pushes failed ", note)
+    assert counts is not None, note
+    return int(counts[1]), int(counts[2])
+
+
 @pytest.mark.parametrize("collector_state", ["down", "refusing"])
 def test_a_collector_that_is_down_or_refuses_leaves_the_run_passing(
     tmp_path: Path, collector_state: str
@@ -241,10 +249,10 @@ def test_a_collector_that_is_down_or_refuses_leaves_the_run_passing(
     assert "Traceback" not in output and "Failed to export" not in output
     (note,) = [n for n in run["notes"] if n.startswith("OTLP push")]
     assert note.startswith(f"OTLP push to {url}/v1/metrics: ") and f"(first: {reason}" in note
-    failed, pushes = (int(w) for w in note.split(": ", 1)[1].split(" pushes")[0].split(" of "))
+    failed, pushes = _failed_of(note)
     assert failed == pushes >= 2, note  # every push failed, and the run still pushed each interval
-    if collector:
-        assert len(collector.pushes) == pushes  # each one did reach the refusing collector
+    if collector:  # each one reached the refusing collector, but perhaps the one cut short at the end
+        assert len(collector.pushes) <= pushes <= len(collector.pushes) + 1, note
 
 
 def test_without_the_otlp_extra_the_option_says_what_to_install(tmp_path: Path) -> None:
@@ -303,7 +311,11 @@ def test_a_master_pushes_its_workers_merged_figures_and_notes_the_refused_pushes
         sum(_sum_by(last, "loadtest_requests_total").values()) == run["metrics"]["requests"]["completed"] > 0
     )
     (note,) = [n for n in run["notes"] if n.startswith("OTLP push")]
-    assert f"{len(collector.pushes)} of {len(collector.pushes)} pushes failed (first: HTTP 401" in note
+    assert "pushes failed (first: HTTP 401" in note
+    # every push counted as failed; the one under way at the end is cut short (the collector never
+    # answers) and may not have reached the collector yet
+    failed, pushes = _failed_of(note)
+    assert failed == pushes and len(collector.pushes) <= pushes <= len(collector.pushes) + 1, note
 
 
 def test_a_bad_otlp_endpoint_is_one_error_line_without_its_credentials(tmp_path: Path) -> None:
