@@ -9,6 +9,7 @@ import random
 import urllib.request
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pytest
 
@@ -20,7 +21,7 @@ from loadtest.profile.schema import Profile
 from loadtest.sim import SimProcess
 from loadtest.tokens.tokenizer import get_tokenizer
 from loadtest.workload.builder import Workload
-from loadtest.workload.salt import SALT_BITS, SALT_TOKENS, describe_run_salt, salt_text
+from loadtest.workload.salt import SALT_BITS, SALT_TOKENS, describe_run_salt, salt_text, salt_value
 from loadtest.workload.sessions import AgentSession
 from loadtest.workload.text import TOKEN_PIECES
 from tests.conftest import read_lines, run_cli, write_profile
@@ -339,6 +340,17 @@ def test_salt_values_do_not_collide_across_runs() -> None:
     salts = {salt_text(0, i, n) for n in nonces for i in range(20)}
     assert len(salts) == 1000
     assert salt_text(5, 3) == salt_text(5, 3, None)  # no nonce: MLPerf's per-query salt as before
+
+
+def test_a_salt_s_words_are_its_value_s_digits_low_first() -> None:
+    """salt_text writes salt_value's base-len(TOKEN_PIECES) digits, lowest first, one word each: over
+    random values of both kinds (with and without a nonce) and the values at the ends of the range."""
+    for i in range(300):
+        for nonce in (None, 7, 2**64 - 1):
+            assert decode_salt(salt_text(9, i, nonce)) == salt_value(9, i, nonce)
+    for value in (0, 1, len(TOKEN_PIECES) - 1, len(TOKEN_PIECES) ** 2, 2**64 - 1):
+        with mock.patch("loadtest.workload.salt.salt_value", return_value=value):
+            assert decode_salt(salt_text(0, 0)) == value
 
 
 def _text_llm(name: str) -> bool:

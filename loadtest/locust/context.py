@@ -6,7 +6,7 @@ import functools
 import itertools
 import logging
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -31,9 +31,14 @@ from loadtest.profile.quality import CaptureSpec
 from loadtest.results.capture import CaptureLog, share
 from loadtest.results.durable import WriteFailure
 from loadtest.results.record_log import RecordLog
+from loadtest.workload.units import Unit
 
 log = logging.getLogger("loadtest")
 _MAX_MESSAGES = 50  # distinct error messages kept per failing streak (bounded memory)
+# Closed loop: units built together (next_closed_loop_unit), when one builds in under BLOCK_BUILD_MAX_NS
+# (a short prompt's; a long prompt's unit is built alone, in its turn, so a block never holds much memory)
+CLOSED_LOOP_BLOCK = 16
+BLOCK_BUILD_MAX_NS = 200_000
 
 
 class FailingStreak:
@@ -125,6 +130,7 @@ class RunContext:
         )
         self.capture: CaptureLog | None = None  # open_capture: where this process's capture file goes
         self._closed_counter = itertools.count()
+        self._closed_ahead: deque[tuple[int, Unit | None]] = deque()  # next_closed_loop_unit's block
         # Where Locust's request event is fired (its statistics, for a web UI): None, not fired.
         self.env: Environment | None = None
         # The requests in flight (keyed by their record's id()): a worker reports them with each report.
@@ -178,6 +184,32 @@ class RunContext:
     def next_closed_loop_index(self) -> int:
         """Global request index for closed loop: workers interleave so indices never collide."""
         return self.worker_index + self.n_workers * next(self._closed_counter)
+
+    def next_closed_loop_unit(self) -> Unit:
+        """The closed loop's next unit (``next_closed_loop_index``'s). Units that build fast are built
+        ``CLOSED_LOOP_BLOCK`` at a time: back to back, a short request's build takes less CPU than between
+        two requests (tests/bench/README.md). A unit is the same whenever it is built."""
+        if self._closed_ahead:
+            index, unit = self._closed_ahead.popleft()
+            return unit if unit is not None else self.workload.unit(index)
+        t0 = time.perf_counter_ns()
+        unit = self.workload.unit(self.next_closed_loop_index())
+        if time.perf_counter_ns() - t0 < BLOCK_BUILD_MAX_NS:
+            self._build_ahead()
+        return unit
+
+    def _build_ahead(self) -> None:
+        """The next units of the block, no more than may still be issued (--max-requests)."""
+        more = (
+            CLOSED_LOOP_BLOCK - 1 if self.units_left is None else min(CLOSED_LOOP_BLOCK - 1, self.units_left)
+        )
+        for _ in range(more):
+            index = self.next_closed_loop_index()
+            try:
+                self._closed_ahead.append((index, self.workload.unit(index)))
+            except Exception:  # noqa: BLE001 - built again in its turn, which raises it there
+                self._closed_ahead.append((index, None))
+                return
 
     @staticmethod
     def now() -> tuple[int, float]:

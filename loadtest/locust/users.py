@@ -246,7 +246,7 @@ class ClosedLoopUser(User):
     def one_unit(self) -> None:
         if self.ctx.stopping or not self.ctx.take_unit():
             raise StopUser()
-        unit = self.ctx.workload.unit(self.ctx.next_closed_loop_index())
+        unit = self.ctx.next_closed_loop_unit()
         first = unit.next(None)
         sched_ns, sched_epoch = RunContext.now()
         last = run_unit(self.ctx, self.client, unit, first, sched_ns, sched_epoch)

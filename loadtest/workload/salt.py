@@ -65,12 +65,20 @@ def salt_value(seed: int, index: int | str, nonce: int | None = None) -> int:
     return int.from_bytes(blake2b(key, digest_size=SALT_BITS // 8).digest(), "little")
 
 
+_BASE = len(TOKEN_PIECES)
+# Two digits at a time, low first: the words of every value below _BASE², so that a salt takes half the
+# divisions (SALT_TOKENS is even; an odd count would write its last digit alone)
+_DIGIT_PAIRS = tuple(TOKEN_PIECES[k % _BASE] + TOKEN_PIECES[k // _BASE] for k in range(_BASE * _BASE))
+
+
 def salt_text(seed: int, index: int | str, nonce: int | None = None) -> str:
-    """The salt as ``SALT_TOKENS`` single-token words (leading space each): distinct values, distinct text."""
+    """The salt as ``SALT_TOKENS`` single-token words (leading space each), its base-``len(TOKEN_PIECES)``
+    digits low first: distinct values, distinct text."""
     v = salt_value(seed, index, nonce)
-    base = len(TOKEN_PIECES)
     pieces = []
-    for _ in range(SALT_TOKENS):
-        v, d = divmod(v, base)
-        pieces.append(TOKEN_PIECES[d])
+    for _ in range(SALT_TOKENS // 2):
+        v, d = divmod(v, _BASE * _BASE)
+        pieces.append(_DIGIT_PAIRS[d])
+    if SALT_TOKENS % 2:
+        pieces.append(TOKEN_PIECES[v % _BASE])
     return "".join(pieces)
