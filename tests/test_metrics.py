@@ -9,6 +9,7 @@ import pytest
 
 from loadtest.client.record import RequestRecord
 from loadtest.metrics import hdr
+from loadtest.metrics.conversations import LIVE_COMPLETED, LIVE_GOOD, LIVE_STARTED
 from loadtest.metrics.recorder import Recorder, RunAggregates, Track
 from loadtest.metrics.summary import build_metrics
 
@@ -170,3 +171,40 @@ def test_cumulative_counts_and_sum_equal_hdrh_walking_its_buckets() -> None:
     expected = h.get_mean_value() * h.get_total_count()
     assert abs(hdr.total_estimate(h) - expected) <= 1e-9 * expected
     assert hdr.cumulative_at(hdr.new_histogram(), bounds) == [0] * len(bounds)
+
+
+READERS = {
+    "all": lambda r: r.all.total,
+    "scenarios": lambda r: r.scenarios["s1"].total,
+    "cells": lambda r: r.cells[("s1", 1)].total,
+    "total": lambda r: r.total,
+    "result": lambda r: r.result().cells[("s1", 1)],
+    "take_delta": lambda r: _merged(r.take_delta()),
+    "flush": lambda r: (r.flush(), r.all.total)[1],
+}
+
+
+def _merged(wire: dict) -> object:
+    out = RunAggregates()
+    out.merge_wire(wire)
+    return out.cells[("s1", 1)]
+
+
+@pytest.mark.parametrize("reader", READERS)
+def test_a_recorder_s_readers_see_every_record_it_was_given(reader: str) -> None:
+    """Records wait in the recorder's queue (accounted a batch at a time): whichever way it is read,
+    every one given before is in the figures, SLO judgements and conversation calls included."""
+    rng = random.Random(3)
+    rec = Recorder(per_scenario=True, per_endpoint=True)
+    recs = [make_record(i, rng) for i in range(5)]
+    for r in recs:
+        r.scenario, r.endpoint, r.session, r.session_last = "s1", 1, "c1", r is recs[-1]
+        rec.add(r)
+        rec.judge_request(r, good=True)
+        rec.converse(r, good=True)
+    agg = READERS[reader](rec)
+    assert agg.completed == 5 and agg.totals["slo_judged"] == 5 and agg.totals["slo_good"] == 5
+    assert agg.hists["ttft"].get_total_count() == 5
+    if reader != "take_delta":  # the conversation's figures are the whole run's track's
+        whole = rec.result().all
+        assert whole.totals[LIVE_STARTED] == whole.totals[LIVE_COMPLETED] == whole.totals[LIVE_GOOD] == 1

@@ -373,3 +373,52 @@ def test_any_status_and_headers_are_read_into_one_outcome(
     if not classify_http(rec, resp):
         adapter_for(api).classify(CLIENT, rec, req, resp)
     assert rec.outcome in OUTCOMES and rec.outcome != "cancelled", (rec.outcome, rec.error)
+
+
+@pytest.mark.parametrize(
+    ("api", "stream", "headers", "body"),
+    [
+        (
+            "chat",
+            True,
+            SSE,
+            b'data: {"choices":[{"delta":{"content":"hi"},"finish_reason":"stop"}]}\n\n'
+            b'data: {"choices":[],"usage":{"prompt_tokens":-3,"completion_tokens":-1}}\n\ndata: [DONE]\n\n',
+        ),
+        (
+            "messages",
+            True,
+            SSE,
+            b'event: message_start\ndata: {"type":"message_start","message":'
+            b'{"usage":{"input_tokens":-5,"output_tokens":1}}}\n\nevent: content_block_delta\ndata: '
+            b'{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"hi"}}\n\n'
+            b'event: message_delta\ndata: {"type":"message_delta","delta":{"stop_reason":"end_turn"},'
+            b'"usage":{"output_tokens":-2}}\n\nevent: message_stop\ndata: {"type":"message_stop"}\n\n',
+        ),
+        (
+            "messages",
+            False,
+            JSON,
+            b'{"type":"message","content":[{"type":"text","text":"hi"}],'
+            b'"stop_reason":"end_turn","usage":{"input_tokens":-5,"output_tokens":-2,'
+            b'"cache_read_input_tokens":-1}}',
+        ),
+        (
+            "rerank",
+            False,
+            JSON,
+            b'{"results":[{"index":0,"relevance_score":0.5},'
+            b'{"index":1,"relevance_score":0.2}],"usage":{"total_tokens":-4,"prompt_tokens":-4}}',
+        ),
+    ],
+)
+def test_a_usage_count_below_zero_reads_as_not_reported(
+    api: str, stream: bool, headers: dict[str, str], body: bytes
+) -> None:
+    """A server's negative token count is no count: the answer stays ok, the server's counts are absent
+    (the client's own count is the one the figures use), never a negative number in a figure."""
+    rec = _read(api, stream, headers, [body], [10])
+    assert rec.outcome == "ok", rec.error
+    assert rec.prompt_tokens_server is None and rec.completion_tokens_server is None
+    assert rec.cached_tokens_server in (None, 0)
+    assert rec.output_tokens >= 0 and rec.input_tokens >= 0

@@ -7,9 +7,10 @@ from dataclasses import dataclass, field
 import msgspec
 
 from loadtest.client.sse import event_payloads
+from loadtest.client.usage_counts import UsageCounts
 
 
-class Usage(msgspec.Struct, gc=False):
+class Usage(UsageCounts):
     input_tokens: int | None = None
     output_tokens: int | None = None
     cache_read_input_tokens: int | None = None

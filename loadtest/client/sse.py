@@ -15,6 +15,7 @@ import msgspec
 import numpy as np
 
 from loadtest.client.secrets import snippet
+from loadtest.client.usage_counts import UsageCounts
 
 
 class _Delta(msgspec.Struct, gc=False):
@@ -30,7 +31,7 @@ class _Choice(msgspec.Struct, gc=False):
     finish_reason: str | None = None
 
 
-class _Usage(msgspec.Struct, gc=False):
+class _Usage(UsageCounts):
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     prompt_tokens_details: dict | None = None
@@ -222,6 +223,7 @@ def _general_split(
 
 _DONE_EVENT = b"data: [DONE]\n\n"
 _PREFIX = b"data: "
+_NEXT_EVENT = b"\n\n" + _PREFIX  # a blank line, then the next event's prefix
 SMALL_BODY = 2048  # bytes: a body up to this size is split without numpy (its set-up costs more there)
 _PREFIX_SPAN = np.arange(len(_PREFIX), dtype=np.int64)
 _SPACE = 32  # a prefix is blanked to spaces: same length, so byte offsets do not move
@@ -275,24 +277,26 @@ def _fast_split(joined: list[bytes]) -> tuple[list[_Chunk], np.ndarray | list[in
 
 
 def _small_split(buf: bytes, size: int, saw_done: bool) -> tuple[list[_Chunk], list[int], bool] | None:
-    """_fast_split's shape for a short body (a few events): plain bytes splits, no array set-up, which
-    costs more than such a body's whole parse."""
-    events = buf[:size].split(b"\n\n")
-    if events.pop():  # the body must end with an event's blank line
-        return None
-    ends: list[int] = []
-    end = -1
-    for event in events:
-        if not event.startswith(_PREFIX) or b"\n" in event:
-            return None  # a comment, another field, a multi-line event, CRLF endings
-        end += len(event) + 2
-        ends.append(end)
+    """_fast_split's shape for a short body (a few events) in a few bytes scans, no array set-up (which
+    costs more than such a body's whole parse). ``buf`` starts with the prefix (checked by the caller).
+    Every newline is half of a blank line, the body ends with one, and each other one is followed by
+    the prefix: then every event is one ``data: `` line, and the payloads are the body with each
+    blank line and prefix made one newline (a JSON text holds no raw newline of its own)."""
+    body = buf[:size] if size < len(buf) else buf
+    n = body.count(b"\n\n")
+    if not body.endswith(b"\n\n") or body.count(b"\n") != 2 * n or body.count(_NEXT_EVENT) != n - 1:
+        return None  # a comment, another field, a multi-line event, CRLF endings, an empty event
     try:
-        decoded = _one_decoder.decode_lines(b"\n".join([e[len(_PREFIX) :] for e in events]))
+        decoded = _one_decoder.decode_lines(body[len(_PREFIX) :].replace(_NEXT_EVENT, b"\n"))
     except (msgspec.DecodeError, msgspec.ValidationError):
         return None
-    if len(decoded) != len(events):
+    if len(decoded) != n:
         return None  # an empty data line (a heartbeat) decodes to nothing: the general path skips it
+    ends = []  # where each event's blank line ends
+    at = body.find(b"\n\n")
+    while at >= 0:
+        ends.append(at + 1)
+        at = body.find(b"\n\n", at + 2)
     return decoded, ends, saw_done
 
 

@@ -10,6 +10,7 @@ import msgspec
 from loadtest.client.adapters.base import JsonAdapter, done_time
 from loadtest.client.http import Response
 from loadtest.client.secrets import snippet
+from loadtest.client.usage_counts import UsageCounts
 
 if TYPE_CHECKING:
     from loadtest.client.openai import OpenAIClient, PreparedRequest
@@ -21,7 +22,7 @@ class _Result(msgspec.Struct, gc=False):
     relevance_score: float
 
 
-class _Usage(msgspec.Struct, gc=False):
+class _Usage(UsageCounts):
     total_tokens: int | None = None
     prompt_tokens: int | None = None
 
