@@ -126,6 +126,8 @@ def test_merged_gaps_are_counted_and_kept_out_of_itl(tmp_path: Path) -> None:
         "burst_streams": 0,
     }
     assert itl["count"] == gaps - merged > 0
-    # Only the lone events' 10 ms gaps remain: neither the 40 ms waits before a burst nor the zeros in it.
-    assert itl["min"] > 5 and itl["max"] < 30, itl
+    # Only the lone events' 10 ms gaps remain: neither the 40 ms waits before a burst (a quarter of the
+    # gaps left, were they kept) nor the zeros in it. Their extremes are the machine's: a busy client
+    # reads an event late now and then, which shortens the gap after it and lengthens the one before.
+    assert 5 < itl["p50"] < 30 and itl["p90"] < 30, itl
     assert any("token gaps" in n and "metrics.itl_merged" in n for n in doc["notes"]), doc["notes"]

@@ -154,55 +154,61 @@ class RequestRecord:
         return self.chunk_ns if len(self.chunk_ns) <= SMALL_STREAM else self.chunk_times()
 
     def to_log(self) -> RecordLine:
-        """The record-log line: absolute epoch for the schedule, microsecond offsets for the rest."""
+        """The record-log line: absolute epoch for the schedule, microsecond offsets for the rest.
+
+        Built positionally, in RecordLine's field order (a keyword per field costs most of a line's
+        making); tests/test_contracts.py holds every field to its value through the line."""
         base = self.scheduled_ns
-
-        def rel(t: int) -> int | None:
-            return (t - base) // 1000 if t else None
-
+        sent, headers, first, answer, done = (
+            self.sent_ns,
+            self.headers_ns,
+            self.first_token_ns,
+            self.first_answer_ns,
+            self.done_ns,
+        )
+        tpot = self.tpot_us()
         return RecordLine(
-            id=self.request_id,
-            wire_id=self.wire_id,
-            scenario=self.scenario,
-            api=self.api,
-            stream=self.stream,
-            worker=self.worker,
-            t=round(self.scheduled_epoch, 6),
-            outcome=self.outcome,
-            status=self.http_status,
-            error=self.error or None,
-            finish_reason=self.finish_reason,
-            sent_us=rel(self.sent_ns),
-            headers_us=rel(self.headers_ns),
-            ttft_us=rel(self.first_token_ns),
-            first_answer_us=rel(self.first_answer_ns),
-            e2e_us=rel(self.done_ns),
-            tpot_us=None if (tp := self.tpot_us()) is None else round(tp, 1),
-            chunks_us=self._chunks_us(),
-            requested_output_tokens=self.requested_output_tokens,
-            prompt_tokens=self.prompt_tokens_client,
-            output_tokens=self.completion_tokens_client,
-            reasoning_tokens=self.reasoning_tokens_client,
-            usage_prompt_tokens=self.prompt_tokens_server,
-            usage_completion_tokens=self.completion_tokens_server,
-            usage_cached_tokens=self.cached_tokens_server,
-            usage_reasoning_tokens=self.reasoning_tokens_server,
-            attempt=self.attempt,
-            retry_of=self.retry_of,
-            endpoint=self.endpoint,
-            inputs=self.inputs or UNSET,  # written only when non-zero
-            merged_gaps=self.merged_gaps or UNSET,
-            quality_failed=self.quality_failed or UNSET,  # written only when a check failed
-            chunk_chars=self.chunk_chars or UNSET,
-            job_us=self.job_us or UNSET,
-            endpoints_output_tokens=UNSET
-            if self.endpoints_output_tokens is None
-            else self.endpoints_output_tokens,
-            endpoints_tpot_tokens=UNSET if self.endpoints_tpot_tokens is None else self.endpoints_tpot_tokens,
-            new_connection=UNSET if self.new_connection is None else self.new_connection,
-            session=UNSET if self.session is None else self.session,
-            session_last=True if self.session_last else UNSET,
-            agentic=UNSET if self.agentic is None else self.agentic,
+            self.request_id,
+            self.wire_id,
+            self.scenario,
+            self.api,
+            self.stream,
+            self.worker,
+            round(self.scheduled_epoch, 6),
+            self.outcome,
+            self.http_status,
+            self.error or None,
+            self.finish_reason,
+            (sent - base) // 1000 if sent else None,
+            (headers - base) // 1000 if headers else None,
+            (first - base) // 1000 if first else None,
+            (answer - base) // 1000 if answer else None,
+            (done - base) // 1000 if done else None,
+            None if tpot is None else round(tpot, 1),
+            self._chunks_us(),
+            self.requested_output_tokens,
+            self.prompt_tokens_client,
+            self.completion_tokens_client,
+            self.reasoning_tokens_client,
+            self.prompt_tokens_server,
+            self.completion_tokens_server,
+            self.cached_tokens_server,
+            self.reasoning_tokens_server,
+            self.attempt,
+            self.retry_of,
+            self.endpoint,
+            self.inputs or UNSET,  # written only when non-zero
+            self.merged_gaps or UNSET,
+            self.quality_failed or UNSET,  # written only when a check failed
+            self.chunk_chars or UNSET,
+            UNSET,  # first_chunk_tokens: written by earlier versions only
+            UNSET if self.endpoints_output_tokens is None else self.endpoints_output_tokens,
+            UNSET if self.endpoints_tpot_tokens is None else self.endpoints_tpot_tokens,
+            UNSET if self.new_connection is None else self.new_connection,
+            UNSET if self.session is None else self.session,
+            True if self.session_last else UNSET,
+            self.job_us or UNSET,
+            UNSET if self.agentic is None else self.agentic,
         )
 
     @classmethod
