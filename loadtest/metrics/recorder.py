@@ -168,8 +168,9 @@ class Track:
             if rec.first_answer_ns:
                 pending["ttfa"].append((rec.first_answer_ns - scheduled_ns) // 1000)
                 n_values += 1
-            if n_out > 1 and rec.done_ns:  # RequestRecord.tpot_us
-                pending["tpot"].append(round((rec.done_ns - rec.first_token_ns) / 1000 / (n_out - 1)))
+            tpot = rec.tpot_us()
+            if tpot is not None:
+                pending["tpot"].append(round(tpot))
                 n_values += 1
             if 1 < len(chunks) < MIN_EVENTS:  # short: no delivery judgement, plain Python
                 short = [(b - a) // 1000 for a, b in pairwise(chunks)]
