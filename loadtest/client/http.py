@@ -36,6 +36,7 @@ from gevent.hub import Waiter
 from gevent.monkey import get_original
 
 from loadtest.client.network import NetworkPolicy, Proxy, unreachable
+from loadtest.client.read_sweep import SWEEP
 
 _os_poll = get_original("select", "poll")  # the OS's poll: a zero-timeout check, no greenlet machinery
 
@@ -359,6 +360,7 @@ class _LoopReads:
         "error",
         "received",
         "max_bytes",
+        "fd",
     )
 
     def __init__(self, conn: Connection, sock: gsocket.socket, reader: _Reader) -> None:
@@ -367,11 +369,13 @@ class _LoopReads:
         self.recvmsg = sock._sock.recvmsg
         self.feed = reader.parser.feed_data
         self.pieces = reader.pieces
-        self.watcher = get_hub().loop.io(sock.fileno(), 1)  # one per connection, started per wait
+        self.fd = sock.fileno()
+        self.watcher = get_hub().loop.io(self.fd, 1)  # one per connection, started per wait
         self.waiter: Waiter | None = None
         self.error: BaseException | None = None
         self.received = 0
         self.max_bytes = 0
+        SWEEP.add(self.fd, self._on_swept)
 
     def begin(self, max_bytes: int) -> None:
         """Read the reader's current response (after ``_Reader.begin``)."""
@@ -388,9 +392,11 @@ class _LoopReads:
     def next(self) -> bytes:
         """Wait until a read needs the request's greenlet; that read's bytes (b"" when the peer closed).
         The bytes are already fed to the parser; a failure to read or parse is raised here."""
+        SWEEP.due()  # other connections' data, read now if the loop has not read for a while
         self.waiter = waiter = Waiter()
         self.watcher.start(self._on_readable)
         data: bytes = waiter.get()
+        SWEEP.due()  # and again before this response's own work (its parse, its record, the next send)
         error, self.error = self.error, None
         if error is not None:
             try:
@@ -399,12 +405,21 @@ class _LoopReads:
                 del error  # the traceback holds this frame: no cycle through the local
         return data
 
+    def unsweep(self) -> None:
+        """No more reads by the sweep: the socket is about to be closed."""
+        SWEEP.remove(self.fd)
+
     def close(self) -> None:
         """Stop and free the watcher; drop what it reached (its callback refers back to this object)."""
+        self.unsweep()
         self.watcher.stop()
         self.watcher.close()
         del self.watcher, self.reader, self.resp, self.chunks, self.times, self.feed, self.recvmsg, self.conn
         del self.pieces
+
+    def _on_swept(self) -> None:
+        if self.waiter is not None:  # a response is awaited: the sweep reads for it
+            self._on_readable()
 
     def _on_readable(self) -> None:
         try:
@@ -413,7 +428,7 @@ class _LoopReads:
             except BlockingIOError:
                 return
             reader = self.reader
-            now = perf_counter_ns()
+            SWEEP.last_read_ns = now = perf_counter_ns()
             if anc:
                 sec, nsec = _unpack_timespec(anc[0][2])
                 arrived = sec * 1_000_000_000 + nsec - _ClockMap.offset_ns
@@ -509,6 +524,8 @@ class Connection:
         self._idle_check = None
         parse, loop_reads = self._parse, self._loop_reads
         self._parse = self._loop_reads = None
+        if loop_reads is not None:
+            loop_reads.unsweep()
         if self._reader is None:  # idle: free them now; in flight, the request's end does
             _free(parse, loop_reads)
         if self.sock is not None:
