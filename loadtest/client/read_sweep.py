@@ -1,12 +1,12 @@
 """Reads taken between the event loop's polls: after a millisecond of other work with no read, a request
-about to wait reads every connection that has data, so that data's kernel receive time is taken before
+that wakes or is about to wait reads every connection that has data, so that data's kernel receive time is taken before
 the next data on the same connection arrives and the kernel merges the two into one read and one time.
 
 The event loop polls its sockets only between passes, and one pass runs every greenlet that is ready:
 on a loaded core that can be tens of milliseconds of finished answers being parsed, recorded and sent
 again, while first tokens wait unread. A read is what takes a token's time (``SO_TIMESTAMPNS``), so the
-sweep bounds how long data sits unread to about ``SWEEP_AFTER_NS`` plus one request's own work, however
-long the pass. The loop still reads every socket itself: the sweep only reads earlier, and a read that
+sweep bounds how long data sits unread to about ``SWEEP_AFTER_NS`` plus one step of one request's own
+work (its answer's parse and record, or the next request's build and send), however long the pass. The loop still reads every socket itself: the sweep only reads earlier, and a read that
 finds nothing returns at once.
 """
 
@@ -59,7 +59,7 @@ class ReadSweep:
                 self._set.unregister(fd)
 
     def due(self) -> None:
-        """A request is about to wait: sweep if the loop has not read for ``SWEEP_AFTER_NS``."""
+        """A request woke or is about to wait: sweep if the loop has not read for ``SWEEP_AFTER_NS``."""
         if perf_counter_ns() - self.last_read_ns > SWEEP_AFTER_NS and self._reads:
             self.sweep()
 

@@ -154,26 +154,31 @@ def measure_run(
     }
 
 
-def over_server(lines: list[dict[str, Any]], truth: dict[str, list[int]]) -> tuple[float, float, float, int]:
+def over_server(
+    lines: list[dict[str, Any]], truth: dict[str, list[int]], heads: dict[str, int]
+) -> tuple[float, float, float, int]:
     """How much later than the server the run saw each token (ms, p99): client TTFT (from its send)
-    minus the server's (its first token's write minus the request's arrival: so the request's transit
-    and the server's own delay in reading it count against the client); the first token's read after
-    the response headers' minus the server's write interval (the read side alone); each client gap
-    between tokens minus the server's gap between those writes; and the requests matched by wire id."""
+    minus the server's (its first token's write minus the request's arrival, the kernel's receive time
+    of the request: so only the request's transit counts against the client, not the server's own delay
+    in reading it); the first token's read after the response headers' minus the server's interval
+    between writing the two (the read side alone); each client gap between tokens minus the server's
+    gap between those writes; and the requests matched by wire id."""
     ttft_over: list[float] = []
     read_over: list[float] = []
     gap_over: list[float] = []
     matched = 0
     for r in lines:
-        times = truth.get(r.get("wire_id") or "")
+        wire_id = r.get("wire_id") or ""
+        times = truth.get(wire_id)
         chunks = r["chunks_us"]
         if not times or len(times) - 1 != len(chunks) or r.get("ttft_us") is None:
             continue
         matched += 1
         ttft = (r["ttft_us"] - (r.get("sent_us") or 0)) / 1e3  # from the request's send
         ttft_over.append(ttft - (times[1] - times[0]) / 1e6)
-        if r.get("headers_us") is not None:  # the server writes its headers as the request arrives
-            read_over.append((r["ttft_us"] - r["headers_us"]) / 1e3 - (times[1] - times[0]) / 1e6)
+        head = heads.get(wire_id)
+        if r.get("headers_us") is not None and head is not None:
+            read_over.append((r["ttft_us"] - r["headers_us"]) / 1e3 - (times[1] - head) / 1e6)
         for k in range(1, len(chunks)):
             gap_over.append((chunks[k] - chunks[k - 1]) / 1e3 - (times[k + 1] - times[k]) / 1e6)
     if not matched:
@@ -369,7 +374,7 @@ def _round(
                 ramp,
             )
             told = srv.get_json("/truth") if mode == "paced" else {}
-            truth = told.get("requests", {})
+            truth, heads = told.get("requests", {}), told.get("heads", {})
         with ServerProcess(mode, *extra) as srv:
             base = measure_gevent(
                 srv.base_url.removesuffix("/v1"), base_streams, args.duration, args.warmup, ramp
@@ -391,7 +396,7 @@ def _round(
         r["ttft_added"] = (run["ttft_p99_ms"] or 0) - PACED_TTFT_MS
         r["base_ttft_added"] = (base["ttft_p99_ms"] or 0) - PACED_TTFT_MS
         r["itl"] = run["itl_p99_ms"] or 0.0
-        r["ttft_over"], r["read_over"], r["gap_over"], r["matched"] = over_server(run["lines"], truth)
+        r["ttft_over"], r["read_over"], r["gap_over"], r["matched"] = over_server(run["lines"], truth, heads)
         r["base_gap"] = base["gap_p99_ms"] or 0.0
         late = told.get("lateness_ns") or [0]
         r["server_late"] = float(np.percentile(late, 99)) / 1e6  # its own loop's delay, in every figure

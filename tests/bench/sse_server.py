@@ -9,6 +9,7 @@ import contextlib
 import os
 import resource
 import socket
+import struct
 import time
 from time import perf_counter_ns
 from typing import Any
@@ -103,13 +104,14 @@ class Server:
         self.paced_tail = chunked(finish_event() + usage_event(tokens) + DONE) + b"0\r\n\r\n"
         # request id -> [arrival_ns, token_1_write_ns, ..., token_n_write_ns]
         self.truth: dict[str, list[int]] = {}
+        self.heads: dict[str, int] = {}  # request id -> its response headers' write
         self.lateness_ns: list[int] = []  # actual minus intended time of every timed write
         self.cpu0 = time.process_time()
         self.wall0 = perf_counter_ns()
         self.requests = 0
 
     def handle(self, conn: Conn, method: str, path: str, headers: dict[str, str], arrival_ns: int) -> None:
-        t = conn.transport
+        t = conn
         if method == "GET" and path.startswith("/truth"):
             self._send_truth(t)
             return
@@ -125,13 +127,15 @@ class Server:
         times = [arrival_ns]
         self.truth[rid] = times
         t.write(self.paced_first)
+        self.heads[rid] = perf_counter_ns()
         _PacedStream(self, t, arrival_ns, times).schedule()
 
-    def _send_truth(self, t: asyncio.Transport) -> None:
+    def _send_truth(self, t: Conn) -> None:
         now = perf_counter_ns()
         body = _enc.encode(
             {
                 "requests": self.truth,
+                "heads": self.heads,
                 "lateness_ns": self.lateness_ns,
                 "server_cpu_s": time.process_time() - self.cpu0,
                 "server_wall_s": (now - self.wall0) / 1e9,
@@ -139,6 +143,7 @@ class Server:
             }
         )
         self.truth = {}
+        self.heads = {}
         self.lateness_ns = []
         self.cpu0 = time.process_time()
         self.wall0 = now
@@ -152,7 +157,7 @@ class _PacedStream:
 
     __slots__ = ("srv", "t", "arrival_ns", "times", "k")
 
-    def __init__(self, srv: Server, t: asyncio.Transport, arrival_ns: int, times: list[int]) -> None:
+    def __init__(self, srv: Server, t: Conn, arrival_ns: int, times: list[int]) -> None:
         self.srv = srv
         self.t = t
         self.arrival_ns = arrival_ns
@@ -183,24 +188,87 @@ class _PacedStream:
             self.schedule()
 
 
-class Conn(asyncio.Protocol):
-    """A keep-alive HTTP/1.1 connection; parses requests by hand (Content-Length bodies only)."""
+SO_TIMESTAMPNS = 35  # Linux: the kernel's receive time of the data, with each read
+_timespec = struct.Struct("qq")
 
-    def __init__(self, srv: Server) -> None:
+
+class Conn:
+    """A keep-alive HTTP/1.1 connection on a plain non-blocking socket, read and written from the event
+    loop's own callbacks; parses requests by hand (Content-Length bodies only). A request's arrival is
+    the kernel's receive time of its read (``SO_TIMESTAMPNS``, on the perf_counter_ns clock), so the
+    truth does not count this server's own lateness in reading it against the client."""
+
+    def __init__(self, srv: Server, sock: socket.socket) -> None:
         self.srv = srv
+        self.sock = sock
+        self.fd = sock.fileno()
         self.buf = b""
-        self.transport: asyncio.Transport
+        self.out = bytearray()  # what the socket did not take yet
+        self.closed = False
+        sock.setblocking(False)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+        srv.loop.add_reader(self.fd, self._on_readable)
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
-        sock = transport.get_extra_info("socket")
-        if sock is not None:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    def is_closing(self) -> bool:
+        return self.closed
 
-    def data_received(self, data: bytes) -> None:
+    def write(self, data: bytes) -> None:
+        if self.closed:
+            return
+        if self.out:
+            self.out += data
+            return
+        try:
+            sent = self.sock.send(data)
+        except BlockingIOError:
+            sent = 0
+        except OSError:
+            self.close()
+            return
+        if sent < len(data):
+            self.out += data[sent:]
+            self.srv.loop.add_writer(self.fd, self._on_writable)
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.srv.loop.remove_reader(self.fd)
+            self.srv.loop.remove_writer(self.fd)
+            self.sock.close()
+
+    def _on_writable(self) -> None:
+        try:
+            sent = self.sock.send(self.out)
+        except BlockingIOError:
+            return
+        except OSError:
+            self.close()
+            return
+        del self.out[:sent]
+        if not self.out:
+            self.srv.loop.remove_writer(self.fd)
+
+    def _on_readable(self) -> None:
+        try:
+            data, anc, _, _ = self.sock.recvmsg(65536, 64)
+        except BlockingIOError:
+            return
+        except OSError:
+            data, anc = b"", []
+        if not data:
+            self.close()
+            return
         arrival_ns = perf_counter_ns()
-        buf = self.buf + data
+        for level, kind, value in anc:
+            if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS:
+                sec, nsec = _timespec.unpack(value[: _timespec.size])
+                arrival_ns = min(
+                    arrival_ns, sec * 1_000_000_000 + nsec - (time.time_ns() - perf_counter_ns())
+                )
+        self._requests(self.buf + data, arrival_ns)
+
+    def _requests(self, buf: bytes, arrival_ns: int) -> None:
         while True:
             end = buf.find(b"\r\n\r\n")
             if end < 0:
@@ -221,11 +289,27 @@ class Conn(asyncio.Protocol):
 
 async def serve(args: argparse.Namespace) -> None:
     srv = Server(args.mode, args.tokens, args.ttft_ms / 1e3, args.itl_ms / 1e3, args.framing)
-    server = await srv.loop.create_server(lambda: Conn(srv), args.host, args.port, backlog=8192)
-    port = server.sockets[0].getsockname()[1]
-    print(f"READY {port}", flush=True)
-    async with server:
-        await server.serve_forever()
+    listener = socket.create_server((args.host, args.port), backlog=8192)
+    listener.setblocking(False)
+    conns: set[Conn] = set()
+
+    def accept() -> None:
+        for _ in range(64):
+            try:
+                sock, _ = listener.accept()
+            except BlockingIOError:
+                return
+            conns.add(Conn(srv, sock))
+        conns.difference_update([c for c in conns if c.closed])
+
+    srv.loop.add_reader(listener.fileno(), accept)
+    print(f"READY {listener.getsockname()[1]}", flush=True)
+    try:
+        await asyncio.Event().wait()  # until the process is stopped
+    finally:
+        for c in list(conns):
+            c.close()
+        listener.close()
 
 
 def main() -> None:
