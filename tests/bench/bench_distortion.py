@@ -82,7 +82,7 @@ def report(label: str, res: LoadResult, truth: dict) -> None:
     srv_gaps: list[np.ndarray] = []
     missing = 0
     for rec in res.records:
-        t = requests.get(rec.request_id)
+        t = requests.get(rec.wire_id)
         if t is None or len(t) != TOKENS + 1:
             missing += 1
             continue

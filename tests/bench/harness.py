@@ -128,6 +128,7 @@ class Finished(NamedTuple):
     (a production run keeps nothing per request in memory; records go to the record log)."""
 
     request_id: str
+    wire_id: str  # the X-Request-Id it was sent with: the paced server's truth is keyed by it
     outcome: str
     error: str
     sent_ns: int
@@ -139,6 +140,7 @@ class Finished(NamedTuple):
     def of(cls, rec: RequestRecord) -> Finished:
         return cls(
             rec.request_id,
+            rec.wire_id or "",
             rec.outcome,
             rec.error,
             rec.sent_ns,
