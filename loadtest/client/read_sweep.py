@@ -1,13 +1,15 @@
 """Reads taken between the event loop's polls: after a millisecond of other work with no read, a request
-that wakes or is about to wait reads every connection that has data, so that data's kernel receive time is taken before
-the next data on the same connection arrives and the kernel merges the two into one read and one time.
+that wakes or is about to wait reads every connection that has data, so that data's kernel receive
+time is taken before the next data on the same connection arrives and the kernel merges the two into
+one read and one time.
 
 The event loop polls its sockets only between passes, and one pass runs every greenlet that is ready:
 on a loaded core that can be tens of milliseconds of finished answers being parsed, recorded and sent
 again, while first tokens wait unread. A read is what takes a token's time (``SO_TIMESTAMPNS``), so the
 sweep bounds how long data sits unread to about ``SWEEP_AFTER_NS`` plus one step of one request's own
-work (its answer's parse and record, or the next request's build and send), however long the pass. The loop still reads every socket itself: the sweep only reads earlier, and a read that
-finds nothing returns at once.
+work (its answer's parse and record, or the next request's build and send), however long the pass.
+The loop still reads every socket itself: the sweep only reads earlier, and a read that finds nothing
+returns at once.
 """
 
 from __future__ import annotations
