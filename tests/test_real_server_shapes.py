@@ -228,11 +228,14 @@ def test_the_open_loop_connection_pool_shrinks_after_a_backlog(tmp_path: Path) -
         )
         try:
             peak = late = 0
-            t0 = time.monotonic()
+            t0 = None  # the first request's connection: the schedule's start (the run's own start-up, which
+            # a busy machine stretches, does not count)
             while proc.poll() is None:
                 n = sum(1 for fd in Path(f"/proc/{proc.pid}/fd").iterdir() if "socket" in _link(fd))
+                if n and t0 is None:
+                    t0 = time.monotonic()
                 peak = max(peak, n)
-                if time.monotonic() - t0 > 8.0:  # the burst long answered
+                if t0 is not None and time.monotonic() - t0 > 6.0:  # the burst (2 s) long answered
                     late = max(late, n)
                 time.sleep(0.1)
         finally:
