@@ -87,7 +87,7 @@ def _replay(
 def test_consistent_hash_keeps_every_conversation_on_one_replica(
     replicas: list[ServedVllm], tmp_path: Path
 ) -> None:
-    run, records, by_session = _replay(replicas, "consistent_hash", tmp_path, 12)
+    run, records, by_session = _replay(replicas, "consistent_hash", tmp_path, 20)
     calls = defaultdict(int)
     for rec in records:
         calls[rec["session"]] += 1
