@@ -405,13 +405,8 @@ class _LoopReads:
                 del error  # the traceback holds this frame: no cycle through the local
         return data
 
-    def unsweep(self) -> None:
-        """No more reads by the sweep: the socket is about to be closed."""
-        SWEEP.remove(self.fd)
-
     def close(self) -> None:
         """Stop and free the watcher; drop what it reached (its callback refers back to this object)."""
-        self.unsweep()
         self.watcher.stop()
         self.watcher.close()
         del self.watcher, self.reader, self.resp, self.chunks, self.times, self.feed, self.recvmsg, self.conn
@@ -524,8 +519,8 @@ class Connection:
         self._idle_check = None
         parse, loop_reads = self._parse, self._loop_reads
         self._parse = self._loop_reads = None
-        if loop_reads is not None:
-            loop_reads.unsweep()
+        if loop_reads is not None:  # before the socket closes: its number is never swept for another
+            SWEEP.remove(loop_reads.fd)
         if self._reader is None:  # idle: free them now; in flight, the request's end does
             _free(parse, loop_reads)
         if self.sock is not None:

@@ -37,17 +37,18 @@ class ReadSweep:
     """The process's connections awaiting data, by file descriptor, in an epoll set of their own
     (edge-triggered: each arrival is reported once; the event loop's own poll still sees what is left)."""
 
-    __slots__ = ("_set", "_pid", "_reads", "last_read_ns")
+    __slots__ = ("_set", "_reads", "last_read_ns")
 
     def __init__(self) -> None:
-        self._set: epoll | None = None
-        self._pid = 0
+        self._set: epoll | None = None  # made at the first connection
         self._reads: dict[int, Callable[[], None]] = {}
         self.last_read_ns = 0  # set by every read the event loop makes
 
     def add(self, fd: int, on_ready: Callable[[], None]) -> None:
         """Sweep ``fd``: ``on_ready()`` is called when data came and it was not read for a while."""
-        ep = self._epoll_set()
+        if self._set is None:
+            self._set = _epoll()
+        ep = self._set
         try:
             ep.register(fd, _EPOLLIN | _EPOLLET)
         except FileExistsError:  # a number closed elsewhere and reused: take it over
@@ -68,21 +69,22 @@ class ReadSweep:
     def sweep(self) -> None:
         """Read every connection that has data now (a zero-timeout poll of the set)."""
         self.last_read_ns = perf_counter_ns()
-        ep = self._set
-        if ep is None or self._pid != os.getpid():
+        if self._set is None:
             return
         reads = self._reads
-        for fd, _ in ep.poll(0):
+        for fd, _ in self._set.poll(0):
             on_ready = reads.get(fd)
             if on_ready is not None:
                 on_ready()
 
-    def _epoll_set(self) -> epoll:
-        """This process's epoll set: a forked child makes its own (the parent's is shared with it)."""
-        if self._set is None or self._pid != os.getpid():
-            self._set, self._pid = _epoll(), os.getpid()
-            self._reads.clear()
-        return self._set
+    def forget(self) -> None:
+        """In a forked child: the parent's set (shared with it) and its connections are not this
+        process's; the child makes its own at its first connection."""
+        if self._set is not None:
+            self._set.close()  # this process's copy of the descriptor only
+        self._set = None
+        self._reads.clear()
 
 
 SWEEP = ReadSweep()
+os.register_at_fork(after_in_child=SWEEP.forget)

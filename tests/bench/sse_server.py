@@ -110,8 +110,7 @@ class Server:
         self.wall0 = perf_counter_ns()
         self.requests = 0
 
-    def handle(self, conn: Conn, method: str, path: str, headers: dict[str, str], arrival_ns: int) -> None:
-        t = conn
+    def handle(self, t: Conn, method: str, path: str, headers: dict[str, str], arrival_ns: int) -> None:
         if method == "GET" and path.startswith("/truth"):
             self._send_truth(t)
             return
@@ -216,16 +215,10 @@ class Conn:
     def write(self, data: bytes) -> None:
         if self.closed:
             return
-        if self.out:
+        if self.out:  # behind what waits: in order
             self.out += data
             return
-        try:
-            sent = self.sock.send(data)
-        except BlockingIOError:
-            sent = 0
-        except OSError:
-            self.close()
-            return
+        sent = self._send(data)
         if sent < len(data):
             self.out += data[sent:]
             self.srv.loop.add_writer(self.fd, self._on_writable)
@@ -237,15 +230,18 @@ class Conn:
             self.srv.loop.remove_writer(self.fd)
             self.sock.close()
 
-    def _on_writable(self) -> None:
+    def _send(self, data: bytes | bytearray) -> int:
+        """The bytes the socket took (all of them when it failed: the connection is closed, they are dropped)."""
         try:
-            sent = self.sock.send(self.out)
+            return self.sock.send(data)
         except BlockingIOError:
-            return
+            return 0
         except OSError:
             self.close()
-            return
-        del self.out[:sent]
+            return len(data)
+
+    def _on_writable(self) -> None:
+        del self.out[: self._send(self.out)]
         if not self.out:
             self.srv.loop.remove_writer(self.fd)
 
