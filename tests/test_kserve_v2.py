@@ -130,10 +130,13 @@ def _truth(sim: SimProcess) -> dict[str, dict[str, Any]]:
         return {t["request_id"]: t for t in map(json.loads, r.read().decode().splitlines())}
 
 
-def _run(args: list[str], out: Path) -> dict[str, Any]:
+def _run(args: list[str], out: Path, exit_code: int | None = 0) -> dict[str, Any]:
+    """The run's run.json; its exit code is the verdict's, and ``exit_code`` unless None."""
     res = run_cli(["run", *args, "--out", str(out), "--no-telemetry"], timeout=180)
     run = json.loads((out / "run.json").read_text())
-    assert res.returncode == run["verdict"]["exit_code"] == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    said = res.stdout[-2000:] + res.stderr[-2000:]
+    assert res.returncode == run["verdict"]["exit_code"], said
+    assert exit_code is None or res.returncode == exit_code, said
     return run
 
 
@@ -175,14 +178,22 @@ def test_the_shipped_dlrmv3_profiles_run_with_a_valid_verdict(
     engine: SimProcess, tmp_path: Path, scenario: str
 ) -> None:
     args = ["--profile", f"mlperf-dlrmv3-{scenario}", "--duration", "3", "--smoke", "--host", engine.base_url]
-    run = _run(args, tmp_path / "run")
+    run = _run(args, tmp_path / "run", exit_code=None)
     s = run["metrics"]["samples"]
     per_query = {"server": 1, "offline": 128}[scenario]
     assert s["samples_total"] == per_query * s["requests_ok"] > 0
-    checks = {c["name"]: c for c in run["verdict"]["checks"]}
+    verdict = run["verdict"]
+    checks = {c["name"]: c for c in verdict["checks"]}
+    assert verdict["status"] != "invalid", verdict["reasons"]
+    assert all(c["passed"] for c in checks.values() if c["kind"] == "endpoint")
     if scenario == "server":
-        assert checks["e2e_p99"]["passed"] is True and checks["e2e_p99"]["limit"] == 80
-    assert run["verdict"]["status"] != "invalid"
+        # The profile's SLO, judged on its own figure: about 10 ms at p99 on a quiet machine, and past 80 ms
+        # only where a busy machine stalled the engine or the client (this test's subject is the profile).
+        e2e = checks["e2e_p99"]
+        assert e2e["limit"] == 80 and e2e["passed"] == (e2e["value"] <= 80)
+        assert (verdict["exit_code"] == 0) == e2e["passed"], verdict["reasons"]
+    else:
+        assert verdict["exit_code"] == 0, verdict["reasons"]
 
 
 # ---- a real KServe v2 server: MLServer with a scikit-learn model ---------------------------------------

@@ -132,10 +132,12 @@ def test_the_default_ramp_keeps_the_first_wave_on_time_at_2000_streams(tmp_path:
     first = _first_requests(lines)
     assert len(first) == streams
     assert first[-1]["t"] - first[0]["t"] >= ramp["planned_s"] - 2 * STEP_S
-    # Each stream's first request went out soon after its start: started all at once, the same run on
-    # a quiet 2-core machine sent them up to 300 ms late (p99), with the default ramp 27 ms.
+    # Most streams' first requests went out soon after their start. On a quiet 2-core machine the default
+    # ramp sent them 20 ms late at the median (49 ms at p99); started all at once (--ramp-up 0), 449 ms
+    # (554 ms). The median, not a tail: a machine busy with other work stalls a batch or two of the ramp
+    # by hundreds of milliseconds (p99 613 ms seen in CI), a busy process's tail, not the ramp's.
     lags = sorted(ln["sent_us"] / 1e3 for ln in first)
-    assert lags[int(0.99 * len(lags))] < 250, lags[-20:]
+    assert lags[len(lags) // 2] < 150, lags[:: len(lags) // 20]
     assert doc["judged"]["window"]["start"] > first[-1]["t"]
     health = doc["generator_health"]
     assert health["mean_in_flight"] >= 0.9 * streams  # every stream held once started
