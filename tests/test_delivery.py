@@ -16,7 +16,15 @@ import pytest
 from loadtest.client.record import RequestRecord
 from loadtest.metrics import delivery
 from loadtest.metrics.recorder import Recorder
-from loadtest.metrics.verdict import MERGED_DELIVERY, RATE_LIMITED, OfferedLoad, headline, judge
+from loadtest.metrics.summary import build_metrics
+from loadtest.metrics.verdict import (
+    MERGED_DELIVERY,
+    RATE_LIMITED,
+    OfferedLoad,
+    ValidityRules,
+    headline,
+    judge,
+)
 from loadtest.sim import SimProcess
 from tests.buffering_proxy import BufferingProxy
 from tests.conftest import read_lines, run_cli, write_profile
@@ -80,15 +88,82 @@ def test_merged_gaps_are_not_burst_gaps() -> None:
     assert delivery.burst_delivery(times[:7]) is None  # too few events to judge
 
 
-def test_a_bursty_stream_leaves_its_burst_gaps_out_of_itl() -> None:
-    times = _paced(np.array([0.3, 0.3, 0.2, 0.3, 25.0] * 8))
-    rec = RequestRecord(
-        request_id="r", scenario="s", api="chat", stream=True, scheduled_epoch=1e9, scheduled_ns=1,
+# Measured through LiteLLM 1.106.12 on a slower 2-core host: blocks re-sent about 0.5 ms an event, close
+# to a tenth of the stream's mean gap, and many of them read at once (merged).
+SLOW_HOST_BLOCKS = (
+    [0.0] * 7 + [0.5, 3.72] + [0.0] * 7 + [1.21, 0.54, 9.1, 0.0, 0.0, 0.0, 0.0, 77.52, 0.55, 0.5]
+)
+SLOW_HOST_BLOCKS += [0.49, 0.48, 0.48, 1.86, 0.0, 0.0, 0.0, 50.8, 0.82, 0.56, 0.52, 2.67, 0.0, 0.0, 0.0, 66.2]
+SLOW_HOST_BLOCKS += [0.47, 0.48, 0.44, 0.5, 0.75, 0.47, 0.86, 32.01, 0.53, 0.52, 0.48, 1.18, 0.52, 0.96]
+
+
+def test_bursts_partly_read_together_are_flagged() -> None:
+    times = _paced(np.array(SLOW_HOST_BLOCKS))
+    bursts, merged = delivery.burst_gap_mask(times).sum(), delivery.merged_gap_mask(times).sum()
+    assert bursts == 8 and merged == 28  # burst gaps alone: 8 of 28 timed gaps, under 30 %
+    assert delivery.merged_delivery(times) is False and delivery.burst_delivery(times) is True
+    # merged gaps alone, without a burst gap between separate reads, are not bursts
+    merged_only = _paced(np.array([0.0, 25.0, 25.0] * 6))
+    assert delivery.burst_delivery(merged_only) is False
+
+
+def test_a_gateway_catching_up_is_flagged_and_a_slowing_engine_is_not() -> None:
+    # Measured through LiteLLM on a slower host: after a long TTFT the gateway re-sends the tokens it held
+    # about 0.5 ms apart, then blocks, then the engine's own pace (7 ms a token direct). Against the
+    # stream's mean gap (5.1 ms) 5 of its 28 gaps are burst gaps; against the pace after each, 12.
+    caught_up = [0.56, 0.53, 0.53, 0.46, 0.48, 0.47, 21.66, 0.53, 0.53, 14.37, 0.52, 0.52, 9.74, 0.48, 9.26]
+    caught_up += [0.53, 5.79, 6.79, 5.3, 9.66, 5.32, 10.16, 4.65, 13.64, 7.04, 0.45, 6.02, 6.56]
+    times = _paced(np.array(caught_up))
+    gaps = np.diff(times)
+    assert (gaps < 0.1 * gaps.mean()).sum() == 5  # what the stream's mean alone sees: under 30 %
+    mask = delivery.burst_gap_mask(times)
+    assert mask[1:6].all() and mask.sum() == 12 and delivery.burst_delivery(times) is True
+    # an engine slowing five- or tenfold mid-stream (a long prompt's prefill chunks batched in) is paced
+    rng = np.random.default_rng(1)
+    jitter = np.clip(1 + 0.3 * rng.standard_normal(60), 0.3, None)
+    for slower in (5.0, 10.0):
+        assert delivery.burst_delivery(_paced(np.repeat([7.0, 7.0 * slower], 30) * jitter)) is False
+
+
+def _stream(times: np.ndarray, rid: str = "r") -> RequestRecord:
+    return RequestRecord(
+        request_id=rid, scenario="s", api="chat", stream=True, scheduled_epoch=1e9, scheduled_ns=1,
         sent_ns=2, first_token_ns=int(times[0]) + 10, done_ns=int(times[-1]) + 10, outcome="ok",
         chunk_ns=(times + 10).tolist(), completion_tokens_client=times.size,
     )  # fmt: skip
+
+
+@pytest.mark.parametrize("whole", [0, 3, 9])
+def test_streams_re_sent_whole_are_told_by_the_runs_other_streams(whole: int) -> None:
+    # A gateway that read whole answers re-sends them evenly at its own pace (through LiteLLM: 0.4-0.7 ms
+    # a gap against the others' 4-7 ms); each stream alone looks paced, the run's median tells them.
+    rng = np.random.default_rng(whole)
     recorder = Recorder()
-    recorder.add(rec)
+    for i in range(20):
+        pace = 0.5 if i < whole else float(rng.uniform(3.0, 12.0))  # a varied direct pace: never whole
+        recorder.add(_stream(_paced(pace * np.clip(1 + 0.3 * rng.standard_normal(40), 0.3, None)), f"r{i}"))
+    merged = build_metrics(recorder.total)["itl_merged"]
+    assert merged["whole_streams"] == whole and merged["burst_streams"] == whole, merged
+    assert merged["streams"] == 20 and merged["burst_gaps"] == 0  # their gaps stay in ITL
+    assert (delivery.diagnosis(merged) is not None) == (whole >= 10)
+
+
+def test_an_overloaded_generator_is_named_before_the_delivery_diagnosis() -> None:
+    # a client that falls behind reads events together too: its own overload is the first cause
+    m = _metrics(40, 36)
+    overloaded = {"schedule_lag_p99_ms": 120.0, "cpu_percent": 99.0, "startup_s": 1.0}
+    v = judge(m, None, "itl_p99=50ms", ValidityRules(generator_health="fail"), overloaded)
+    assert v.status == "invalid" and "the load generator, not the endpoint" in v.reasons[0], v.reasons
+    assert any(r.startswith("merged delivery: 90 %") for r in v.reasons[1:])
+    assert headline(v.status, v.checks).startswith("the load generator was overloaded")
+    warned = judge(m, None, "itl_p99=50ms", ValidityRules(generator_health="warn"), overloaded)
+    assert warned.reasons[0].startswith("merged delivery: 90 %"), warned.reasons  # a warning only
+
+
+def test_a_bursty_stream_leaves_its_burst_gaps_out_of_itl() -> None:
+    times = _paced(np.array([0.3, 0.3, 0.2, 0.3, 25.0] * 8))
+    recorder = Recorder()
+    recorder.add(_stream(times))
     total = recorder.total
     assert total.totals["itl_burst_gaps"] == 32 and total.totals["delivery_burst_streams"] == 1
     assert total.totals["delivery_streams"] == 1 and not total.totals["delivery_merged_streams"]

@@ -124,6 +124,7 @@ def test_merged_gaps_are_counted_and_kept_out_of_itl(tmp_path: Path) -> None:
         "merged_streams": 0,  # a burst of three is no buffering proxy
         "burst_gaps": 0,  # its bursts share one read: merged, not separate reads close together
         "burst_streams": 0,
+        "whole_streams": 0,  # every stream at the server's pace
     }
     assert itl["count"] == gaps - merged > 0
     # Only the lone events' 10 ms gaps remain: neither the 40 ms waits before a burst (a quarter of the

@@ -270,6 +270,8 @@ class ItlMerged(_Section):
     # 0 in a run.json written before them.
     burst_gaps: int = 0
     burst_streams: int = 0
+    # Of the burst streams, those re-sent whole (their gaps stay in ITL); 0 in a run.json written before.
+    whole_streams: int = 0
 
 
 class TokensPerChunk(_Section):

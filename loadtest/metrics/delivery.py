@@ -4,12 +4,15 @@ gateway), per request and per run; the run's diagnosis (docs/metrics.md)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+from hdrh.histogram import HdrHistogram
 
 from loadtest.client.record import merged_gap_mask
+from loadtest.metrics import hdr
 
 # A stream is judged only with this many token events: fewer say nothing about how they were delivered.
 MIN_EVENTS = 8
@@ -19,12 +22,19 @@ MIN_EVENTS = 8
 EVENTS_PER_READ = 4.0
 FIRST_READ_SHARE = 0.5
 # Bursts: a gap between two separate reads is a burst gap when it is shorter than BURST_FRACTION of the
-# stream's mean gap, (last - first) / (events - 1); a stream is delivered in bursts when at least
-# BURST_STREAM_SHARE of its timed (not merged) gaps are burst gaps. Measured in docs/metrics.md, "Burst
-# delivery": under load through LiteLLM 71-85 % of a run's streams qualify, direct from the engine at
-# most 6 % (half instead of 30 % of the gaps: 39-79 % through LiteLLM, too close to the run's RUN_SHARE).
+# stream's pace from there on (burst_gap_mask); a stream is delivered in bursts when at least
+# BURST_STREAM_SHARE of its gaps are burst or merged gaps, one of them at least a burst gap (a block
+# re-sent in separate reads; a slower client reads more of a block at once, merged). Measured in
+# docs/metrics.md, "Burst delivery": under load through LiteLLM 71-85 % of a run's streams qualify,
+# direct from the engine at most 6 % (half instead of 30 % of the gaps: 39-79 % through LiteLLM, too
+# close to the run's RUN_SHARE).
+# A stream is re-sent whole when its mean gap is under BURST_FRACTION of the run's usual one, the
+# WHOLE_REFERENCE_PERCENTILE of its judged streams' mean gaps: a gateway that read a whole answer before
+# passing it on writes it evenly, at its own pace (up to near half the streams re-sent whole still leave
+# the reference a server's pace).
 BURST_FRACTION = 0.1
 BURST_STREAM_SHARE = 0.3
+WHOLE_REFERENCE_PERCENTILE = 75.0
 # The run's diagnosis: at least this share of the judged streams merged (or in bursts), and at least MIN_STREAMS of them.
 RUN_SHARE = 0.5
 MIN_STREAMS = 3
@@ -57,22 +67,46 @@ def merged_delivery(times: np.ndarray) -> bool | None:
 def burst_gap_mask(times: np.ndarray) -> np.ndarray:
     """Per gap between consecutive token events (``times``, sorted): True when it is a burst gap, a gap
     between separate reads (not merged: ``merged_gap_mask``) shorter than BURST_FRACTION of the stream's
-    mean gap."""
-    n = int(times.size) - 1
+    pace: its mean gap, or the mean of the gaps after it where there are at least MIN_EVENTS of them and
+    that is longer (a gateway catching up re-sends the tokens it held at its own pace, which would pull
+    the whole stream's mean down to it)."""
+    gaps = (times[1:] - times[:-1]).astype(np.float64)
+    n = int(gaps.size)
     if n < 1:
         return np.zeros(0, dtype=bool)
-    pace = (times[-1] - times[0]) / n
-    return ~merged_gap_mask(times) & (times[1:] - times[:-1] < BURST_FRACTION * pace)
+    pace = np.full(n, gaps.sum() / n)
+    if n > MIN_EVENTS:
+        after = np.cumsum(gaps[::-1])[::-1][1 : n - MIN_EVENTS + 1] / np.arange(n - 1, MIN_EVENTS - 1, -1)
+        np.maximum(pace[: after.size], after, out=pace[: after.size])  # after[i]: the mean of gaps[i + 1:]
+    return ~merged_gap_mask(times) & (gaps < BURST_FRACTION * pace)
 
 
 def stream_bursts(times: np.ndarray) -> np.ndarray | None:
-    """The burst gaps (``burst_gap_mask``) of a stream delivered in bursts: at least MIN_EVENTS events and
-    at least BURST_STREAM_SHARE of its timed gaps burst gaps; None for any other stream."""
+    """The burst gaps (``burst_gap_mask``) of a stream delivered in bursts: at least MIN_EVENTS events, at
+    least one burst gap, and burst and merged gaps together at least BURST_STREAM_SHARE of its gaps;
+    None for any other stream."""
     if int(times.size) < MIN_EVENTS:
         return None
-    timed = int((~merged_gap_mask(times)).sum())
     mask = burst_gap_mask(times)
-    return mask if timed > 0 and int(mask.sum()) >= BURST_STREAM_SHARE * timed else None
+    bursts = int(mask.sum())
+    short = bursts + int(merged_gap_mask(times).sum())
+    return mask if bursts and short >= BURST_STREAM_SHARE * (times.size - 1) else None
+
+
+def mean_gap_us(times: np.ndarray) -> int:
+    """A stream's mean gap between token events, µs (``times`` in ns, sorted, at least two)."""
+    return int((times[-1] - times[0]) // ((times.size - 1) * 1000))
+
+
+def whole_bursts(mean_gaps: HdrHistogram, unflagged_gaps: HdrHistogram) -> int:
+    """How many streams were re-sent whole: of the judged streams neither merged nor in bursts
+    (``unflagged_gaps``: their mean gaps), those whose mean gap is under BURST_FRACTION of the
+    WHOLE_REFERENCE_PERCENTILE of every judged stream's (``mean_gaps``)."""
+    usual = hdr.value_at(mean_gaps, WHOLE_REFERENCE_PERCENTILE)
+    if not usual or not unflagged_gaps.get_total_count():
+        return 0
+    below = BURST_FRACTION * usual
+    return hdr.cumulative_at(unflagged_gaps, [math.ceil(below) - 1])[0]
 
 
 def burst_delivery(times: np.ndarray) -> bool | None:

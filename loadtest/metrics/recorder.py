@@ -14,7 +14,7 @@ from hdrh.histogram import HdrHistogram
 from loadtest.client.record import RequestRecord, merged_flags, merged_gap_mask
 from loadtest.metrics import hdr
 from loadtest.metrics.conversations import LIVE_LATENCY, LiveConversations
-from loadtest.metrics.delivery import MIN_EVENTS, merged_delivery, stream_bursts
+from loadtest.metrics.delivery import MIN_EVENTS, mean_gap_us, merged_delivery, stream_bursts
 
 # Histogram names and what they hold (all integers; docs/metrics.md defines each).
 LATENCY_METRICS: dict[str, str] = {
@@ -36,12 +36,18 @@ HEALTH_METRICS: dict[str, str] = {
     # cores are judged together (each alone can look idle on a saturated core).
     "generator_host_cpu": "the generator's processes on this host together, permille of each core they may use",
 }
+# How streams were delivered (metrics/delivery.py whole_bursts): each judged stream's mean gap between
+# token events, and the same of the streams neither merged nor in bursts.
+DELIVERY_METRICS: dict[str, str] = {
+    "stream_gap": "a judged stream's mean gap between token events, µs",
+    "stream_gap_unflagged": "the mean gap of a judged stream neither merged nor in bursts, µs",
+}
 # A conversation's latency, µs (metrics/conversations.py LiveConversations): up to a day.
 CONVERSATION_METRICS: dict[str, str] = {
     LIVE_LATENCY: "a conversation's first send to its last call's end, µs"
 }
 HIST_HIGHEST = {
-    **{n: hdr.HIGHEST_US for n in LATENCY_METRICS},
+    **{n: hdr.HIGHEST_US for n in (*LATENCY_METRICS, *DELIVERY_METRICS)},
     LIVE_LATENCY: 86_400_000_000,
     "output_tps": 10**10,
     "generator_cpu": 100_000,
@@ -193,6 +199,13 @@ class Track:
                 if bursts is not None:  # re-sent close together: they time the proxy
                     burst = int(bursts.sum())
                     gaps = (times[1:] - times[:-1])[~(bursts | merged_gap_mask(times))] // 1000
+                if judged_delivery:  # a stream re-sent whole is told by the run's other streams
+                    mean_gap = mean_gap_us(times)
+                    pending["stream_gap"].append(mean_gap)
+                    n_values += 1
+                    if not merged_stream and bursts is None:
+                        pending["stream_gap_unflagged"].append(mean_gap)
+                        n_values += 1
                 self._itl_pending.append(gaps)
                 n_values += gaps.size
         # output_tokens / input_tokens: the counted tokens every figure uses; client_*: the client

@@ -6,6 +6,7 @@ from typing import Any
 
 from loadtest.client.record import OUTCOMES
 from loadtest.metrics import hdr
+from loadtest.metrics.delivery import whole_bursts
 from loadtest.metrics.recorder import LATENCY_METRICS, SERIES_COLUMNS, Aggregate
 
 
@@ -84,6 +85,7 @@ def build_metrics(agg: Aggregate) -> dict[str, Any]:
             int(t.get("delivery_merged_streams", 0)),
             int(t.get("itl_burst_gaps", 0)),
             int(t.get("delivery_burst_streams", 0)),
+            whole_bursts(agg.hists["stream_gap"], agg.hists["stream_gap_unflagged"]),
         ),
         "tokens_per_chunk": tokens_per_chunk(
             int(t.get("stream_chunk_tokens", 0)), int(t.get("stream_chunks", 0))
@@ -105,12 +107,19 @@ def build_metrics(agg: Aggregate) -> dict[str, Any]:
 
 
 def itl_merged(
-    merged: int, timed: int, streams: int = 0, merged_streams: int = 0, burst: int = 0, burst_streams: int = 0
+    merged: int,
+    timed: int,
+    streams: int = 0,
+    merged_streams: int = 0,
+    burst: int = 0,
+    burst_streams: int = 0,
+    whole_streams: int = 0,
 ) -> dict[str, Any]:
     """Token gaps left out of ITL because their event arrived in one read with another (``gaps``), and
     their share of all token gaps (null without any); the streams judged for merged delivery and those
-    delivered merged (metrics/delivery.py); the burst gaps left out of the streams delivered in bursts
-    and those streams; docs/metrics.md, "Merged gaps", "Merged delivery" and "Burst delivery"."""
+    delivered merged (metrics/delivery.py); the burst gaps left out of the streams delivered in bursts,
+    and those streams with the ones re-sent whole (``whole_streams`` of them, their gaps kept in ITL);
+    docs/metrics.md, "Merged gaps", "Merged delivery" and "Burst delivery"."""
     total = merged + burst + timed
     return {
         "gaps": merged,
@@ -118,7 +127,8 @@ def itl_merged(
         "streams": streams,
         "merged_streams": merged_streams,
         "burst_gaps": burst,
-        "burst_streams": burst_streams,
+        "burst_streams": burst_streams + whole_streams,
+        "whole_streams": whole_streams,
     }
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import xml.etree.ElementTree as ET
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -711,7 +711,8 @@ def _reasons(failed: list[Check]) -> list[str]:
     When the endpoint failed wholesale (stopped early, or no request succeeded) that is the one cause:
     its first sentence leads, and every other failed check is named on one line as a consequence.
     """
-    ranked = sorted(failed, key=lambda c: (not c.blocking, CAUSE_ORDER[c.kind]))
+    rank = _cause_rank(failed)
+    ranked = sorted(failed, key=lambda c: (not c.blocking, rank(c)))
     dead = next((c for c in ranked if c.name in ("stopped_early", "successful_requests")), None)
     if dead is None:
         return _grouped_reasons(ranked)
@@ -720,6 +721,27 @@ def _reasons(failed: list[Check]) -> list[str]:
     if others:
         out.append(f"also failed, as consequences of the failing endpoint: {', '.join(others)}")
     return out
+
+
+def _cause_rank(failed: Sequence[CheckLike]) -> Callable[[CheckLike], float]:
+    """A failed check's place among the causes (CAUSE_ORDER): a generator that was overloaded (a failed
+    blocking health check) comes before the delivery diagnosis and the SLOs it makes not measurable,
+    since a client that falls behind reads events together too."""
+    overloaded = any(c.kind == "health" and c.blocking for c in failed)
+
+    def rank(c: CheckLike) -> float:
+        if overloaded and _of_delivery(c):
+            return CAUSE_ORDER["health"] + 0.5
+        return CAUSE_ORDER.get(c.kind, 9)
+
+    return rank
+
+
+def _of_delivery(c: CheckLike) -> bool:
+    """Whether ``c`` is the delivery diagnosis or an ITL or TPOT SLO it made not measurable."""
+    return c.name == MERGED_DELIVERY or (
+        c.kind == "validity" and c.name.split("_", 1)[0] in delivery.UNMEASURABLE
+    )
 
 
 def _cause_phrase(c: CheckLike) -> str:
@@ -752,9 +774,8 @@ def _cause_phrase(c: CheckLike) -> str:
 def headline(status: str, checks: Sequence[CheckLike]) -> str:
     """The verdict in a few words: ``too short; too few samples to prove ttft_p99, tpot_p99``, the causes
     of the failed blocking checks in cause order (a failing endpoint alone when it failed wholesale)."""
-    failed = sorted(
-        (c for c in checks if c.blocking and not c.passed), key=lambda c: CAUSE_ORDER.get(c.kind, 9)
-    )
+    failing = [c for c in checks if c.blocking and not c.passed]
+    failed = sorted(failing, key=_cause_rank(failing))
     if not failed:
         flagged = sum(1 for c in checks if not c.passed)
         return "every check passed" + (f"; {flagged} flagged" if flagged else "")
@@ -764,7 +785,7 @@ def headline(status: str, checks: Sequence[CheckLike]) -> str:
     phrases: dict[str, list[str]] = {}
     for c in failed:
         phrase = _cause_phrase(c)
-        if merged and c.kind == "validity" and c.name.split("_", 1)[0] in delivery.UNMEASURABLE:
+        if merged and _of_delivery(c) and c.name != MERGED_DELIVERY:
             phrase = "{} not measurable"
         phrases.setdefault(phrase, []).append(c.name.split(".", 1)[-1])
     return "; ".join(p.format(", ".join(names)) if "{}" in p else p for p, names in phrases.items())
