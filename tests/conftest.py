@@ -66,6 +66,22 @@ def run_cli(
     return subprocess.run(CLI + args, capture_output=True, text=True, timeout=timeout, cwd=cwd)
 
 
+def child_pids(parent: int, needle: bytes) -> list[int]:
+    """The ids of `parent`'s children whose command line holds `needle`; a process that ends mid-scan is skipped."""
+    found = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            stat = Path("/proc", d, "stat").read_text()
+            cmd = Path("/proc", d, "cmdline").read_bytes()
+        except OSError:
+            continue
+        if stat.rsplit(") ", 1)[1].split()[1] == str(parent) and needle in cmd:
+            found.append(int(d))
+    return found
+
+
 def read_lines(paths: list[Path]) -> list[dict[str, Any]]:
     return [json.loads(line) for p in paths for line in p.read_text().splitlines() if line]
 

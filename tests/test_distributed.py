@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from loadtest.sim import SimProcess
-from tests.conftest import CLI, read_lines, run_cli, write_profile
+from tests.conftest import CLI, child_pids, read_lines, run_cli, write_profile
 
 
 def _free_port() -> int:
@@ -126,16 +126,7 @@ def test_worker_killed_mid_run_is_named_and_its_reports_kept(tmp_path: Path, how
             ]
         try:
             _wait_for_records(out, 2)
-            if workers:
-                victim = workers[0].pid
-            else:
-                victim = next(
-                    int(d)
-                    for d in os.listdir("/proc")
-                    if d.isdigit()
-                    and (Path("/proc", d, "stat").read_text().split(") ")[1].split()[1] == str(master.pid))
-                    and b"loadtest.locust.worker" in Path("/proc", d, "cmdline").read_bytes()
-                )
+            victim = workers[0].pid if workers else child_pids(master.pid, b"loadtest.locust.worker")[0]
             os.kill(victim, signal.SIGKILL)
             code = master.wait(timeout=60)
         finally:

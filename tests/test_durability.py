@@ -19,7 +19,7 @@ import pytest
 from summary_sections import add_lines
 
 from loadtest.sim import SimProcess
-from tests.conftest import CLI, read_lines, write_profile
+from tests.conftest import CLI, child_pids, read_lines, write_profile
 
 DISK = "80m"  # the run folder's check wants 64 MiB free; the run holds 8 MiB of it back for run.json
 
@@ -174,13 +174,7 @@ def test_a_killed_workers_requests_in_flight_get_records(tmp_path: Path) -> None
         try:
             _wait(lambda: len(list(out.glob("worker-*.records.jsonl"))) == 2, [cli])
             time.sleep(6.5)  # a report (every 3 s) has told the master what each worker has in flight
-            victim = next(
-                int(d)
-                for d in os.listdir("/proc")
-                if d.isdigit()
-                and Path("/proc", d, "stat").read_text().split(") ")[1].split()[1] == str(cli.pid)
-                and b"loadtest.locust.worker" in Path("/proc", d, "cmdline").read_bytes()
-            )
+            victim = child_pids(cli.pid, b"loadtest.locust.worker")[0]
             os.kill(victim, signal.SIGKILL)
             code = cli.wait(timeout=90)
         finally:

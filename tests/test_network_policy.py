@@ -422,7 +422,11 @@ def test_the_messages_preflight_speaks_its_api(sim: SimProcess, tmp_path: Path) 
             clean_env(HTTP_PROXY=proxy.url),
         )
         models = [r for r in proxy.requests("GET") if r.target.endswith("/v1/models")]
-    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    # The subject is the preflight, not the verdict: on a busy machine the relay may merge an answer's
+    # events, which the verdict rightly calls merged delivery; the run itself must have gone ahead.
+    assert res.returncode != EXIT_COULD_NOT_RUN, res.stdout[-2000:] + res.stderr[-2000:]
+    run_doc = json.loads((tmp_path / "o" / "run.json").read_text())
+    assert run_doc["metrics"]["requests"]["completed"] > 0
     assert models and all(r.headers.get("anthropic-version") == "2023-06-01" for r in models)
 
 

@@ -13,25 +13,10 @@ import pytest
 
 from loadtest.results import record_log
 from loadtest.sim import SimProcess
-from tests.conftest import read_lines, run_cli, write_profile
+from tests.conftest import child_pids, read_lines, run_cli, write_profile
 from tests.test_fault_matrix import _stop, start_run
 
 MARGIN_NS = 1_500_000_000  # a response the engine finished this long before the signal has surely arrived
-
-
-def _children_running(pid: int, needle: bytes) -> list[int]:
-    out = []
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            stat = Path("/proc", d, "stat").read_text()
-            cmd = Path("/proc", d, "cmdline").read_bytes()
-        except OSError:
-            continue
-        if stat.split(") ")[1].split()[1] == str(pid) and needle in cmd:
-            out.append(int(d))
-    return out
 
 
 def _wait_records(out: Path, n: int, workers: int, timeout: float = 60) -> None:
@@ -67,9 +52,7 @@ def test_signal_mid_run_keeps_every_finished_request(tmp_path: Path, what: str, 
             _wait_records(out, 2, 1 if mode == "single" else 2)
             time.sleep(2.0)  # well into the run: requests finished before the signal, others in flight
             if what == "sigkill_worker":
-                victim = (
-                    workers[0].pid if workers else _children_running(master.pid, b"loadtest.locust.worker")[0]
-                )
+                victim = workers[0].pid if workers else child_pids(master.pid, b"loadtest.locust.worker")[0]
                 t_signal = time.perf_counter_ns()
                 os.kill(victim, signal.SIGKILL)
             else:
