@@ -99,6 +99,18 @@ def completed(run_doc: dict[str, Any]) -> int:
     return int(run_doc["metrics"]["requests"]["completed"])
 
 
+def assert_ran_through_relay(res: subprocess.CompletedProcess[str], out: Path) -> None:
+    """The run through a relay passed, or failed only on how its events were delivered: on a busy machine
+    the relay may pass an answer's events on together, which the verdict rightly calls merged delivery
+    (its ITL and TPOT not measurable). These tests' subject is the path, not the verdict."""
+    if res.returncode == 0:
+        return
+    doc = load_run(out) if (out / "run.json").exists() else {"verdict": {"checks": []}}
+    failed = [c["name"] for c in doc["verdict"]["checks"] if c["blocking"] and not c["passed"]]
+    of_delivery = [n for n in failed if n == "merged_delivery" or n.split("_", 1)[0] in ("itl", "tpot")]
+    assert failed and of_delivery == failed, res.stdout[-2000:] + res.stderr[-2000:]
+
+
 # ---- the policy itself ----------------------------------------------------------------------------
 
 
@@ -220,7 +232,7 @@ def test_every_request_goes_through_the_http_proxy(
             processes,
         ]
         res = run([*args, "--out", str(tmp_path / "o")], clean_env(HTTP_PROXY=proxy.url))
-        assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+        assert_ran_through_relay(res, tmp_path / "o")
         doc = load_run(tmp_path / "o")
         targets = [r.target for r in proxy.log]
     assert doc["config"]["network"]["http_proxy"] == proxy.url
@@ -334,7 +346,7 @@ def test_a_private_ca_or_insecure_serves_load_and_metrics(
     else:
         env[how] = str(ca_file)
     res = run(args, env)
-    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    assert_ran_through_relay(res, tmp_path / "o")
     doc = load_run(tmp_path / "o")
     assert completed(doc) > 0 and doc["metrics"]["requests"].get("failed", 0) == 0
     tele = doc.get("telemetry") or {}
@@ -352,7 +364,7 @@ def test_https_through_the_proxy_by_connect(
     with TlsRelay(ctx, ("127.0.0.1", sim.port)) as tls, ForwardProxy() as proxy:  # this run's own relay
         args = ["--profile", str(profile), "--host", tls.url, "--duration", "2", "--out", str(tmp_path / "o")]
         res = run([*args, "--ca-bundle", str(ca_file)], clean_env(HTTPS_PROXY=proxy.url))
-        assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+        assert_ran_through_relay(res, tmp_path / "o")
         connects = proxy.requests("CONNECT")
         from_proxy, peers = set(proxy.upstream_ports), set(tls.peers)
     doc = load_run(tmp_path / "o")
@@ -405,7 +417,7 @@ def test_the_host_query_string_is_on_every_request(
         if path != "/v1":
             args += ["--endpoint-check", "none", "--model", "llama-3.1-8b"]
         res = run([*args, "--out", str(tmp_path / "o")], clean_env(HTTP_PROXY=proxy.url))
-        assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+        assert_ran_through_relay(res, tmp_path / "o")
         posts = [r.target for r in proxy.requests("POST")]
         gets = [r.target for r in proxy.requests("GET")]
     assert len(posts) >= completed(load_run(tmp_path / "o")) > 0
@@ -422,11 +434,8 @@ def test_the_messages_preflight_speaks_its_api(sim: SimProcess, tmp_path: Path) 
             clean_env(HTTP_PROXY=proxy.url),
         )
         models = [r for r in proxy.requests("GET") if r.target.endswith("/v1/models")]
-    # The subject is the preflight, not the verdict: on a busy machine the relay may merge an answer's
-    # events, which the verdict rightly calls merged delivery; the run itself must have gone ahead.
-    assert res.returncode != EXIT_COULD_NOT_RUN, res.stdout[-2000:] + res.stderr[-2000:]
-    run_doc = json.loads((tmp_path / "o" / "run.json").read_text())
-    assert run_doc["metrics"]["requests"]["completed"] > 0
+    assert_ran_through_relay(res, tmp_path / "o")
+    assert completed(load_run(tmp_path / "o")) > 0
     assert models and all(r.headers.get("anthropic-version") == "2023-06-01" for r in models)
 
 
