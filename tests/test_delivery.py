@@ -154,10 +154,30 @@ def test_an_overloaded_generator_is_named_before_the_delivery_diagnosis() -> Non
     overloaded = {"schedule_lag_p99_ms": 120.0, "cpu_percent": 99.0, "startup_s": 1.0}
     v = judge(m, None, "itl_p99=50ms", ValidityRules(generator_health="fail"), overloaded)
     assert v.status == "invalid" and "the load generator, not the endpoint" in v.reasons[0], v.reasons
-    assert any(r.startswith("merged delivery: 90 %") for r in v.reasons[1:])
+    assert any("fell behind" in r and "during merged delivery: 90 %" in r for r in v.reasons[1:]), v.reasons
     assert headline(v.status, v.checks).startswith("the load generator was overloaded")
-    warned = judge(m, None, "itl_p99=50ms", ValidityRules(generator_health="warn"), overloaded)
-    assert warned.reasons[0].startswith("merged delivery: 90 %"), warned.reasons  # a warning only
+    # Judged with a warning only, the generator still read late: the delivery check names it, not a proxy.
+    proxy_note = delivery.diagnosis(m["itl_merged"])  # the run's note, written before the verdict
+    assert proxy_note is not None
+    rules = ValidityRules(generator_health="warn")
+    warned = judge(m, None, "itl_p99=50ms", rules, overloaded, notes=[proxy_note])
+    assert not any("buffering proxy" in r for r in warned.reasons), warned.reasons
+    first = warned.reasons[0]
+    assert warned.status == "invalid" and first.startswith(
+        "the load generator fell behind (schedule lag p99 120"
+    ), first
+    assert (
+        "during merged delivery: 90 % of 40 streamed requests" in first and "proxy" not in first.split(";")[0]
+    )
+    assert "not evidence of a proxy" in first and "more --processes" in first  # the fix follows
+    assert (
+        headline(warned.status, warned.checks)
+        == "tokens read merged (the load generator fell behind); itl_p99 not measurable"
+    )
+    quiet = judge(
+        m, None, "itl_p99=50ms", ValidityRules(generator_health="warn"), {"schedule_lag_p99_ms": 2.0}
+    )
+    assert quiet.reasons[0].startswith("merged delivery: 90 %") and "buffering proxy" in quiet.reasons[0]
 
 
 def test_a_bursty_stream_leaves_its_burst_gaps_out_of_itl() -> None:

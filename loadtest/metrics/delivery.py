@@ -48,6 +48,12 @@ BURST_CAUSE = (
     "a proxy or gateway that re-sends the tokens in bursts: ITL times the proxy, not the server; "
     "ITL and TPOT are not measurable"
 )
+# When the load generator itself fell behind: a client that reads late finds a stream's events together.
+GENERATOR_CAUSE = (
+    "a client that falls behind reads a stream's events together, so this is not evidence of a proxy; "
+    "ITL and TPOT are not measurable"
+)
+GENERATOR_FIX = "measure again with a generator that keeps up (a quieter host, or more --processes)"
 
 
 def merged_delivery(times: np.ndarray) -> bool | None:
@@ -138,19 +144,34 @@ def dominant(itl_merged: Mapping[str, Any]) -> bool:
 def diagnosis(itl_merged: Mapping[str, Any]) -> str | None:
     """The one-line diagnosis when merged or burst delivery dominates the run (named after the more
     frequent of the two), else None."""
+    parts = _diagnosis_parts(itl_merged)
+    return None if parts is None else f"{parts[0]}: {parts[1]}: {parts[2]}"
+
+
+def generator_diagnosis(itl_merged: Mapping[str, Any], behind: str) -> str | None:
+    """The diagnosis (``diagnosis``) of a run whose load generator fell behind (``behind``: its failed
+    health check's detail): the generator is named as the likelier cause, not a proxy; else None."""
+    parts = _diagnosis_parts(itl_merged)
+    if parts is None:
+        return None
+    return f"the load generator fell behind ({behind}) during {parts[0]}: {parts[1]}; {GENERATOR_CAUSE}"
+
+
+def _diagnosis_parts(itl_merged: Mapping[str, Any]) -> tuple[str, str, str] | None:
+    """The diagnosis's kind (merged or burst delivery), what was seen and its usual cause; None when
+    neither dominates the run."""
     if not dominant(itl_merged):
         return None
     share = merged_share(itl_merged) or 0.0
     streams = int(itl_merged.get("streams") or 0)
     if int(itl_merged.get("burst_streams") or 0) > int(itl_merged.get("merged_streams") or 0):
-        return (
-            f"burst delivery: {share * 100:.0f} % of {streams} streamed requests reached the client "
-            f"merged or in bursts of reads far closer together than the stream's pace: {BURST_CAUSE}"
+        seen = (
+            f"{share * 100:.0f} % of {streams} streamed requests reached the client merged or in bursts "
+            "of reads far closer together than the stream's pace"
         )
-    return (
-        f"merged delivery: {share * 100:.0f} % of {streams} streamed "
-        f"requests reached the client in far fewer reads than the server's events: {CAUSE}"
-    )
+        return "burst delivery", seen, BURST_CAUSE
+    seen = f"{share * 100:.0f} % of {streams} streamed requests reached the client in far fewer reads than the server's events"
+    return "merged delivery", seen, CAUSE
 
 
 def not_measurable(metric: str) -> str:

@@ -563,16 +563,21 @@ def _rate_limit_check(
     )
 
 
-def _delivery_checks(metrics: Mapping[str, Any], slos: Sequence[AnySlo]) -> list[Check]:
+def _delivery_checks(
+    metrics: Mapping[str, Any], slos: Sequence[AnySlo], behind: Check | None = None
+) -> list[Check]:
     """When most streams arrived merged (metrics/delivery.py): the failed ``merged_delivery`` check,
-    and each ITL or TPOT SLO as not measurable (neither passed nor missed on a meaningless value)."""
+    and each ITL or TPOT SLO as not measurable (neither passed nor missed on a meaningless value).
+    ``behind``: a failed generator-health check (blocking or not), named as the likelier cause."""
     itl_merged = metrics.get("itl_merged") or {}
-    text = delivery.diagnosis(itl_merged)
+    if behind is None:
+        text, fix = delivery.diagnosis(itl_merged), ""
+    else:
+        text, fix = delivery.generator_diagnosis(itl_merged, behind.detail), delivery.GENERATOR_FIX
     if text is None:
         return []
-    out = [
-        Check(MERGED_DELIVERY, False, text, "validity", delivery.merged_share(itl_merged), delivery.RUN_SHARE)
-    ]
+    share = delivery.merged_share(itl_merged)
+    out = [Check(MERGED_DELIVERY, False, text, "validity", share, delivery.RUN_SHARE, fix=fix)]
     for s in slos:
         if isinstance(s, Slo) and s.metric in delivery.UNMEASURABLE:
             out.append(Check(s.key, False, delivery.not_measurable(s.metric), "validity", None, s.limit_ms))
@@ -638,7 +643,7 @@ def _reason(c: Check) -> str:
             return f"invalid: {slo_key} meets its limit at the raw percentile but not enough evidence: {c.detail}"
         return f"note: early stopping for {slo_key} also fails: {c.detail}"
     if c.name == MERGED_DELIVERY:
-        return c.detail
+        return _with_fix(c.detail, c)
     if c.kind == "validity":
         return _with_fix(f"invalid: {c.name}: {c.detail}", c)
     return f"SLO missed: {c.name}: {c.detail}"
@@ -782,9 +787,12 @@ def headline(status: str, checks: Sequence[CheckLike]) -> str:
     if any(c.name in ("stopped_early", "successful_requests") and c.kind == "endpoint" for c in failed):
         failed = [c for c in failed if c.kind == "endpoint"]
     merged = any(c.name == MERGED_DELIVERY for c in failed)
+    behind = any(c.kind == "health" and not c.passed for c in checks)  # a warning too: it read late
     phrases: dict[str, list[str]] = {}
     for c in failed:
         phrase = _cause_phrase(c)
+        if c.name == MERGED_DELIVERY and behind:
+            phrase = "tokens read merged (the load generator fell behind)"
         if merged and _of_delivery(c) and c.name != MERGED_DELIVERY:
             phrase = "{} not measurable"
         phrases.setdefault(phrase, []).append(c.name.split(".", 1)[-1])
@@ -835,13 +843,15 @@ def judge(
     hists = histograms or {}
     parsed = parse_slos(slos) if isinstance(slos, str | Mapping) or slos is None else list(slos)
     error_slo = next((s for s in parsed if isinstance(s, ErrorRateSlo)), None)
-    delivery_checks = _delivery_checks(metrics, parsed)
+    health_checks = _health_checks(metrics, health or {}, rules)
+    behind = next((c for c in health_checks if not c.passed), None)
+    delivery_checks = _delivery_checks(metrics, parsed, behind)
     unmeasurable = {c.name for c in delivery_checks}
     checks: list[Check] = [
         *_endpoint_checks(metrics, error_slo, failure, stopped_early, load or OfferedLoad()),
         *delivery_checks,
         *_validity_checks(metrics, rules),
-        *_health_checks(metrics, health or {}, rules),
+        *health_checks,
         *([_complete_check(incomplete)] if incomplete is not None else []),
     ]
     for s in parsed:
@@ -866,8 +876,10 @@ def judge(
     reasons += [e.reason for e in extra_checks if not e.check.passed and e not in lead]
     if incomplete is not None:  # what happened to the run comes before what its partial figures say
         reasons.insert(0, incomplete)
+    # The run's notes carry the delivery diagnosis a proxy would explain; the check's own names the generator.
+    told = {delivery.diagnosis(metrics.get("itl_merged") or {})} if behind is not None else set()
     for note in notes:
-        if note not in reasons:
+        if note not in reasons and note not in told:
             reasons.append(note)
     checks += [e.check for e in extra_checks]
     statuses = {_status_of(c) for c in checks if c.blocking and not c.passed}

@@ -10,6 +10,7 @@ import msgspec
 from loadtest.contracts.run_document import GoodputRule, JsonObject, RunDocument, Summary
 from loadtest.fmt import fmt_ms
 from loadtest.metrics import delivery
+from loadtest.metrics.verdict import MERGED_DELIVERY
 from loadtest.telemetry.warm import warm_note
 
 # (metric key, label, one-line definition) in the order both reports show them.
@@ -81,8 +82,13 @@ def goodput_limits(rule: GoodputRule) -> list[tuple[str, float]]:
 
 def delivery_diagnosis(run: RunDocument) -> str | None:
     """The merged-delivery diagnosis of the judged figures (metrics/delivery.py), None when the streams
-    were not mostly delivered merged."""
-    return delivery.diagnosis(msgspec.structs.asdict(run.judged_metrics().itl_merged))
+    were not mostly delivered merged; the verdict's own sentence where it has one (it names a generator
+    that fell behind instead of a proxy)."""
+    text = delivery.diagnosis(msgspec.structs.asdict(run.judged_metrics().itl_merged))
+    if text is None or run.verdict is None:
+        return text
+    check = next((c for c in run.verdict.checks if c.name == MERGED_DELIVERY and not c.passed), None)
+    return text if check is None else check.detail
 
 
 def not_measurable(run: RunDocument, key: str) -> str | None:
