@@ -20,6 +20,8 @@ from loadtest.metrics.summary import build_metrics
 from loadtest.metrics.verdict import (
     MERGED_DELIVERY,
     RATE_LIMITED,
+    Check,
+    ExtraCheck,
     OfferedLoad,
     ValidityRules,
     headline,
@@ -178,6 +180,13 @@ def test_an_overloaded_generator_is_named_before_the_delivery_diagnosis() -> Non
         m, None, "itl_p99=50ms", ValidityRules(generator_health="warn"), {"schedule_lag_p99_ms": 2.0}
     )
     assert quiet.reasons[0].startswith("merged delivery: 90 %") and "buffering proxy" in quiet.reasons[0]
+    # a replica's errors are a health flag of the endpoint's, not the generator's: the proxy stays the cause
+    replica = Check("replica_1_errors", False, "replica 1 failed 9 requests", "health", blocking=False)
+    flagged = judge(
+        m, None, "itl_p99=50ms", rules, {"schedule_lag_p99_ms": 2.0}, extra_checks=[ExtraCheck(replica, "r1")]
+    )
+    assert flagged.reasons[0].startswith("merged delivery: 90 %"), flagged.reasons
+    assert headline(flagged.status, flagged.checks).startswith("tokens arrived merged (a buffering proxy?)")
 
 
 def test_a_bursty_stream_leaves_its_burst_gaps_out_of_itl() -> None:

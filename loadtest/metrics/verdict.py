@@ -787,7 +787,7 @@ def headline(status: str, checks: Sequence[CheckLike]) -> str:
     if any(c.name in ("stopped_early", "successful_requests") and c.kind == "endpoint" for c in failed):
         failed = [c for c in failed if c.kind == "endpoint"]
     merged = any(c.name == MERGED_DELIVERY for c in failed)
-    behind = any(c.kind == "health" and not c.passed for c in checks)  # a warning too: it read late
+    behind = any(c.name in GENERATOR_HEALTH_CHECKS and not c.passed for c in checks)  # a warning too
     phrases: dict[str, list[str]] = {}
     for c in failed:
         phrase = _cause_phrase(c)
@@ -844,7 +844,7 @@ def judge(
     parsed = parse_slos(slos) if isinstance(slos, str | Mapping) or slos is None else list(slos)
     error_slo = next((s for s in parsed if isinstance(s, ErrorRateSlo)), None)
     health_checks = _health_checks(metrics, health or {}, rules)
-    behind = next((c for c in health_checks if not c.passed), None)
+    behind = next((c for c in health_checks if c.name in GENERATOR_HEALTH_CHECKS and not c.passed), None)
     delivery_checks = _delivery_checks(metrics, parsed, behind)
     unmeasurable = {c.name for c in delivery_checks}
     checks: list[Check] = [
