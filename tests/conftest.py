@@ -82,6 +82,18 @@ def child_pids(parent: int, needle: bytes) -> list[int]:
     return found
 
 
+def failed_only_on_delivery(run_doc: dict[str, Any]) -> bool:
+    """Whether the run's failed blocking checks are the merged-delivery diagnosis and the ITL and TPOT
+    SLOs it makes not measurable, and nothing else (at least one of them)."""
+    from loadtest.metrics import delivery  # not at the top: the GRPC setting above comes before any import
+    from loadtest.metrics.verdict import MERGED_DELIVERY
+
+    failed = [c["name"] for c in run_doc["verdict"]["checks"] if c["blocking"] and not c["passed"]]
+    return bool(failed) and all(
+        n == MERGED_DELIVERY or n.split("_", 1)[0] in delivery.UNMEASURABLE for n in failed
+    )
+
+
 def read_lines(paths: list[Path]) -> list[dict[str, Any]]:
     return [json.loads(line) for p in paths for line in p.read_text().splitlines() if line]
 

@@ -84,11 +84,9 @@ def delivery_diagnosis(run: RunDocument) -> str | None:
     """The merged-delivery diagnosis of the judged figures (metrics/delivery.py), None when the streams
     were not mostly delivered merged; the verdict's own sentence where it has one (it names a generator
     that fell behind instead of a proxy)."""
-    text = delivery.diagnosis(msgspec.structs.asdict(run.judged_metrics().itl_merged))
-    if text is None or run.verdict is None:
-        return text
-    check = next((c for c in run.verdict.checks if c.name == MERGED_DELIVERY and not c.passed), None)
-    return text if check is None else check.detail
+    checks = run.verdict.checks if run.verdict is not None else []
+    judged = next((c.detail for c in checks if c.name == MERGED_DELIVERY and not c.passed), None)
+    return judged or delivery.diagnosis(msgspec.structs.asdict(run.judged_metrics().itl_merged))
 
 
 def not_measurable(run: RunDocument, key: str) -> str | None:
