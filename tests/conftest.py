@@ -98,6 +98,16 @@ def read_lines(paths: list[Path]) -> list[dict[str, Any]]:
     return [json.loads(line) for p in paths for line in p.read_text().splitlines() if line]
 
 
+def lines_so_far(paths: list[Path]) -> list[dict[str, Any]]:
+    """The lines a log that is still being written holds: a last line not yet ended is left out."""
+    return [
+        json.loads(line)
+        for p in paths
+        for line in p.read_bytes().splitlines(keepends=True)
+        if line.endswith(b"\n")
+    ]
+
+
 def interrupt_when(
     cmd: list[str],
     ready: Callable[[], bool],
