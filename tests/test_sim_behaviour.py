@@ -70,22 +70,27 @@ def test_itl_at_large_batch_and_long_context_matches_the_clock() -> None:
 
 
 def test_prefill_time_follows_prompt_length() -> None:
+    """Never faster than the model's prefill; within 5 % of it (plus the server's own parse and tokenizing,
+    ≲ 3 ms, and the engine's step lateness) in the best of three tries: a busy machine's delays only add."""
     cfg = EngineConfig()
     rng = random.Random(2)
-    late_s: dict[int, float] = {}
     with SimProcess(speedup=1.0) as sim:
         for n in (512, 4096, 12000):
-            sim.stats()  # clears the step lateness: what follows is this request's
-            chat(sim.base_url, synth_text(n, rng), 2, f"pf-{n}")
-            # How late the engine's steps ended against their schedule: a busy machine's delay, not the model's.
-            late_s[n] = sim.stats()["engine"]["step_lateness"]["max_us"] / 1e6
-        truth = {t["request_id"]: t for t in sim.truth()}
-    for n in (512, 4096, 12000):
-        t = truth[f"pf-{n}"]
-        measured = (t["first_token_ns"] - t["arrival_ns"]) / 1e9
-        expected = prefill_time_s(cfg, t["prompt_tokens"])
-        # The server's own parsing and tokenizing before the engine sees the request: ≲ 2 ms.
-        assert expected <= measured <= expected * 1.05 + 0.003 + late_s[n], (n, measured, expected, late_s[n])
+            tries = []
+            for k in range(3):
+                sim.stats()  # clears the step lateness: what follows is this request's
+                chat(sim.base_url, synth_text(n, rng), 2, f"pf-{n}-{k}")  # new words: no cached prefix
+                # How late the engine's steps ended against their schedule: a busy machine's delay.
+                late_s = sim.stats()["engine"]["step_lateness"]["max_us"] / 1e6
+                t = next(t for t in sim.truth() if t["request_id"] == f"pf-{n}-{k}")
+                measured = (t["first_token_ns"] - t["arrival_ns"]) / 1e9
+                expected = prefill_time_s(cfg, t["prompt_tokens"])
+                assert measured >= expected, (n, measured, expected)
+                tries.append((measured, expected, late_s))
+                if measured <= expected * 1.05 + 0.003 + late_s:
+                    break
+            else:
+                raise AssertionError((n, tries))
 
 
 def test_ttft_flat_below_capacity_and_unbounded_above(tmp_path: Path) -> None:
