@@ -98,14 +98,10 @@ def read_lines(paths: list[Path]) -> list[dict[str, Any]]:
     return [json.loads(line) for p in paths for line in p.read_text().splitlines() if line]
 
 
-def lines_so_far(paths: list[Path]) -> list[dict[str, Any]]:
-    """The lines a log that is still being written holds: a last line not yet ended is left out."""
-    return [
-        json.loads(line)
-        for p in paths
-        for line in p.read_bytes().splitlines(keepends=True)
-        if line.endswith(b"\n")
-    ]
+def ended_lines(out: Path, pattern: str) -> list[int]:
+    """Lines ended so far in each log of ``out`` named by ``pattern``, while a run still writes them (a
+    last line caught mid-write is not counted); none while ``out`` does not exist."""
+    return [p.read_bytes().count(b"\n") for p in sorted(out.glob(pattern))] if out.exists() else []
 
 
 def interrupt_when(

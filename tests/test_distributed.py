@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from loadtest.sim import SimProcess
-from tests.conftest import CLI, child_pids, lines_so_far, read_lines, run_cli, write_profile
+from tests.conftest import CLI, child_pids, ended_lines, read_lines, run_cli, write_profile
 
 
 def _free_port() -> int:
@@ -41,8 +41,8 @@ def _wait_for_records(out: Path, workers: int, timeout: float = 30) -> None:
     """Until the master's folder holds reported records of every worker."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        files = sorted(out.glob("records-w*.jsonl")) if out.exists() else []
-        if len(files) == workers and all(lines_so_far([f]) for f in files):
+        counts = ended_lines(out, "records-w*.jsonl")
+        if len(counts) == workers and all(counts):
             return
         time.sleep(0.2)
     raise AssertionError(f"no records from {workers} workers in {out}")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import lines_so_far, read_lines, write_profile
+from tests.conftest import ended_lines, read_lines, write_profile
 from tests.netns import Lab, unavailable
 
 _WHY = unavailable()
@@ -160,16 +160,13 @@ def test_a_worker_cut_off_mid_run_is_named_and_its_records_recovered(lab: Lab, t
     master, workers = _start_run(lab, tmp_path, prof, engine)
     out = tmp_path / "run"
     deadline = time.monotonic() + 60
-    while not (
-        len(files := sorted(out.glob("records-w*.jsonl")) if out.exists() else []) == 2
-        and all(lines_so_far([f]) for f in files)
-    ):
+    while not (len(counts := ended_lines(out, "records-w*.jsonl")) == 2 and all(counts)):
         assert time.monotonic() < deadline, (tmp_path / "master.log").read_text()
         time.sleep(0.2)
     lab.cut("w0")  # the worker keeps running; nothing it sends reaches the master or the engine
     own = next((tmp_path / "w0").glob("records-w*.jsonl"))
     victim = int(own.stem.split("-w")[1])
-    shipped_at_cut = len(lines_so_far([out / f"records-w{victim}.jsonl"]))
+    (shipped_at_cut,) = ended_lines(out, f"records-w{victim}.jsonl")
     code = master.wait(timeout=90)
     log = (tmp_path / "master.log").read_text()
     assert code == 1, log

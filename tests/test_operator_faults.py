@@ -13,7 +13,7 @@ import pytest
 
 from loadtest.results import record_log
 from loadtest.sim import SimProcess
-from tests.conftest import child_pids, lines_so_far, read_lines, run_cli, write_profile
+from tests.conftest import child_pids, ended_lines, read_lines, run_cli, write_profile
 from tests.test_fault_matrix import _stop, start_run
 
 MARGIN_NS = 1_500_000_000  # a response the engine finished this long before the signal has surely arrived
@@ -22,8 +22,8 @@ MARGIN_NS = 1_500_000_000  # a response the engine finished this long before the
 def _wait_records(out: Path, n: int, workers: int, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        files = sorted(out.glob("records*.jsonl")) if out.exists() else []
-        if len(files) >= workers and all(len(lines_so_far([f])) >= n for f in files):
+        counts = ended_lines(out, "records*.jsonl")
+        if len(counts) >= workers and all(c >= n for c in counts):
             return
         time.sleep(0.2)
     raise AssertionError(f"no records in {out}")

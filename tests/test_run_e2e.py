@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from loadtest.sim import SimProcess
-from tests.conftest import CLI, interrupt_when, lines_so_far, read_lines, run_cli, write_profile
+from tests.conftest import CLI, ended_lines, interrupt_when, read_lines, run_cli, write_profile
 
 
 def _check_run_matches_engine(out: Path, stats: dict, record_glob: str) -> dict:
@@ -115,7 +115,7 @@ def test_signal_ends_run_cleanly_with_results(
     # Signal once some requests have finished, so there is something to keep.
     rc, stdout, stderr = interrupt_when(
         CLI + ["run", "--profile", str(prof), "--processes", str(procs), "--out", str(out)],
-        lambda: out.exists() and len(lines_so_far(sorted(out.glob("records*.jsonl")))) >= 4,
+        lambda: sum(ended_lines(out, "records*.jsonl")) >= 4,
         sig,
         wait_s=60,
     )
