@@ -1,6 +1,7 @@
 """The closed loop's units, built a block at a time (RunContext.next_closed_loop_unit): each stream gets
 exactly the unit of the next index, as if built alone; no more are built than may be issued; a unit that
-cannot be built fails in its own turn; units that build slowly are built one at a time."""
+cannot be built fails in its own turn; units that build slowly are built one at a time; a block stops
+once it has held the event loop its span."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from tests.conftest import write_profile
 def _every_build_counts_as_fast(monkeypatch: pytest.MonkeyPatch) -> None:
     """How long a build takes is the machine's; the tests say which builds are fast."""
     monkeypatch.setattr(context_module, "BLOCK_BUILD_MAX_NS", 10**12)
+    monkeypatch.setattr(context_module, "BLOCK_SPAN_NS", 10**12)
 
 
 @contextmanager
@@ -96,3 +98,14 @@ def test_units_that_build_slowly_are_built_one_at_a_time(
         for _ in range(5):
             ctx.next_closed_loop_unit()
         assert counting.built == [0, 1, 2, 3, 4]
+
+
+def test_a_block_stops_once_it_has_held_the_loop_its_span(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(context_module, "BLOCK_SPAN_NS", 0)  # every unit built ahead is past the span
+    with _context(tmp_path) as ctx:
+        counting = _Counting(ctx)
+        got = [_first(ctx.next_closed_loop_unit())[0].rsplit("-", 1)[1] for _ in range(5)]
+        assert got == ["0", "1", "2", "3", "4"]
+        assert counting.built == [0, 1, 2, 3, 4, 5]  # the unit itself and one ahead, each time

@@ -428,7 +428,7 @@ def _print_part(name: str, mode: str, tokens: int, rounds: list[dict[str, float]
         spread = [r[f"{label}_vs"] for r in rounds]
         line(f"{name}_run_vs_{label}_range", f"{min(spread):.2f}-{max(spread):.2f}", "x")
     if mode == "batched":  # per request: what short answers, tool-call turns and high-rate runs cost
-        for label in ("run", "gevent"):
+        for label in ("run", *(peer for peer in PEERS if f"{peer}_vs" in rounds[0])):
             per_s = med(f"{label}_rate") / tokens
             line(f"{name}_{label}_requests_per_cpu_s", per_s, "requests/s", "{:.0f}")
             line(f"{name}_{label}_us_per_request", 1e6 / per_s, "us", "{:.1f}")
