@@ -190,8 +190,9 @@ class RunContext:
 
     def next_closed_loop_unit(self) -> Unit:
         """The closed loop's next unit (``next_closed_loop_index``'s). Units that build fast are built
-        up to ``CLOSED_LOOP_BLOCK`` at a time, for ``BLOCK_SPAN_NS`` at most: back to back, a short request's build takes less CPU than between
-        two requests (tests/bench/README.md). A unit is the same whenever it is built."""
+        up to ``CLOSED_LOOP_BLOCK`` at a time, for ``BLOCK_SPAN_NS`` at most: back to back, a short
+        request's build takes less CPU than between two requests (tests/bench/README.md). A unit is the
+        same whenever it is built."""
         if self._closed_ahead:
             index, unit = self._closed_ahead.popleft()
             return unit if unit is not None else self.workload.unit(index)
