@@ -229,7 +229,9 @@ _PREFIX_SPAN = np.arange(len(_PREFIX), dtype=np.int64)
 _SPACE = 32  # a prefix is blanked to spaces: same length, so byte offsets do not move
 
 
-def _fast_split(joined: list[bytes]) -> tuple[list[_Chunk], np.ndarray | list[int], bool] | None:
+def _fast_split(
+    joined: list[bytes], need_ends: bool = True
+) -> tuple[list[_Chunk], np.ndarray | list[int], bool] | None:
     """The common shape, in a few C-speed passes: every event one ``data: `` line, LF endings.
 
     ``joined`` holds the whole body as its one item, which this takes (so the caller keeps no copy).
@@ -237,7 +239,9 @@ def _fast_split(joined: list[bytes]) -> tuple[list[_Chunk], np.ndarray | list[in
     (numpy indexing, per event, not per byte); the joined body is dropped before the payloads are decoded as
     JSON lines in one call, so a huge stream holds its reads, one blanked copy and the decoded events
     at once, no more. Returns the decoded events, the byte offset where each event ends and whether
-    [DONE] ended the stream; None for any other shape (the general path handles it).
+    [DONE] ended the stream; None for any other shape (the general path handles it). ``need_ends``:
+    whether the ends are wanted (a body of one read gives every event that read's time); a short
+    body's are then not looked for.
     """
     buf = joined.pop()
     saw_done = buf.endswith(_DONE_EVENT)
@@ -245,7 +249,7 @@ def _fast_split(joined: list[bytes]) -> tuple[list[_Chunk], np.ndarray | list[in
     if size <= 0 or not buf.startswith(_PREFIX):
         return None
     if size <= SMALL_BODY:
-        return _small_split(buf, size, saw_done)
+        return _small_split(buf, size, saw_done, need_ends)
     newlines = np.flatnonzero(np.frombuffer(buf, dtype=np.uint8, count=size) == 10)
     n_events = len(newlines) // 2
     # Every newline is half of an event terminator: one line per event, nothing unterminated.
@@ -276,15 +280,20 @@ def _fast_split(joined: list[bytes]) -> tuple[list[_Chunk], np.ndarray | list[in
     return decoded, ends, saw_done
 
 
-def _small_split(buf: bytes, size: int, saw_done: bool) -> tuple[list[_Chunk], list[int], bool] | None:
+def _small_split(
+    buf: bytes, size: int, saw_done: bool, need_ends: bool = True
+) -> tuple[list[_Chunk], list[int], bool] | None:
     """_fast_split's shape for a short body (a few events) in a few bytes scans, no array set-up (which
     costs more than such a body's whole parse). ``buf`` starts with the prefix (checked by the caller).
     Every newline is half of a blank line, the body ends with one, and each other one is followed by
     the prefix: then every event is one ``data: `` line, and the payloads are the body with each
-    blank line and prefix made one newline (a JSON text holds no raw newline of its own)."""
+    blank line and prefix made one newline (a JSON text holds no raw newline of its own). The checks:
+    2n newlines, the body's end a blank line, and n - 1 blank lines followed by the prefix, which
+    hold the other 2n - 2 (non-overlapping, and none of them the last two bytes)."""
     body = buf[:size] if size < len(buf) else buf
-    n = body.count(b"\n\n")
-    if not body.endswith(b"\n\n") or body.count(b"\n") != 2 * n or body.count(_NEXT_EVENT) != n - 1:
+    lines = body.count(b"\n")
+    n = lines // 2
+    if lines % 2 or not body.endswith(b"\n\n") or body.count(_NEXT_EVENT) != n - 1:
         return None  # a comment, another field, a multi-line event, CRLF endings, an empty event
     try:
         decoded = _one_decoder.decode_lines(body[len(_PREFIX) :].replace(_NEXT_EVENT, b"\n"))
@@ -292,8 +301,8 @@ def _small_split(buf: bytes, size: int, saw_done: bool) -> tuple[list[_Chunk], l
         return None
     if len(decoded) != n:
         return None  # an empty data line (a heartbeat) decodes to nothing: the general path skips it
-    ends = []  # where each event's blank line ends
-    at = body.find(b"\n\n")
+    ends: list[int] = []  # where each event's blank line ends
+    at = body.find(b"\n\n") if need_ends else -1
     while at >= 0:
         ends.append(at + 1)
         at = body.find(b"\n\n", at + 2)
@@ -309,7 +318,7 @@ def parse_stream(chunks: list[bytes], times: list[int]) -> StreamResult:
     decoded: Sequence[_Chunk | None]  # the general path leaves None for a payload that is not JSON
     joined = [buf]
     del buf
-    fast = _fast_split(joined)
+    fast = _fast_split(joined, need_ends=len(chunks) > 1)
     if fast is not None:
         decoded, ends, res.saw_done = fast
         if len(chunks) == 1:
