@@ -283,15 +283,29 @@ def test_sampled_output_lengths_respect_bounds(sim: SimProcess) -> None:
 
 # ---- timing ----------------------------------------------------------------------------------
 def test_single_request_timing_matches_clock(sim: SimProcess) -> None:
-    body = chat_body(400, max_tokens=30, ignore_eos=True, stream=True)
-    prompt = get_tokenizer().count_chat(body["messages"])
-    status, _, _ = request(sim.base_url, "POST", CHAT, body, headers={"X-Request-Id": "timing-1"})
-    assert status == 200
-    rec = truth_by_id(sim, "timing-1")
-    assert rec["prompt_tokens"] == prompt and rec["completion_tokens"] == 30 and rec["outcome"] == "ok"
-    ttft = (rec["first_token_ns"] - rec["arrival_ns"]) / 1e9
-    want = prefill_time_s(CFG, prompt)
-    assert abs(ttft - want) <= 0.002 + 0.1 * want, (ttft, want)
+    """TTFT is never under the model's prefill, and within its tolerance (plus the engine's step
+    lateness) in the best of three tries, each with new words (no cached prefix): a busy machine's
+    delays only add. The token gaps of the last try follow the clock's decode steps."""
+    tries = []
+    for k in range(3):
+        content = synth_text(400, random.Random(f"timing-{k}"))
+        body = {"model": "Llama-3.1-8B", "messages": [{"role": "user", "content": content}]}
+        body |= {"max_tokens": 30, "ignore_eos": True, "stream": True}
+        prompt = get_tokenizer().count_chat(body["messages"])
+        sim.stats()  # clears the step lateness: what follows is this request's
+        status, _, _ = request(sim.base_url, "POST", CHAT, body, headers={"X-Request-Id": f"timing-{k}"})
+        assert status == 200
+        late_s = sim.stats()["engine"]["step_lateness"]["max_us"] / 1e6
+        rec = truth_by_id(sim, f"timing-{k}")
+        assert rec["prompt_tokens"] == prompt and rec["completion_tokens"] == 30 and rec["outcome"] == "ok"
+        ttft = (rec["first_token_ns"] - rec["arrival_ns"]) / 1e9
+        want = prefill_time_s(CFG, prompt)
+        assert ttft >= want, (ttft, want)
+        tries.append((ttft, want, late_s))
+        if ttft - want <= 0.002 + 0.1 * want + late_s:
+            break
+    else:
+        raise AssertionError(tries)
     gaps = [(b - a) / 1e9 for a, b in zip(rec["token_ns"], rec["token_ns"][1:], strict=False)]
     assert len(gaps) == 29
     wants = [decode_step_time_s(CFG, 1, prompt + k) for k in range(len(gaps))]
