@@ -230,7 +230,7 @@ _SPACE = 32  # a prefix is blanked to spaces: same length, so byte offsets do no
 
 
 def _fast_split(
-    joined: list[bytes], need_ends: bool = True
+    joined: list[bytes], need_ends: bool
 ) -> tuple[list[_Chunk], np.ndarray | list[int], bool] | None:
     """The common shape, in a few C-speed passes: every event one ``data: `` line, LF endings.
 
@@ -281,7 +281,7 @@ def _fast_split(
 
 
 def _small_split(
-    buf: bytes, size: int, saw_done: bool, need_ends: bool = True
+    buf: bytes, size: int, saw_done: bool, need_ends: bool
 ) -> tuple[list[_Chunk], list[int], bool] | None:
     """_fast_split's shape for a short body (a few events) in a few bytes scans, no array set-up (which
     costs more than such a body's whole parse). ``buf`` starts with the prefix (checked by the caller).
