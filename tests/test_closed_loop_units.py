@@ -44,12 +44,12 @@ def _first(unit: Unit) -> tuple[str, Any]:
 
 
 class _Counting:
-    """Wraps a workload's ``unit``: the indices built, in order; ``fail`` raises for one index."""
+    """Wraps the context's ``build_unit``: the indices built, in order; ``fail`` raises for one index."""
 
     def __init__(self, ctx: RunContext, fail: int | None = None) -> None:
         self.built: list[int] = []
-        self._unit, self._fail = ctx.workload.unit, fail
-        ctx.workload.unit = self  # type: ignore[method-assign]
+        self._unit, self._fail = ctx.build_unit, fail
+        ctx.build_unit = self
 
     def __call__(self, index: int) -> Unit:
         self.built.append(index)

@@ -41,7 +41,7 @@ def _classify(body: bytes, n: int = 2, status: int = 200) -> RequestRecord:
 
 def test_the_request_carries_the_prompt_the_model_and_the_profiles_fields() -> None:
     client = OpenAIClient("http://127.0.0.1:9", "flux", get_tokenizer("llama3"))
-    client.extra_body = {"n": 2, "size": "512x512"}  # type: ignore[attr-defined]
+    client.extra_body = {"n": 2, "size": "512x512"}
     raw = client.encode(PreparedRequest("q", "images", {"prompt": "a cat"}, 3, None, stream=False)).decode()
     assert raw.startswith("POST /v1/images/generations HTTP/1.1\r\n")
     body = json.loads(raw.split("\r\n\r\n", 1)[1])
@@ -97,7 +97,7 @@ def test_hostile_servers_give_endpoint_outcomes() -> None:
         try:
             got = [
                 client.send(
-                    PreparedRequest(f"h{i}", "images", {"prompt": "x"}, 1, None, False), 0, 0.0
+                    PreparedRequest(f"h{i}", "images", {"prompt": "x"}, 1, None, stream=False), 0, 0.0
                 ).outcome
                 for i in range(len(schedule))
             ]

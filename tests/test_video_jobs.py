@@ -232,7 +232,7 @@ def test_job_answers_that_are_not_jobs_or_jobs_that_fail_are_endpoint_outcomes(e
         try:
             got = [
                 client.send(
-                    PreparedRequest(f"h{i}", "video_jobs", {"prompt": "x"}, 1, None, False), 0, 0.0
+                    PreparedRequest(f"h{i}", "video_jobs", {"prompt": "x"}, 1, None, stream=False), 0, 0.0
                 ).outcome
                 for i in range(2)
             ]

@@ -33,7 +33,7 @@ def configure_client(client: OpenAIClient, profile: Profile) -> None:
         elif value is not None:
             headers[name] = value
     client.session_header = spec.session_header
-    client.extra_body = dict(spec.extra_body)  # type: ignore[attr-defined]
+    client.extra_body = dict(spec.extra_body)
 
 
 def auth_headers(api_key: str | None, profile: Profile) -> dict[str, str]:
@@ -55,6 +55,5 @@ def auth_headers(api_key: str | None, profile: Profile) -> dict[str, str]:
 
 def extra_body(client: OpenAIClient, body: dict[str, Any]) -> None:
     """Add the profile's extra body fields (chat_template_kwargs, priority ...) to a request body."""
-    extra = getattr(client, "extra_body", None)
-    if extra:
-        body.update(extra)
+    if client.extra_body:
+        body.update(client.extra_body)

@@ -23,7 +23,7 @@ import time
 import zlib
 from dataclasses import dataclass, field
 from time import perf_counter_ns
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
 import gevent
@@ -54,7 +54,7 @@ _unpack_timespec = struct.Struct("qq").unpack
 class _ClockMap:
     """Maps CLOCK_REALTIME (kernel timestamps) onto the perf_counter_ns clock; refreshed every second."""
 
-    offset_ns = 0
+    offset_ns: ClassVar[int] = 0
 
     @classmethod
     def refresh(cls) -> None:
@@ -276,6 +276,7 @@ class _Reader:
         "pieces",
         "on_body",
     )
+    __deletable__ = ("parser",)  # the compiled build (mypyc) deletes only what is listed
 
     def __init__(self) -> None:
         # Each piece of body the parser finds goes straight into this list (no Python frame per HTTP
@@ -362,6 +363,8 @@ class _LoopReads:
         "max_bytes",
         "fd",
     )
+    # the compiled build (mypyc) deletes only what is listed (close)
+    __deletable__ = ("conn", "reader", "resp", "chunks", "times", "recvmsg", "feed", "pieces", "watcher")
 
     def __init__(self, conn: Connection, sock: gsocket.socket, reader: _Reader) -> None:
         self.conn, self.reader = conn, reader

@@ -99,6 +99,7 @@ class OpenAIClient:
         # None: the profile removed the header; a fixed value is sent as the profile gives it.
         self.request_id_header: str | None = REQUEST_ID_HEADER
         self.fixed_request_id: str | None = None
+        self.extra_body: dict[str, Any] = {}  # the profile's request.extra_body (client/apis.py)
         self.session_header: str | None = (
             None  # carries PreparedRequest.session (profile request.session_header)
         )

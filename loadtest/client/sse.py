@@ -15,40 +15,12 @@ import msgspec
 import numpy as np
 
 from loadtest.client.secrets import snippet
-from loadtest.client.usage_counts import UsageCounts
-
-
-class _Delta(msgspec.Struct, gc=False):
-    content: str | None = None
-    reasoning_content: str | None = None
-    reasoning: str | None = None
-    tool_calls: list[Any] | None = None  # read item by item (read_tool_call): servers vary its shape
-
-
-class _Choice(msgspec.Struct, gc=False):
-    delta: _Delta | None = None
-    text: str | None = None
-    finish_reason: str | None = None
-
-
-class _Usage(UsageCounts):
-    prompt_tokens: int | None = None
-    completion_tokens: int | None = None
-    prompt_tokens_details: dict | None = None
-    completion_tokens_details: dict | None = None
-
-
-class _Chunk(msgspec.Struct, gc=False):
-    choices: list[_Choice] | None = None
-    usage: _Usage | None = None
-    error: dict | str | None = None
-    message: str | None = None  # vLLM-style {"object": "error", "message": ...}
-
+from loadtest.client.stream_chunk import Chunk, Delta, Usage
 
 _BOM = b"\xef\xbb\xbf"
 _json = msgspec.json.Encoder()
-_bulk_decoder = msgspec.json.Decoder(list[_Chunk])
-_one_decoder = msgspec.json.Decoder(_Chunk)
+_bulk_decoder = msgspec.json.Decoder(list[Chunk])
+_one_decoder = msgspec.json.Decoder(Chunk)
 
 
 @dataclass(slots=True)
@@ -88,7 +60,7 @@ class StreamResult:
     finish_reason: str | None = None
     saw_done: bool = False
     events: int = 0
-    usage: _Usage | None = None
+    usage: Usage | None = None
     error: str = ""
     malformed: int = 0
     malformed_sample: bytes = b""  # the first malformed event's data
@@ -195,7 +167,7 @@ def split_events(chunks: list[bytes], times: list[int], buf: bytes) -> tuple[lis
 
 def _general_split(
     res: StreamResult, chunks: list[bytes], times: list[int], buf: bytes
-) -> tuple[list[_Chunk | None], list[int]]:
+) -> tuple[list[Chunk | None], list[int]]:
     """Any valid SSE: comments, multi-line data, other fields, an unterminated last event, bad JSON."""
     payloads, payload_times, res.incomplete_tail = _payloads(chunks, times, buf)
     if b"[DONE]" in payloads:  # the stream's end: anything after it is not part of the answer
@@ -205,7 +177,7 @@ def _general_split(
     if not payloads:
         return [], []
     try:
-        decoded: list[_Chunk | None] = list(_bulk_decoder.decode(b"[" + b",".join(payloads) + b"]"))
+        decoded: list[Chunk | None] = list(_bulk_decoder.decode(b"[" + b",".join(payloads) + b"]"))
     except (msgspec.DecodeError, msgspec.ValidationError):
         decoded = []
         for p in payloads:
@@ -231,7 +203,7 @@ _SPACE = 32  # a prefix is blanked to spaces: same length, so byte offsets do no
 
 def _fast_split(
     joined: list[bytes], need_ends: bool
-) -> tuple[list[_Chunk], np.ndarray | list[int], bool] | None:
+) -> tuple[list[Chunk], np.ndarray | list[int], bool] | None:
     """The common shape, in a few C-speed passes: every event one ``data: `` line, LF endings.
 
     ``joined`` holds the whole body as its one item, which this takes (so the caller keeps no copy).
@@ -282,7 +254,7 @@ def _fast_split(
 
 def _small_split(
     buf: bytes, size: int, saw_done: bool, need_ends: bool
-) -> tuple[list[_Chunk], list[int], bool] | None:
+) -> tuple[list[Chunk], list[int], bool] | None:
     """_fast_split's shape for a short body (a few events) in a few bytes scans, no array set-up (which
     costs more than such a body's whole parse). ``buf`` starts with the prefix (checked by the caller).
     Every newline is half of a blank line, the body ends with one, and each other one is followed by
@@ -315,7 +287,7 @@ def parse_stream(chunks: list[bytes], times: list[int]) -> StreamResult:
     if not chunks:
         return res
     chunks, buf = _body(chunks)
-    decoded: Sequence[_Chunk | None]  # the general path leaves None for a payload that is not JSON
+    decoded: Sequence[Chunk | None]  # the general path leaves None for a payload that is not JSON
     joined = [buf]
     del buf
     fast = _fast_split(joined, need_ends=len(chunks) > 1)
@@ -394,7 +366,7 @@ def parse_stream(chunks: list[bytes], times: list[int]) -> StreamResult:
 
 
 def _reasoning_and_tools(
-    d: _Delta, reasoning: list[str], tools: list[str], calls: dict[int, list[str]], off: OffShape
+    d: Delta, reasoning: list[str], tools: list[str], calls: dict[int, list[str]], off: OffShape
 ) -> tuple[bool, int]:
     """Collect reasoning text and tool-call fragments of one delta (each call's name and arguments in
     ``calls``, by its index); whether any was non-empty, and the characters they held."""

@@ -110,6 +110,7 @@ class RunContext:
         self.n_workers = max(1, n_workers)
         self.profile, self.profile_path = settings.profile()
         self.workload = settings.workload(self.profile)
+        self.build_unit: Callable[[int], Unit] = self.workload.unit  # the closed loop's unit of an index
         self.recorder = Recorder(
             per_scenario=len(self.profile.scenarios) > 1,
             per_endpoint=len(settings.hosts or ()) > 1,  # the live metrics' per-endpoint split
@@ -195,9 +196,9 @@ class RunContext:
         same whenever it is built."""
         if self._closed_ahead:
             index, unit = self._closed_ahead.popleft()
-            return unit if unit is not None else self.workload.unit(index)
+            return unit if unit is not None else self.build_unit(index)
         t0 = time.perf_counter_ns()
-        unit = self.workload.unit(self.next_closed_loop_index())
+        unit = self.build_unit(self.next_closed_loop_index())
         if time.perf_counter_ns() - t0 < BLOCK_BUILD_MAX_NS:
             self._build_ahead(t0 + BLOCK_SPAN_NS)
         return unit
@@ -211,7 +212,7 @@ class RunContext:
         for _ in range(more):
             index = self.next_closed_loop_index()
             try:
-                self._closed_ahead.append((index, self.workload.unit(index)))
+                self._closed_ahead.append((index, self.build_unit(index)))
             except Exception:  # noqa: BLE001 - built again in its turn, which raises it there
                 self._closed_ahead.append((index, None))
                 return

@@ -72,9 +72,13 @@ _DIGIT_PAIRS = tuple(TOKEN_PIECES[k % _BASE] + TOKEN_PIECES[k // _BASE] for k in
 
 
 def salt_text(seed: int, index: int | str, nonce: int | None = None) -> str:
-    """The salt as ``SALT_TOKENS`` single-token words (leading space each), its base-``len(TOKEN_PIECES)``
-    digits low first: distinct values, distinct text."""
-    v = salt_value(seed, index, nonce)
+    """Query ``index``'s salt as text (salt_words of salt_value)."""
+    return salt_words(salt_value(seed, index, nonce))
+
+
+def salt_words(v: int) -> str:
+    """A salt value as ``SALT_TOKENS`` single-token words (leading space each), its
+    base-``len(TOKEN_PIECES)`` digits low first: distinct values, distinct text."""
     pieces = []
     for _ in range(SALT_TOKENS // 2):
         v, d = divmod(v, _BASE * _BASE)

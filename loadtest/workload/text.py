@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import hashlib
-import itertools
 import random
 import sys
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from loadtest.tokens.tokenizer import Tokenizer, get_tokenizer
 
@@ -137,8 +136,17 @@ def keyed_text(n_tokens: int, key: bytes, tokenizer: Tokenizer | None = None) ->
     if sys.byteorder == "big":
         draw.byteswap()
     text = "".join([pieces[v % m] for v in draw[:n_tokens]])
-    more = (pieces[(draw[n_tokens] + k) % m] for k in itertools.count())
-    return _exact(text, n_tokens, tokenizer, more.__next__)
+    return _exact(text, n_tokens, tokenizer, _pool_words_from(draw[n_tokens]).__next__)
+
+
+def _pool_words_from(start: int) -> Iterator[str]:
+    """The pool's words from ``start`` on, cycling, without end (a generator function: the compiled
+    build makes a list of a generator expression)."""
+    pieces, m = TOKEN_PIECES, len(TOKEN_PIECES)
+    k = start
+    while True:
+        yield pieces[k % m]
+        k += 1
 
 
 def _exact(text: str, n_tokens: int, tokenizer: Tokenizer | None, more: Callable[[], str]) -> str:

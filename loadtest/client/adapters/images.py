@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 def images_asked(client: OpenAIClient, req: PreparedRequest) -> int:
     """The ``n`` a request asks for (its body's, else the profile's extra body's, else 1)."""
-    extra: dict[str, Any] = getattr(client, "extra_body", None) or {}
+    extra = client.extra_body
     n = req.body.get("n", extra.get("n", 1))
     return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else 1
 
