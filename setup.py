@@ -13,7 +13,7 @@ from setuptools import setup
 
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT / "loadtest"))
-from compiled import COMPILED, MANIFEST, source_digest  # noqa: E402  (the list, without importing loadtest)
+from compiled import COMPILED, GROUP, MANIFEST, source_digest  # noqa: E402  (the list, without importing loadtest)
 
 
 def ext_modules() -> list:
@@ -31,7 +31,7 @@ def ext_modules() -> list:
     cwd = os.getcwd()
     os.chdir(ROOT)  # mypyc names the modules by their paths
     try:
-        exts = mypycify(paths, opt_level="3", debug_level="0", group_name="loadtest_compiled")
+        exts = mypycify(paths, opt_level="3", debug_level="0", group_name=GROUP)
     except (SystemExit, Exception) as e:  # noqa: BLE001 - mypyc exits when the modules do not type-check
         print(
             f"loadtest: not compiled ({e!r}): mypyc type-checks the modules against their dependencies, "

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import os
 import sys
 import warnings
 from collections.abc import Sequence
@@ -32,6 +33,8 @@ COMPILED = (
     "loadtest.locust.context",
 )
 MANIFEST = "_compiled.json"
+GROUP = "loadtest_compiled"  # mypyc's group: the modules' shared library is this name + "__mypyc"
+SHARED_LIBRARY = GROUP + "__mypyc"
 _PACKAGE = Path(__file__).resolve().parent
 
 
@@ -80,14 +83,30 @@ class _SourcesFirst:
 
 
 def guard() -> None:
-    """When any compiled module is stale, run every compiled module from its source, and say so once."""
-    stale = stale_modules()
-    if not stale:
+    """When any compiled module is stale, run every compiled module from its source, and say so once;
+    ``LOADTEST_PURE_PYTHON=1`` runs them from their sources too, silently (the pure package's behaviour)."""
+    if os.environ.get("LOADTEST_PURE_PYTHON") == "1":
+        sys.meta_path.insert(0, _SourcesFirst())
+        return
+    why = _why_not_compiled()
+    if not why:
         return
     sys.meta_path.insert(0, _SourcesFirst())
     warnings.warn(
-        f"loadtest: {', '.join(stale)} changed since the compiled build: running the compiled modules as "
-        "Python (slower); `python3 dev.py run` or `pip install --no-build-isolation -e .` builds them again",
+        f"loadtest: {why}: running the compiled modules as Python (slower); `python3 dev.py run` or "
+        "`pip install --no-build-isolation -e .` builds them again",
         RuntimeWarning,
         stacklevel=2,
     )
+
+
+def _why_not_compiled() -> str:
+    """Why the built modules cannot run ("" when they can, or when none was built): a source changed, or
+    the library they share is missing (a copy of the package without it)."""
+    built = [n for n in COMPILED if any(source_path(n).parent.glob(n.rsplit(".", 1)[1] + ".*.so"))]
+    if not built:
+        return ""
+    if importlib.util.find_spec(SHARED_LIBRARY) is None:
+        return f"the compiled build's {SHARED_LIBRARY} library is missing"
+    stale = stale_modules()
+    return f"{', '.join(stale)} changed since the compiled build" if stale else ""

@@ -40,7 +40,7 @@ def _classify(body: bytes, status: int = 200, ctype: str = "application/json") -
 
 def test_the_request_carries_the_prompt_and_the_profiles_fields_without_a_model() -> None:
     client = OpenAIClient("http://127.0.0.1:9", "wan22", get_tokenizer("llama3"))
-    client.extra_body = {"num_frames": 81, "response_format": "video_path"}  # type: ignore[attr-defined]
+    client.extra_body = {"num_frames": 81, "response_format": "video_path"}
     raw = client.encode(PreparedRequest("q", "videogen", {"prompt": "a cat"}, 3, None, stream=False)).decode()
     assert raw.startswith("POST /v1/videos/generations HTTP/1.1\r\n")
     body = json.loads(raw.split("\r\n\r\n", 1)[1])
@@ -246,7 +246,7 @@ def test_a_job_past_the_total_timeout_is_a_timeout_and_a_refused_create_an_http_
 ) -> None:
     client = OpenAIClient(engine.base_url, None, get_tokenizer("llama3"))
     client.timeouts.total = 0.4  # a 60 s video takes 21 s × 961 / 81 over the speedup: over a second
-    client.extra_body = {"seconds": "60"}  # type: ignore[attr-defined]
+    client.extra_body = {"seconds": "60"}
     try:
         req = PreparedRequest("long", "video_jobs", {"prompt": "x"}, 1, None, stream=False, poll_s=POLL_S)
         rec = client.send(req, 0, 0.0)

@@ -6,7 +6,6 @@ import hashlib
 import itertools
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from loadtest.client.openai import OpenAIClient, PreparedRequest
 from loadtest.client.record import RequestRecord
@@ -93,9 +92,5 @@ class BalancedClient:
             c.close()
 
 
-def balanced_client(ctx: Any) -> BalancedClient:
-    """The run context's client over ``settings.hosts`` (one Balancer shared by the process's users)."""
-    bal = getattr(ctx, "_balancer", None)
-    if bal is None:
-        bal = ctx._balancer = Balancer(len(ctx.settings.hosts), ctx.settings.balance)
-    return BalancedClient(lambda host: ctx.new_client(host), list(ctx.settings.hosts), bal)
+# What a stream sends with: one endpoint's client, or the balanced one over several (the same interface)
+StreamClient = OpenAIClient | BalancedClient

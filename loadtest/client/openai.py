@@ -100,6 +100,7 @@ class OpenAIClient:
         self.request_id_header: str | None = REQUEST_ID_HEADER
         self.fixed_request_id: str | None = None
         self.extra_body: dict[str, Any] = {}  # the profile's request.extra_body (client/apis.py)
+        self.transport: Any = None  # an adapter's own transport, opened at its first request (gRPC's channel)
         self.session_header: str | None = (
             None  # carries PreparedRequest.session (profile request.session_header)
         )

@@ -16,7 +16,7 @@ import psutil
 from locust.env import Environment
 
 from loadtest.client.apis import configure_client
-from loadtest.client.balancer import balanced_client
+from loadtest.client.balancer import BalancedClient, Balancer
 from loadtest.client.openai import OpenAIClient, PreparedRequest, Timeouts
 from loadtest.client.quality import failed_checks
 from loadtest.client.record import RequestRecord
@@ -110,6 +110,7 @@ class RunContext:
         self.n_workers = max(1, n_workers)
         self.profile, self.profile_path = settings.profile()
         self.workload = settings.workload(self.profile)
+        self.balancer: Balancer | None = None  # several endpoints: the one balancer of the process's clients
         self.build_unit: Callable[[int], Unit] = self.workload.unit  # the closed loop's unit of an index
         self.recorder = Recorder(
             per_scenario=len(self.profile.scenarios) > 1,
@@ -168,12 +169,20 @@ class RunContext:
             gevent.sleep(1.0)
             self.recorder.sample_cpu(proc.cpu_percent(None))
 
-    def new_client(self, host: str | None = None) -> OpenAIClient:
+    def new_client(self) -> OpenAIClient | BalancedClient:
+        """A stream's client: of the endpoint, or over the run's endpoints (one Balancer per process)."""
         s = self.settings
-        if host is None and s.hosts and len(s.hosts) > 1:
-            return balanced_client(self)  # type: ignore[return-value]  # same interface, several endpoints
+        if not (s.hosts and len(s.hosts) > 1):
+            return self.endpoint_client(s.host)
+        if self.balancer is None:
+            self.balancer = Balancer(len(s.hosts), s.balance)
+        return BalancedClient(self.endpoint_client, list(s.hosts), self.balancer)
+
+    def endpoint_client(self, host: str) -> OpenAIClient:
+        """A keep-alive client of the endpoint at ``host``."""
+        s = self.settings
         client = OpenAIClient(
-            host or s.host,
+            host,
             s.model or self.profile.model,
             self.workload.tokenizer,
             api_key=self._api_key,

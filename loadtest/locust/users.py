@@ -13,7 +13,8 @@ from gevent.pool import Group
 from locust import User, constant, task
 from locust.exception import StopUser
 
-from loadtest.client.openai import OpenAIClient, PreparedRequest
+from loadtest.client.balancer import StreamClient
+from loadtest.client.openai import PreparedRequest
 from loadtest.client.record import RequestRecord
 from loadtest.client.unreadable import mark_unreadable
 from loadtest.locust.compat import zero_wait
@@ -31,7 +32,7 @@ def _context(user: User) -> RunContext:
 
 def send_and_account(
     ctx: RunContext,
-    client: OpenAIClient,
+    client: StreamClient,
     req: PreparedRequest,
     sched_ns: int,
     sched_epoch: float,
@@ -95,7 +96,7 @@ def failure_backoff_s(failures_in_a_row: int, cap_s: float) -> float:
 
 
 def send_with_retries(
-    ctx: RunContext, client: OpenAIClient, req: PreparedRequest, sched_ns: int, sched_epoch: float
+    ctx: RunContext, client: StreamClient, req: PreparedRequest, sched_ns: int, sched_epoch: float
 ) -> RequestRecord:
     """Send ``req``; only when the profile's retry policy says so (``client.retries.max`` > 0, off by
     default), send a 429/5xx answer again after a backoff. Each attempt is its own record, scheduled
@@ -123,7 +124,7 @@ def send_with_retries(
 
 
 def run_unit(
-    ctx: RunContext, client: OpenAIClient, unit: Unit, first: Step | None, first_ns: int, first_epoch: float
+    ctx: RunContext, client: StreamClient, unit: Unit, first: Step | None, first_ns: int, first_epoch: float
 ) -> RequestRecord | None:
     """Every call of a unit: the first (built beforehand) at its scheduled time, later ones after think
     time. Returns the last call's record (None when none was sent)."""
@@ -134,7 +135,7 @@ def run_unit(
 
 
 def _run_calls(
-    ctx: RunContext, client: OpenAIClient, unit: Unit, first: Step | None, first_ns: int, first_epoch: float
+    ctx: RunContext, client: StreamClient, unit: Unit, first: Step | None, first_ns: int, first_epoch: float
 ) -> RequestRecord | None:
     """run_unit's calls; a step with ``parallel`` units first runs them side by side, waits for all, then
     waits its think time."""
@@ -270,7 +271,7 @@ class OpenLoopUser(User):
     def on_start(self) -> None:
         self.ctx = _context(self)
         self.requests = Group()
-        self.idle: list[OpenAIClient] = []
+        self.idle: list[StreamClient] = []
 
     def _run(self, unit: Unit, first: Step | None, sched_ns: int, sched_epoch: float) -> None:
         client = self.idle.pop() if self.idle else self.ctx.new_client()

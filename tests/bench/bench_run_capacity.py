@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -444,6 +445,16 @@ def _print_part(name: str, mode: str, tokens: int, rounds: list[dict[str, float]
         line(f"{name}_server_write_lateness_p99", med("server_late"), "ms", "{:.2f}")
 
 
+def compiled_modules() -> int:
+    """How many of the compiled build's modules a run imports compiled (loadtest/compiled.py)."""
+    code = (
+        "import importlib; from loadtest.compiled import COMPILED, is_compiled; "
+        "print(sum(is_compiled(importlib.import_module(n)) for n in COMPILED))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    return int(out.stdout.split()[-1])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--duration", type=float, default=10.0, help="measurement window per part, s")
@@ -500,7 +511,15 @@ def main() -> None:
         metavar="PATH",
         help="a tokenizer folder for its token metrics (inside the image)",
     )
+    ap.add_argument(
+        "--pure-python",
+        action="store_true",
+        help="the run's compiled modules as Python (LOADTEST_PURE_PYTHON=1): the compiled build's gain",
+    )
     args = ap.parse_args()
+    if args.pure_python:
+        os.environ["LOADTEST_PURE_PYTHON"] = "1"  # the runs inherit it
+    line("run_compiled_modules", compiled_modules(), "modules")
     if args.only in (None, "batched"):
         part(
             f"batched_{args.framing.replace('-', '_')}",

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import threading
-import weakref
 from collections.abc import Sequence
 from time import perf_counter_ns
 from typing import TYPE_CHECKING, Any
@@ -68,7 +67,6 @@ OUTCOME_OF = {
 _NOT_METADATA = frozenset({"content-type", "accept", "accept-encoding", "te", "host", "connection"})
 _gevent_ready = threading.Lock()
 _gevent_done: list[bool] = []
-_channels: weakref.WeakKeyDictionary[Any, grpc.Channel] = weakref.WeakKeyDictionary()
 
 
 def use_gevent() -> None:
@@ -200,9 +198,9 @@ class KServeV2GrpcAdapter:
     def exchange(self, client: OpenAIClient, rec: RequestRecord, req: PreparedRequest) -> None:
         """One ModelInfer call: the request id and the client's headers as metadata, the read timeout (or
         the total one) as its deadline; never raises for what the server does."""
-        channel = _channels.get(client)
+        channel = client.transport
         if channel is None:
-            channel = _channels[client] = open_channel(client.endpoint)
+            channel = client.transport = open_channel(client.endpoint)
         headers = client.request_headers(req, rec)
         metadata = [(k.lower(), v) for k, v in headers.items() if k.lower() not in _NOT_METADATA]
         rec.body_sent = json_encoder.encode({"id": req.request_id, **req.body})  # capture: readable
