@@ -101,12 +101,14 @@ def guard() -> None:
 
 
 def _why_not_compiled() -> str:
-    """Why the built modules cannot run ("" when they can, or when none was built): a source changed, or
-    the library they share is missing (a copy of the package without it)."""
+    """Why the built modules cannot run ("" when they can, or when none was built): a source changed,
+    the library they share is missing (a copy of the package without it), or the record of their sources."""
     built = [n for n in COMPILED if any(source_path(n).parent.glob(n.rsplit(".", 1)[1] + ".*.so"))]
     if not built:
         return ""
     if importlib.util.find_spec(SHARED_LIBRARY) is None:
         return f"the compiled build's {SHARED_LIBRARY} library is missing"
+    if not (_PACKAGE / MANIFEST).exists():  # a pure install over a built tree: nothing says what was built
+        return f"the compiled build's record of its sources ({MANIFEST}) is missing"
     stale = stale_modules()
     return f"{', '.join(stale)} changed since the compiled build" if stale else ""

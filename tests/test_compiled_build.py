@@ -118,3 +118,12 @@ def test_the_pure_python_package_parses_and_runs_the_same(tmp_path: Path) -> Non
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
     lines = [json.loads(x) for x in (out / "records.jsonl").read_text().splitlines() if x.strip()]
     assert lines and all(r["outcome"] == "ok" for r in lines)
+
+
+@needs_build
+def test_a_build_without_its_record_of_sources_runs_as_python(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pure install over a built tree (``LOADTEST_COMPILE=0``) removes the record and leaves the old
+    extensions: nothing says which sources they were built from, so they are not run."""
+    monkeypatch.setattr(compiled, "MANIFEST", "_no_such_record.json")
+    why = compiled._why_not_compiled()
+    assert why == "the compiled build's record of its sources (_no_such_record.json) is missing"
