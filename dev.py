@@ -77,6 +77,12 @@ def build_compiled() -> None:
     requires = tomllib.loads((ROOT / "pyproject.toml").read_text())["build-system"]["requires"]
     sh([str(PY), "-m", "pip", "install", "--quiet", *requires])
     sh([str(PY), "-m", "pip", "install", "--quiet", "--no-build-isolation", "--no-deps", "-e", str(ROOT)])
+    count = (
+        "from loadtest.compiled import COMPILED, compiled_count; n = compiled_count(); "
+        "print(f'loadtest: {n} of {len(COMPILED)} per-request modules compiled' + "
+        "('' if n else ' (no C compiler?): the generator runs as Python, slower'))"
+    )
+    subprocess.run([str(PY), "-c", count], check=False)
 
 
 def ensure_real_engines() -> None:

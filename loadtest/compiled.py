@@ -70,6 +70,11 @@ def is_compiled(module: ModuleType) -> bool:
     return not str(getattr(module, "__file__", "") or "").endswith(".py")
 
 
+def compiled_count() -> int:
+    """How many of COMPILED this process imports compiled (it imports them)."""
+    return sum(is_compiled(importlib.import_module(name)) for name in COMPILED)
+
+
 class _SourcesFirst:
     """A finder that loads the compiled modules from their ``.py`` files: all of them, since compiled
     modules call one another directly."""
