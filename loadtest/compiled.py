@@ -48,10 +48,10 @@ def source_path(name: str) -> Path:
     return _PACKAGE.joinpath(*name.split(".")[1:]).with_suffix(".py")
 
 
-def stale_modules(package: Path = _PACKAGE) -> list[str]:
+def stale_modules() -> list[str]:
     """The compiled modules whose source differs from the one they were built from ([] when none was built)."""
     try:
-        recorded = json.loads((package / MANIFEST).read_text())["sources"]
+        recorded = json.loads((_PACKAGE / MANIFEST).read_text())["sources"]
     except (OSError, ValueError, KeyError, TypeError):
         return []
     stale = []
@@ -90,27 +90,24 @@ class _SourcesFirst:
 def guard() -> None:
     """When any compiled module is stale, run every compiled module from its source, and say so once;
     ``LOADTEST_PURE_PYTHON=1`` runs them from their sources too, silently (the pure package's behaviour)."""
-    if os.environ.get("LOADTEST_PURE_PYTHON") == "1":
+    pure = os.environ.get("LOADTEST_PURE_PYTHON") == "1"
+    why = "" if pure else _why_not_compiled()
+    if pure or why:
         sys.meta_path.insert(0, _SourcesFirst())
-        return
-    why = _why_not_compiled()
-    if not why:
-        return
-    sys.meta_path.insert(0, _SourcesFirst())
-    warnings.warn(
-        f"loadtest: {why}: running the compiled modules as Python (slower); `python3 dev.py run` or "
-        "`pip install --no-build-isolation -e .` builds them again",
-        RuntimeWarning,
-        stacklevel=2,
-    )
+    if why:
+        warnings.warn(
+            f"loadtest: {why}: running the compiled modules as Python (slower); `python3 dev.py run` or "
+            "`pip install --no-build-isolation -e .` builds them again",
+            RuntimeWarning,
+            stacklevel=2,
+        )
 
 
 def _why_not_compiled() -> str:
     """Why the built modules cannot run ("" when they can, or when none was built): a source changed,
     the library they share is missing (a copy of the package without it), or the record of their sources."""
-    built = [n for n in COMPILED if any(source_path(n).parent.glob(n.rsplit(".", 1)[1] + ".*.so"))]
-    if not built:
-        return ""
+    if not any(any(source_path(n).parent.glob(n.rsplit(".", 1)[1] + ".*.so")) for n in COMPILED):
+        return ""  # none was built
     if importlib.util.find_spec(SHARED_LIBRARY) is None:
         return f"the compiled build's {SHARED_LIBRARY} library is missing"
     if not (_PACKAGE / MANIFEST).exists():  # a pure install over a built tree: nothing says what was built

@@ -16,7 +16,15 @@ import pytest
 
 import loadtest
 from loadtest import compiled
-from loadtest.compiled import COMPILED, MANIFEST, is_compiled, source_digest, source_path, stale_modules
+from loadtest.compiled import (
+    COMPILED,
+    MANIFEST,
+    SHARED_LIBRARY,
+    is_compiled,
+    source_digest,
+    source_path,
+    stale_modules,
+)
 from tests.conftest import CLI, write_profile
 
 PACKAGE = Path(loadtest.__file__).resolve().parent
@@ -56,7 +64,7 @@ def test_a_changed_source_runs_every_compiled_module_as_python(tmp_path: Path) -
     .py files and the warning names the edited one."""
     copy = tmp_path / "site"
     shutil.copytree(PACKAGE, copy / "loadtest", ignore=shutil.ignore_patterns("__pycache__"))
-    for lib in PACKAGE.parent.glob("loadtest_compiled__mypyc*"):  # the modules' shared library
+    for lib in PACKAGE.parent.glob(SHARED_LIBRARY + "*"):  # the modules' shared library
         shutil.copy2(lib, copy / lib.name)
     env = dict(os.environ, PYTHONPATH=str(copy))
     env.pop("LOADTEST_PURE_PYTHON", None)
