@@ -29,6 +29,7 @@ COMPILED = (
     "loadtest.client.openai",
     "loadtest.client.record",
     "loadtest.client.sse",
+    "loadtest.client.choices",
     "loadtest.metrics.recorder",
     "loadtest.locust.context",
 )

@@ -2,11 +2,17 @@
 tests/bench/sse_server.py, printed as the top frames by own time and by total time.
 
     .venv/bin/python tests/bench/profile_run.py [batched|paced] [--framing chunked] [--seconds 10] [--top 25]
-        [--tokens N] [--concurrency N]
+        [--tokens N] [--concurrency N] [--syscalls]
 
 py-spy (PyPI, in the project's ``bench`` extra) samples the process from outside at 250 Hz
 (``--nonblocking``: the run is never paused). Each line is ``own% total% function (file:line)`` over
 the samples taken while the run was under load.
+
+``--syscalls`` counts the run's system calls instead, with Linux perf's syscall tracepoints (``perf stat
+-e syscalls:sys_enter_…`` for the calls a request's path can make: counted in the kernel, the run is not slowed), and prints them per request
+finished in the window (``syscalls_<name>: x per request``) and the requests each event-loop pass
+finished (per ``epoll_wait``). perf must be installed and allowed to read tracepoints (root, or
+``kernel.perf_event_paranoid`` at -1).
 """
 
 from __future__ import annotations
@@ -77,6 +83,85 @@ def top_frames(raw: str, n: int) -> list[str]:
     return out
 
 
+# What a request's path can call: its send, its reads, the event loop's waits, the record's write, the
+# stale-connection check, locks and clock reads (a few events: perf attaches at once; with every
+# syscall tracepoint it takes seconds while requests finish uncounted)
+SYSCALLS = (
+    "sendto",
+    "sendmsg",
+    "write",
+    "writev",
+    "recvfrom",
+    "recvmsg",
+    "read",
+    "poll",
+    "ppoll",
+    "select",
+    "epoll_wait",
+    "epoll_pwait",
+    "epoll_ctl",
+    "futex",
+    "getpid",
+    "clock_gettime",
+    "fsync",
+)
+
+
+INTERVAL_S = 0.5
+
+
+def count_syscalls(pid: int, seconds: float, records: Path) -> list[str]:
+    """``name: value unit`` lines: the system calls of process ``pid`` over about ``seconds``, per record
+    line the run appended to ``records`` in the same time. perf prints its counts every ``INTERVAL_S``;
+    the lines are counted as each interval is printed, and the first interval (perf attaching to the
+    run's threads) is left out of both."""
+    perf = shutil.which("perf")
+    if perf is None:
+        raise SystemExit("--syscalls needs Linux perf (the linux-perf or linux-tools package) on PATH")
+    events = ",".join(f"syscalls:sys_enter_{n}" for n in SYSCALLS)
+    cmd = [perf, "stat", "-I", str(int(INTERVAL_S * 1000)), "-x,", "-e", events, "-p", str(pid)]
+    proc = subprocess.Popen(
+        [*cmd, "--", "sleep", str(seconds + INTERVAL_S)], stderr=subprocess.PIPE, text=True
+    )
+    assert proc.stderr is not None
+    stamps: list[tuple[str, int]] = []  # (interval's time, record lines when it was printed)
+    counts: collections.Counter[str] = collections.Counter()
+    errors = []
+    for row in proc.stderr:
+        fields = row.strip().split(",")
+        if len(fields) < 4 or not fields[3].startswith("syscalls:sys_enter_"):
+            errors.append(row.strip())
+            continue
+        if not stamps or stamps[-1][0] != fields[0]:
+            stamps.append((fields[0], _lines(records)))
+        if len(stamps) > 1 and fields[1].isdigit():  # the first interval is left out
+            counts[fields[3].removeprefix("syscalls:sys_enter_")] += int(fields[1])
+    proc.wait()
+    if not counts:
+        raise SystemExit(
+            f"perf counted no system calls ({' '.join(errors)[-300:]}): tracepoints need root or "
+            "kernel.perf_event_paranoid at -1"
+        )
+    requests = stamps[-1][1] - stamps[0][1]
+    if requests <= 0:
+        raise SystemExit("no request finished in the window: is the server up?")
+    window = float(stamps[-1][0]) - float(stamps[0][0])
+    out = [f"requests_in_window: {requests} requests", f"window: {window:.2f} s"]
+    out += [f"syscalls_{name}: {n / requests:.3f} per request" for name, n in counts.most_common() if n]
+    out.append(f"syscalls_total: {sum(counts.values()) / requests:.3f} per request")
+    if counts["epoll_wait"]:
+        out.append(f"requests_per_epoll_wait: {requests / counts['epoll_wait']:.1f} requests")
+    return out
+
+
+def _lines(path: Path) -> int:
+    try:
+        with open(path, "rb") as f:
+            return sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 20), b""))
+    except FileNotFoundError:
+        return 0
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("mode", choices=("batched", "paced"), nargs="?", default="batched")
@@ -88,6 +173,7 @@ def main() -> None:
     ap.add_argument("--native", action="store_true", help="with the C frames (py-spy --native)")
     ap.add_argument("--tokens", type=int, help="content events per answer (batched 250, paced 49)")
     ap.add_argument("--concurrency", type=int, help="streams (batched 16, paced 800)")
+    ap.add_argument("--syscalls", action="store_true", help="count system calls per request (Linux perf)")
     args = ap.parse_args()
     spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     tokens = args.tokens or (250 if args.mode == "batched" else 49)
@@ -117,6 +203,10 @@ def main() -> None:
         gen = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             time.sleep(args.warmup)
+            if args.syscalls:
+                records = Path(d) / "out" / "records.jsonl"
+                print("\n".join(count_syscalls(gen.pid, args.seconds, records)))
+                return
             raw_file = Path(d) / "raw.txt"
             subprocess.run(
                 [spy, "record", "-r", "250", "-d", str(int(args.seconds)), "-f", "raw"]

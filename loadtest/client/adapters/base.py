@@ -10,7 +10,7 @@ from urllib.parse import quote
 import msgspec
 
 from loadtest.client.apis import extra_body
-from loadtest.client.http import Endpoint, Response, decode_content
+from loadtest.client.http import Endpoint, Response, decode_content, is_media_type
 from loadtest.client.secrets import snippet
 from loadtest.contracts.record_line import AgenticTurn
 
@@ -180,6 +180,17 @@ def with_model(path: str, model: str | None) -> str:
     """A request path with ``{model}`` (a route that names the model, KServe v2's) as the client's model,
     percent-encoded as one path segment."""
     return path.replace("{model}", quote(model or "", safe="")) if "{model}" in path else path
+
+
+def not_sse(rec: RequestRecord, resp: Response) -> bool:
+    """True, with ``rec`` a ``protocol_error`` naming the content type that came and the body's start, when
+    a streamed answer is not an SSE stream (text/event-stream)."""
+    if is_media_type(resp.content_type, "text/event-stream"):
+        return False
+    rec.outcome = "protocol_error"
+    ct = resp.content_type or "none"
+    rec.error = f"expected an SSE stream (text/event-stream), got content-type {ct}: {snippet(resp.body)}"
+    return True
 
 
 def done_time(resp: Response) -> int:

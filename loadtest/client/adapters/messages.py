@@ -12,8 +12,9 @@ from loadtest.client.adapters.base import (
     is_context_length_error,
     json_encoder,
     keep_answer,
+    not_sse,
 )
-from loadtest.client.http import Response, is_media_type
+from loadtest.client.http import Response
 from loadtest.client.messages_sse import (
     Message,
     MessagesStream,
@@ -93,10 +94,7 @@ def _whole(client: OpenAIClient, rec: RequestRecord, resp: Response) -> None:
 
 
 def _stream(client: OpenAIClient, rec: RequestRecord, resp: Response) -> None:
-    if not is_media_type(resp.content_type, "text/event-stream"):
-        rec.outcome = "protocol_error"
-        ct = resp.content_type or "none"
-        rec.error = f"expected an SSE stream (text/event-stream), got content-type {ct}: {snippet(resp.body)}"
+    if not_sse(rec, resp):
         return
     s = parse_messages_stream(resp.chunks, resp.times)
     rec.chunk_ns, rec.chunk_chars = s.chunk_ns, s.chunk_chars

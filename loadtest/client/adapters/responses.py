@@ -15,10 +15,11 @@ from loadtest.client.adapters.base import (
     json_object,
     keep_answer,
     list_at,
+    not_sse,
     obj_at,
     text_at,
 )
-from loadtest.client.http import Response, is_media_type
+from loadtest.client.http import Response
 from loadtest.client.secrets import snippet
 from loadtest.client.sse import OffShape, event_payloads, read_tool_call
 
@@ -129,11 +130,7 @@ _REASONING_DELTAS = (
 
 
 def _stream(client: OpenAIClient, rec: RequestRecord, resp: Response) -> None:
-    if not is_media_type(resp.content_type, "text/event-stream"):
-        rec.outcome = "protocol_error"
-        rec.error = (
-            f"expected an SSE stream (text/event-stream), got content-type {resp.content_type or 'none'}"
-        )
+    if not_sse(rec, resp):
         return
     ev = split_events(resp.chunks, resp.times)
     answer: list[str] = []
