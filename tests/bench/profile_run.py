@@ -9,10 +9,10 @@ py-spy (PyPI, in the project's ``bench`` extra) samples the process from outside
 the samples taken while the run was under load.
 
 ``--syscalls`` counts the run's system calls instead, with Linux perf's syscall tracepoints (``perf stat
--e syscalls:sys_enter_…`` for the calls a request's path can make: counted in the kernel, the run is not slowed), and prints them per request
-finished in the window (``syscalls_<name>: x per request``) and the requests each event-loop pass
-finished (per ``epoll_wait``). perf must be installed and allowed to read tracepoints (root, or
-``kernel.perf_event_paranoid`` at -1).
+-e syscalls:sys_enter_…`` for the calls a request's path can make: counted in the kernel, the run is not
+slowed), and prints them per request finished in the window (``syscalls_<name>: x per request``) and
+the requests each event-loop pass finished (per ``epoll_wait``). perf must be installed and allowed to
+read tracepoints (root, or ``kernel.perf_event_paranoid`` at -1).
 """
 
 from __future__ import annotations
@@ -105,9 +105,7 @@ SYSCALLS = (
     "clock_gettime",
     "fsync",
 )
-
-
-INTERVAL_S = 0.5
+INTERVAL_S = 0.5  # perf's counting interval
 
 
 def count_syscalls(pid: int, seconds: float, records: Path) -> list[str]:
@@ -124,6 +122,7 @@ def count_syscalls(pid: int, seconds: float, records: Path) -> list[str]:
         [*cmd, "--", "sleep", str(seconds + INTERVAL_S)], stderr=subprocess.PIPE, text=True
     )
     assert proc.stderr is not None
+    lines = _LineCount(records)
     stamps: list[tuple[str, int]] = []  # (interval's time, record lines when it was printed)
     counts: collections.Counter[str] = collections.Counter()
     errors = []
@@ -133,7 +132,7 @@ def count_syscalls(pid: int, seconds: float, records: Path) -> list[str]:
             errors.append(row.strip())
             continue
         if not stamps or stamps[-1][0] != fields[0]:
-            stamps.append((fields[0], _lines(records)))
+            stamps.append((fields[0], lines.now()))
         if len(stamps) > 1 and fields[1].isdigit():  # the first interval is left out
             counts[fields[3].removeprefix("syscalls:sys_enter_")] += int(fields[1])
     proc.wait()
@@ -154,12 +153,23 @@ def count_syscalls(pid: int, seconds: float, records: Path) -> list[str]:
     return out
 
 
-def _lines(path: Path) -> int:
-    try:
-        with open(path, "rb") as f:
-            return sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 20), b""))
-    except FileNotFoundError:
-        return 0
+class _LineCount:
+    """The lines of a growing file, read on from where the last count stopped (each count reads only
+    what was appended since: the bench stays light beside the server's core)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.offset, self.lines = path, 0, 0
+
+    def now(self) -> int:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                for chunk in iter(lambda: f.read(1 << 20), b""):
+                    self.lines += chunk.count(b"\n")
+                    self.offset += len(chunk)
+        except FileNotFoundError:
+            pass
+        return self.lines
 
 
 def main() -> None:

@@ -7,9 +7,9 @@ from typing import TYPE_CHECKING
 
 from loadtest.client.adapters.base import RoutedAdapter, json_encoder, openai_body
 from loadtest.client.choices import classify_choices_object, classify_choices_stream
-from loadtest.client.http import Response
 
 if TYPE_CHECKING:
+    from loadtest.client.http import Response
     from loadtest.client.openai import OpenAIClient, PreparedRequest
     from loadtest.client.record import RequestRecord
 
