@@ -30,8 +30,10 @@ COMPILED = (
     "loadtest.client.record",
     "loadtest.client.sse",
     "loadtest.client.choices",
+    "loadtest.client.quality",
     "loadtest.metrics.recorder",
     "loadtest.locust.context",
+    "loadtest.locust.sending",
 )
 MANIFEST = "_compiled.json"
 GROUP = "loadtest_compiled"  # mypyc's group: the modules' shared library is this name + "__mypyc"

@@ -291,7 +291,7 @@ from loadtest.client.adapters.chat import ChatAdapter
 from loadtest.client.openai import PreparedRequest
 from loadtest.locust.context import RunContext
 from loadtest.locust.settings import RunSettings
-from loadtest.locust.users import send_and_account
+from loadtest.locust.sending import send_and_account
 
 class Unencodable(ChatAdapter):
     names = ("test-unencodable",)

@@ -14,7 +14,7 @@ from loadtest.client.failures import commonest_failure, stopped_early_text
 from loadtest.client.record import RequestRecord
 from loadtest.contracts.sweep_document import SweepPoint
 from loadtest.locust.context import FailingStreak
-from loadtest.locust.users import FAILURE_BACKOFF_FIRST_S, failure_backoff_s
+from loadtest.locust.sending import FAILURE_BACKOFF_FIRST_S, failure_backoff_s
 from loadtest.sim import SimProcess
 from loadtest.sweep import load_sweep
 from loadtest.sweep.analysis import best_search_point, best_under_slo, endpoint_failed, knee

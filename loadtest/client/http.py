@@ -21,7 +21,7 @@ import struct
 import sys
 import time
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from time import perf_counter_ns
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
@@ -218,21 +218,37 @@ def _open(host: str, port: int, timeout: float) -> tuple[gsocket.socket, int, in
     raise error or OSError(f"{host} has no address")
 
 
-@dataclass(slots=True)
 class Response:
     """An HTTP response; ``chunks[i]`` is the body bytes of one read (however many HTTP chunks it
-    held), which arrived at ``times[i]`` (perf ns)."""
+    held), which arrived at ``times[i]`` (perf ns).
 
-    status: int = 0
-    headers: dict[str, str] = field(default_factory=dict)
-    headers_ns: int = 0
-    chunks: list[bytes] = field(default_factory=list)
-    times: list[int] = field(default_factory=list)
-    complete: bool = False  # the HTTP message ended properly (content-length or final chunk)
+    A plain class, not a dataclass, as sse.StreamResult: one is made per request."""
+
+    status: int
+    headers: dict[str, str]
+    headers_ns: int
+    chunks: list[bytes]
+    times: list[int]
+    complete: bool  # the HTTP message ended properly (content-length or final chunk)
     broken: str = ""  # why the body stopped early, if it did
     timed_out: bool = False  # it stopped because a read or total timeout ran out (the endpoint was too slow)
     oversize: bool = False  # it stopped because it passed the request's size cap (an endless or huge answer)
-    opened: ConnectTiming | None = None  # the connection this request opened; None: a kept-alive one
+    opened: ConnectTiming | None  # the connection this request opened; None: a kept-alive one
+
+    def __init__(
+        self,
+        status: int = 0,
+        headers: dict[str, str] | None = None,
+        headers_ns: int = 0,
+        chunks: list[bytes] | None = None,
+        times: list[int] | None = None,
+        complete: bool = False,
+        opened: ConnectTiming | None = None,
+    ) -> None:
+        self.status, self.headers_ns, self.complete, self.opened = status, headers_ns, complete, opened
+        self.headers = {} if headers is None else headers
+        self.chunks = [] if chunks is None else chunks
+        self.times = [] if times is None else times
 
     @property
     def broken_outcome(self) -> str:

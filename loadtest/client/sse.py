@@ -8,7 +8,6 @@ one bulk call, and extracts what the metrics need (docs/sources.md §5 checklist
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
@@ -23,11 +22,12 @@ _bulk_decoder = msgspec.json.Decoder(list[Chunk])
 _one_decoder = msgspec.json.Decoder(Chunk)
 
 
-@dataclass(slots=True)
 class OffShape:
     """Answers a parser read although they are off the API's documented shape (a tool call's
     ``arguments`` as a JSON object, ``function`` as a string, a tool call that is not an object): how
-    many, and the first kind seen. Any of them makes the request a ``protocol_error``."""
+    many, and the first kind seen. Any of them makes the request a ``protocol_error``.
+
+    A plain class with its defaults in the class body, as StreamResult."""
 
     count: int = 0
     first: str = ""
@@ -44,14 +44,16 @@ class OffShape:
         return f"answer off the API's shape: {self.first}{more}: {snippet(self.sample, 120)}"
 
 
-@dataclass(slots=True)
 class StreamResult:
-    """What one SSE stream said, with the arrival time of every token-carrying event."""
+    """What one SSE stream said, with the arrival time of every token-carrying event.
 
-    chunk_ns: list[int] = field(default_factory=list)
-    chunk_chars: list[int] = field(default_factory=list)  # characters of each chunk_ns event's fragments
+    A plain class, not a dataclass: the compiled build sets the class body's defaults in C, where a
+    dataclass's ``__init__`` (written by the dataclasses module) would run as Python, field by field."""
+
+    chunk_ns: list[int]
+    chunk_chars: list[int]  # characters of each chunk_ns event's fragments
     first_text: str = ""  # the first token-carrying event's fragments (reasoning, text, tool-call arguments)
-    tool_calls: list[dict[str, Any]] = field(default_factory=list)  # each call's name and arguments text
+    tool_calls: list[dict[str, Any]]  # each call's name and arguments text
     first_token_ns: int = 0
     first_answer_ns: int = 0
     answer_text: str = ""
@@ -65,7 +67,10 @@ class StreamResult:
     malformed: int = 0
     malformed_sample: bytes = b""  # the first malformed event's data
     incomplete_tail: bool = False
-    off_shape: OffShape = field(default_factory=OffShape)
+    off_shape: OffShape
+
+    def __init__(self) -> None:
+        self.chunk_ns, self.chunk_chars, self.tool_calls, self.off_shape = [], [], [], OffShape()
 
     @property
     def complete(self) -> bool:
