@@ -66,9 +66,6 @@ def salt_value(seed: int, index: int | str, nonce: int | None = None) -> int:
 
 
 _BASE = len(TOKEN_PIECES)
-# Two digits at a time, low first: the words of every value below _BASE², so that a salt takes half the
-# divisions (SALT_TOKENS is even; an odd count would write its last digit alone)
-_DIGIT_PAIRS = tuple(TOKEN_PIECES[k % _BASE] + TOKEN_PIECES[k // _BASE] for k in range(_BASE * _BASE))
 
 
 def salt_text(seed: int, index: int | str, nonce: int | None = None) -> str:
@@ -78,11 +75,18 @@ def salt_text(seed: int, index: int | str, nonce: int | None = None) -> str:
 
 def salt_words(v: int) -> str:
     """A salt value as ``SALT_TOKENS`` single-token words (leading space each), its
-    base-``len(TOKEN_PIECES)`` digits low first: distinct values, distinct text."""
-    pieces = []
-    for _ in range(SALT_TOKENS // 2):
-        v, d = divmod(v, _BASE * _BASE)
-        pieces.append(_DIGIT_PAIRS[d])
-    if SALT_TOKENS % 2:
-        pieces.append(TOKEN_PIECES[v % _BASE])
-    return "".join(pieces)
+    base-``len(TOKEN_PIECES)`` digits low first: distinct values, distinct text.
+
+    One digit at a time from the pool itself: a table of every digit pair (ten thousand strings) took
+    half the divisions but was out of the cache by the next request, 2 µs of a short request's CPU in a
+    run (tests/bench/README.md, the eighth pass)."""
+    pieces, base = TOKEN_PIECES, _BASE
+    # The first division in 32-bit halves: every number after it is below 2**58, a machine integer.
+    q_hi, r = divmod(v >> 32, base)
+    q_lo, d = divmod((r << 32) | (v & 0xFFFFFFFF), base)
+    rest = (q_hi << 32) | q_lo
+    words = [pieces[d]]
+    for _ in range(SALT_TOKENS - 1):
+        words.append(pieces[rest % base])
+        rest //= base
+    return "".join(words)
