@@ -47,12 +47,13 @@ def _is_json(text: str) -> bool:
 
 
 def _json_mode(req: PreparedRequest, extra: Mapping[str, Any]) -> bool:
+    # `is not None` first: most requests ask for neither, and an ABC's isinstance is a slow no
     fmt = _asked(req, extra, "response_format")
-    if isinstance(fmt, Mapping):
+    if fmt is not None and isinstance(fmt, Mapping):
         return fmt.get("type") in _JSON_MODES
     text = _asked(req, extra, "text")  # the Responses API: text.format.type
-    fmt = text.get("format") if isinstance(text, Mapping) else None
-    return isinstance(fmt, Mapping) and fmt.get("type") in _JSON_MODES
+    fmt = text.get("format") if text is not None and isinstance(text, Mapping) else None
+    return fmt is not None and isinstance(fmt, Mapping) and fmt.get("type") in _JSON_MODES
 
 
 def _tool_calls_parse(text: str) -> bool:
