@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from itertools import pairwise
 
 import numpy as np
 from msgspec import UNSET
@@ -289,8 +288,10 @@ def merged_gap_mask(times: np.ndarray) -> np.ndarray:
 
 def merged_flags(chunk_ns: list[int]) -> list[bool]:
     """``merged_gap_mask`` in plain Python, for a short stream (numpy's set-up costs more than its work)."""
-    same = [a == b for a, b in pairwise(chunk_ns)]
-    return [s or after for s, after in zip(same, [*same[1:], False], strict=True)]
+    # Indexed loops: compiled, they run as C loops, where pairwise and zip are iterator objects
+    last = len(chunk_ns) - 1
+    same = [chunk_ns[i] == chunk_ns[i + 1] for i in range(last)]
+    return [same[i] or (i + 1 < last and same[i + 1]) for i in range(last)]
 
 
 def count_merged_gaps(chunk_ns: list[int] | np.ndarray) -> int:

@@ -5,7 +5,6 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections import Counter, defaultdict
 from collections.abc import Callable
-from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -15,6 +14,7 @@ from loadtest.client.record import RequestRecord, merged_flags, merged_gap_mask
 from loadtest.metrics import hdr
 from loadtest.metrics.conversations import LIVE_LATENCY, LiveConversations
 from loadtest.metrics.delivery import MIN_EVENTS, mean_gap_us, merged_delivery, stream_bursts
+from loadtest.metrics.tally import Tally
 
 # Histogram names and what they hold (all integers; docs/metrics.md defines each).
 LATENCY_METRICS: dict[str, str] = {
@@ -67,8 +67,8 @@ class Aggregate:
 
     def __init__(self) -> None:
         self.hists: dict[str, HdrHistogram] = {n: hdr.new_histogram(h) for n, h in HIST_HIGHEST.items()}
-        self.outcomes: Counter[str] = Counter()
-        self.totals: Counter[str] = Counter()
+        self.outcomes: Counter[str] = Tally()  # Tally: a Counter whose += costs what a dict's does
+        self.totals: Counter[str] = Tally()
         self.series: defaultdict[int, list[int]] = defaultdict(lambda: [0] * len(SERIES_COLUMNS))
         self.error_samples: dict[str, list[str]] = {}
         self.first_scheduled: float | None = None
@@ -179,11 +179,12 @@ class Track:
                 pending["tpot"].append(round(tpot))
                 n_values += 1
             if 1 < len(chunks) < MIN_EVENTS:  # short: no delivery judgement, plain Python
-                short = [(b - a) // 1000 for a, b in pairwise(chunks)]
+                # indexed loops: compiled, C loops (pairwise and zip are iterator objects)
+                short = [(chunks[i + 1] - chunks[i]) // 1000 for i in range(len(chunks) - 1)]
                 if rec.merged_gaps:  # gaps the client could not time stay out of ITL, counted
                     flags = merged_flags(chunks)
                     merged = sum(flags)
-                    short = [g for g, m in zip(short, flags, strict=True) if not m]
+                    short = [short[i] for i in range(len(short)) if not flags[i]]
                 pending["itl"] += short
                 n_values += len(short)
             elif len(chunks) > 1:
