@@ -319,9 +319,13 @@ def parse_stream(chunks: list[bytes], times: list[int]) -> StreamResult:
     add_chars = res.chunk_chars.append
     first_answer = 0
     need_first = True
-    for ch, t in zip(decoded, payload_times, strict=True):
+    if len(payload_times) != len(decoded):
+        raise ValueError(f"{len(decoded)} events but {len(payload_times)} event times")
+    for i in range(len(decoded)):  # indexed: compiled, a C loop (zip is an iterator object)
+        ch = decoded[i]
         if ch is None:
             continue
+        t = payload_times[i]
         choices = ch.choices
         if choices:
             token = False
