@@ -194,12 +194,24 @@ class FaultServer:
                 if not self._answer(conn, head, body) or self.after == "close":
                     return
                 if self.after == "poison":
-                    conn.sendall(b"HTTP/1.1 200 OK\r\n")
+                    self._send(conn, b"HTTP/1.1 200 OK\r\n")
         except (OSError, ssl.SSLError):
             return
         finally:
             with contextlib.suppress(OSError):
                 conn.close()
+
+    def _send(self, conn: socket.socket, data: bytes) -> None:
+        """``conn.sendall(data)`` that waits for a client reading late (a busy machine's): the connection's
+        0.2 s timeout is for the serving loop's reads, to notice a stop. A send gives up only when the
+        server closes or the client goes away (any other OSError), never because a read came late."""
+        view = memoryview(data)
+        while view:
+            try:
+                view = view[conn.send(view) :]
+            except TimeoutError:
+                if self._closed.is_set():
+                    raise
 
     def _read_request(self, conn: socket.socket, buf: bytes) -> tuple[str, bytes, bytes] | None:
         while b"\r\n\r\n" not in buf:
@@ -235,16 +247,16 @@ class FaultServer:
         method, path = lines[0].split(" ")[:2]
         headers = {k.strip().lower(): v.strip() for k, _, v in (ln.partition(":") for ln in lines[1:])}
         if method == "GET" and path == "/health":
-            conn.sendall(self._head(200, "text/plain", 2) + b"ok")
+            self._send(conn, self._head(200, "text/plain", 2) + b"ok")
             return True
         if method == "GET" and self.models_as_stream:
             return self._stream(conn, self._ok_events())
         if method == "GET" and path.endswith("/models"):
             payload = json.dumps({"object": "list", "data": [{"id": MODEL, "object": "model"}]}).encode()
-            conn.sendall(self._head(200, "application/json", len(payload)) + payload)
+            self._send(conn, self._head(200, "application/json", len(payload)) + payload)
             return True
         if method != "POST" or not path.endswith("/completions"):  # e.g. a metrics poll: not scheduled
-            conn.sendall(self._head(404, "text/plain", 9) + b"not found")
+            self._send(conn, self._head(404, "text/plain", 9) + b"not found")
             return True
         with self._lock:
             behaviour = self.schedule[self._n % len(self.schedule)]
@@ -277,10 +289,10 @@ class FaultServer:
         return (text + extra + "\r\n").encode()
 
     def _stream(self, conn: socket.socket, events: list[bytes], ctype: str = "text/event-stream") -> bool:
-        conn.sendall(self._head(200, ctype, None, "Cache-Control: no-cache\r\n"))
+        self._send(conn, self._head(200, ctype, None, "Cache-Control: no-cache\r\n"))
         for ev in events:
-            conn.sendall(_chunk(ev))
-        conn.sendall(b"0\r\n\r\n")
+            self._send(conn, _chunk(ev))
+        self._send(conn, b"0\r\n\r\n")
         return True
 
     def _ok_events(self, n: int = 4) -> list[bytes]:
@@ -295,12 +307,12 @@ class FaultServer:
 
     def _b_html_502(self, conn: socket.socket, _h: dict[str, str]) -> bool:
         page = b"<html><head><title>502 Bad Gateway</title></head><body><center><h1>502 Bad Gateway</h1></center><hr><center>nginx</center></body></html>\n"
-        conn.sendall(self._head(502, "text/html", len(page)) + page)
+        self._send(conn, self._head(502, "text/html", len(page)) + page)
         return True
 
     def _redirect(self, conn: socket.socket, status: int) -> bool:
         where = f"Location: http://127.0.0.1:{self.port}/elsewhere/v1/chat/completions\r\n"
-        conn.sendall(self._head(status, None, 0, where))
+        self._send(conn, self._head(status, None, 0, where))
         return True
 
     def _b_redirect_301(self, conn: socket.socket, _h: dict[str, str]) -> bool:
@@ -317,7 +329,7 @@ class FaultServer:
             ],
         }
         payload = json.dumps(obj).encode()
-        conn.sendall(self._head(200, "application/json", len(payload)) + payload)
+        self._send(conn, self._head(200, "application/json", len(payload)) + payload)
         return True
 
     def _b_invalid_utf8(self, conn: socket.socket, _h: dict[str, str]) -> bool:
@@ -345,7 +357,7 @@ class FaultServer:
 
     def _error(self, conn: socket.socket, status: int, message: str) -> bool:
         payload = json.dumps({"error": {"message": message, "type": "BadRequestError", "code": status}})
-        conn.sendall(self._head(status, "application/json", len(payload)) + payload.encode())
+        self._send(conn, self._head(status, "application/json", len(payload)) + payload.encode())
         return True
 
     def _b_empty_done(self, conn: socket.socket, _h: dict[str, str]) -> bool:
@@ -366,38 +378,40 @@ class FaultServer:
         )
 
     def _b_continue_100(self, conn: socket.socket, _h: dict[str, str]) -> bool:
-        conn.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")
+        self._send(conn, b"HTTP/1.1 100 Continue\r\n\r\n")
         time.sleep(0.02)  # its own read
         return self._stream(conn, self._ok_events())
 
     def _b_switching_101(self, conn: socket.socket, _h: dict[str, str]) -> bool:
-        conn.sendall(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
+        self._send(
+            conn, b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n"
+        )
         return False
 
     def _b_trailing_503(self, conn: socket.socket, _h: dict[str, str]) -> bool:
         body = b"".join(_chunk(ev) for ev in self._ok_events()) + b"0\r\n\r\n"
         extra = self._head(503, "text/plain", 4) + b"busy"
-        conn.sendall(self._head(200, "text/event-stream", None) + body + extra)
+        self._send(conn, self._head(200, "text/event-stream", None) + body + extra)
         return True
 
     def _b_gzip_stream(self, conn: socket.socket, _h: dict[str, str]) -> bool:
         z = zlib.compressobj(6, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
         parts = [z.compress(ev) + z.flush(zlib.Z_SYNC_FLUSH) for ev in self._ok_events()]
         parts[-1] += z.flush()
-        conn.sendall(self._head(200, "text/event-stream", None, "Content-Encoding: gzip\r\n"))
+        self._send(conn, self._head(200, "text/event-stream", None, "Content-Encoding: gzip\r\n"))
         for part in parts:
-            conn.sendall(_chunk(part))
-        conn.sendall(b"0\r\n\r\n")
+            self._send(conn, _chunk(part))
+        self._send(conn, b"0\r\n\r\n")
         return True
 
     def _b_bursty_stream(self, conn: socket.socket, _h: dict[str, str]) -> bool:
         """BURSTY_TOKENS token events: the first, then 9 alone (10 ms apart) and 3 bursts of 3 events in
         one write after 40 ms (a proxy that flushes late): BURSTY_MERGED of the gaps end in a burst."""
-        conn.sendall(self._head(200, "text/event-stream", None) + _chunk(_event(_delta(" a"))))
+        self._send(conn, self._head(200, "text/event-stream", None) + _chunk(_event(_delta(" a"))))
         for i in range(12):
             burst = i % 4 == 3
             time.sleep(0.04 if burst else 0.01)
-            conn.sendall(b"".join(_chunk(_event(_delta(" b"))) for _ in range(3 if burst else 1)))
+            self._send(conn, b"".join(_chunk(_event(_delta(" b"))) for _ in range(3 if burst else 1)))
         tail = self._ok_events(0)  # finish reason, usage, [DONE]
         tail[1] = _event(
             {
@@ -410,12 +424,14 @@ class FaultServer:
                 },
             }
         )
-        conn.sendall(b"".join(_chunk(ev) for ev in tail) + b"0\r\n\r\n")
+        self._send(conn, b"".join(_chunk(ev) for ev in tail) + b"0\r\n\r\n")
         return True
 
     def _b_br_stream(self, conn: socket.socket, _h: dict[str, str]) -> bool:
         payload = b"\x1b\x03\x00\xf8\xa5\x90\x8d\x1e"  # some brotli-looking bytes: never decoded
-        conn.sendall(self._head(200, "text/event-stream", len(payload), "Content-Encoding: br\r\n") + payload)
+        self._send(
+            conn, self._head(200, "text/event-stream", len(payload), "Content-Encoding: br\r\n") + payload
+        )
         return True
 
     def _b_events_after_done(self, conn: socket.socket, _h: dict[str, str]) -> bool:
@@ -430,23 +446,25 @@ class FaultServer:
         key = h.get("authorization", "").removeprefix("Bearer ")
         text = "x" * 150 + " denied: " + key + " (the gateway also saw Bearer gw-0therS3cretT0ken99)"
         payload = text.encode()
-        conn.sendall(self._head(401, "text/plain", len(payload)) + payload)
+        self._send(conn, self._head(401, "text/plain", len(payload)) + payload)
         return True
 
     def _b_stall_after_headers(self, conn: socket.socket, _h: dict[str, str]) -> bool:
-        conn.sendall(self._head(200, "text/event-stream", None) + _chunk(self._ok_events()[0]))
+        self._send(conn, self._head(200, "text/event-stream", None) + _chunk(self._ok_events()[0]))
         return self._b_never_answer(conn, _h)
 
     def _b_huge_header(self, conn: socket.socket, _h: dict[str, str]) -> bool:
-        conn.sendall(b"HTTP/1.1 200 OK\r\nX-Pad: " + b"p" * (2 * 2**20) + b"\r\nContent-Length: 0\r\n\r\n")
+        self._send(
+            conn, b"HTTP/1.1 200 OK\r\nX-Pad: " + b"p" * (2 * 2**20) + b"\r\nContent-Length: 0\r\n\r\n"
+        )
         return False
 
     def _b_endless_stream(self, conn: socket.socket, _h: dict[str, str]) -> bool:
-        conn.sendall(self._head(200, "text/event-stream", None))
+        self._send(conn, self._head(200, "text/event-stream", None))
         block = _chunk(b"".join(_event(_delta(" hello")) for _ in range(200)))
         try:
             while not self._closed.is_set():
-                conn.sendall(block)
+                self._send(conn, block)
         except OSError:  # the client stopped reading and closed: what it should do
             pass
         return False
@@ -454,11 +472,11 @@ class FaultServer:
     def _drip(self, conn: socket.socket, head: bytes, drops: bytes) -> bool:
         """Send ``head``, then ``drops`` one byte every DRIP_S (over and over) until the client goes away."""
         try:
-            conn.sendall(head)
+            self._send(conn, head)
             while not self._closed.is_set():
                 for i in range(len(drops)):
                     time.sleep(DRIP_S)
-                    conn.sendall(drops[i : i + 1])
+                    self._send(conn, drops[i : i + 1])
         except OSError:  # the client gave up and closed: what it should do
             pass
         return False
@@ -472,7 +490,7 @@ class FaultServer:
     def _b_auth_echo(self, conn: socket.socket, h: dict[str, str]) -> bool:
         msg = {"error": {"message": f"invalid credentials: {h.get('authorization', '')}", "code": 401}}
         payload = json.dumps(msg).encode()
-        conn.sendall(self._head(401, "application/json", len(payload)) + payload)
+        self._send(conn, self._head(401, "application/json", len(payload)) + payload)
         return True
 
     def _answer_events(self, deltas: list[dict], finish: str, n: int) -> list[bytes]:
@@ -526,11 +544,11 @@ class FaultServer:
 
     def _b_cr_paced(self, conn: socket.socket, _h: dict[str, str]) -> bool:
         events = [ev.replace(b"\n", b"\r") for ev in self._ok_events()]
-        conn.sendall(self._head(200, "text/event-stream", None) + _chunk(events[0]))
+        self._send(conn, self._head(200, "text/event-stream", None) + _chunk(events[0]))
         for ev in events[1:]:
             time.sleep(CR_GAP_S)
-            conn.sendall(_chunk(ev))
-        conn.sendall(b"0\r\n\r\n")
+            self._send(conn, _chunk(ev))
+        self._send(conn, b"0\r\n\r\n")
         return True
 
     def _b_mixed_case_type(self, conn: socket.socket, _h: dict[str, str]) -> bool:
