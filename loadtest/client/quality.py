@@ -46,14 +46,19 @@ def _is_json(text: str) -> bool:
     return True
 
 
+def _mapping(value: Any) -> Mapping[str, Any] | None:
+    """``value`` when it is a mapping, else None; None itself (most requests ask for no JSON mode) is
+    told without an ABC's isinstance, a slow no."""
+    return value if value is not None and isinstance(value, Mapping) else None
+
+
 def _json_mode(req: PreparedRequest, extra: Mapping[str, Any]) -> bool:
-    # `is not None` first: most requests ask for neither, and an ABC's isinstance is a slow no
-    fmt = _asked(req, extra, "response_format")
-    if fmt is not None and isinstance(fmt, Mapping):
+    fmt = _mapping(_asked(req, extra, "response_format"))
+    if fmt is not None:
         return fmt.get("type") in _JSON_MODES
-    text = _asked(req, extra, "text")  # the Responses API: text.format.type
-    fmt = text.get("format") if text is not None and isinstance(text, Mapping) else None
-    return fmt is not None and isinstance(fmt, Mapping) and fmt.get("type") in _JSON_MODES
+    text = _mapping(_asked(req, extra, "text"))  # the Responses API: text.format.type
+    fmt = _mapping(text.get("format")) if text is not None else None
+    return fmt is not None and fmt.get("type") in _JSON_MODES
 
 
 def _tool_calls_parse(text: str) -> bool:

@@ -136,8 +136,6 @@ def keyed_text(n_tokens: int, key: bytes, tokenizer: Tokenizer | None = None) ->
     if sys.byteorder == "big":
         draw.byteswap()
     text = "".join([pieces[v % m] for v in draw[:n_tokens]])
-    if tokenizer is None or tokenizer.count(text) == n_tokens:  # single-token words: the usual case
-        return text
     return _exact(text, n_tokens, tokenizer, _pool_words_from(draw[n_tokens]).__next__)
 
 
