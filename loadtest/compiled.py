@@ -25,6 +25,7 @@ COMPILED = (
     "loadtest.workload.salt",
     "loadtest.workload.text",
     "loadtest.workload.builder",
+    "loadtest.client.read_sweep",
     "loadtest.client.http",
     "loadtest.client.openai",
     "loadtest.client.record",

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import uuid
 from pathlib import Path
 
 import pytest
 
 from loadtest.client.apis import configure_client
-from loadtest.client.openai import OpenAIClient, PreparedRequest
+from loadtest.client.openai import OpenAIClient, PreparedRequest, new_wire_id
 from loadtest.profile.loader import parse_profile
 from loadtest.tokens.tokenizer import get_tokenizer
 
@@ -61,3 +63,24 @@ def test_cached_request_bytes_equal_the_whole_build(section: dict[str, object], 
                     wire_id = again[len(head) :].split(b"\r\n", 1)[0]
                     assert again == whole.replace(whole[len(head) :].split(b"\r\n", 1)[0], wire_id)
                     assert first != again  # never the same id twice
+
+
+def test_wire_ids_are_distinct_version_4_uuids_and_a_forked_child_draws_its_own() -> None:
+    ids = [new_wire_id() for _ in range(10_000)]
+    assert len(set(ids)) == len(ids)
+    for text in (ids[0], ids[-1]):
+        u = uuid.UUID(text)
+        assert (u.version, u.variant, str(u)) == (4, uuid.RFC_4122, text)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child writes its first id and leaves at once
+        os.write(write, new_wire_id().encode())
+        os._exit(0)
+    os.close(write)
+    try:
+        child = os.read(read, 100).decode()
+    finally:
+        os.close(read)
+        os.waitpid(pid, 0)
+    # the same counter would give the parent's next id; the child drew a prefix of its own
+    assert child[:24] != ids[-1][:24] and uuid.UUID(child).version == 4

@@ -30,14 +30,15 @@ def send_and_account(
     retry_of: str | None = None,
 ) -> RequestRecord:
     """Send one request; whatever happens (even a kill mid-stream) exactly one record is accounted."""
-    rec = RequestRecord(
-        request_id=req.request_id,
-        attempt=attempt,
-        retry_of=retry_of,
-        session=req.session,
-        session_last=req.session_last,
-        agentic=None if req.agentic is None else msgspec.structs.replace(req.agentic),
+    rec = RequestRecord(req.request_id)  # the fields set one by one: compiled, each is one store
+    rec.attempt, rec.retry_of, rec.session, rec.session_last = (
+        attempt,
+        retry_of,
+        req.session,
+        req.session_last,
     )
+    if req.agentic is not None:
+        rec.agentic = msgspec.structs.replace(req.agentic)
     ctx.sending(rec, req, sched_ns, sched_epoch)
     try:
         client.send(req, sched_ns, sched_epoch, rec)
