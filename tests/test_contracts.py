@@ -4,6 +4,8 @@ it has always had; every master/worker message survives its dict form; a bad mes
 from __future__ import annotations
 
 import json
+import math
+import random
 import zlib
 from pathlib import Path
 from typing import Any
@@ -11,7 +13,13 @@ from typing import Any
 import msgspec
 import pytest
 
-from loadtest.client.record import RECORD_FIELDS, RequestRecord, line_input_tokens, line_output_tokens
+from loadtest.client.record import (
+    RECORD_FIELDS,
+    RequestRecord,
+    line_input_tokens,
+    line_output_tokens,
+    rounded,
+)
 from loadtest.contracts.messages import (
     Failing,
     Final,
@@ -182,6 +190,25 @@ def test_a_record_with_every_field_set_keeps_every_value_through_the_line() -> N
             assert getattr(again, name) == getattr(rec, name), name
     assert again.to_log() == line
     assert record_from_line(to_dict(back)).to_log() == line  # the dict form: the same record
+
+
+def test_the_line_rounding_is_pythons_round_to_the_bit() -> None:
+    """``rounded`` (the line's time and TPOT) gives round()'s double on epoch times, TPOTs and values of
+    every size, on constructed near-halves and their neighbours, and outside its fast range."""
+    rng = random.Random(7)
+    values: list[tuple[float, int]] = []
+    for _ in range(200_000):
+        values.append((1.7e9 + rng.random() * 1e8, 6))  # epoch seconds
+        values.append((rng.random() * 10 ** rng.randint(-3, 7), 1))  # TPOT µs
+        values.append((rng.random() * 10 ** rng.randint(-8, 12), 6))
+        n = rng.randint(1, 10**15)
+        half = (n + 0.5) / 1e6
+        values += [(half, 6), (math.nextafter(half, 0), 6), (math.nextafter(half, math.inf), 6)]
+        t = (rng.randint(1, 10**9) + 0.5) / 10
+        values += [(t, 1), (math.nextafter(t, 0), 1), (math.nextafter(t, math.inf), 1)]
+    values += [(v, 6) for v in (0.0, -1.5, 0.49999999999999994, 1e300, math.inf, 2.5e-7, 5e-7, 1.5e-6)]
+    wrong = [(x, d) for x, d in values if rounded(x, d, 10.0**d) != round(x, d)]
+    assert not wrong, wrong[:5]
 
 
 @pytest.mark.parametrize(("inputs", "old"), [(0, OLD_CHAT), (4, OLD_EMBEDDINGS)])

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import inspect
-from typing import Any
+import math
+from typing import Any, Final
 
 import numpy as np
 from msgspec import UNSET
@@ -189,7 +190,7 @@ class RequestRecord:
             self.api,
             self.stream,
             self.worker,
-            round(self.scheduled_epoch, 6),
+            rounded(self.scheduled_epoch, 6, 1e6),
             self.outcome,
             self.http_status,
             self.error or None,
@@ -199,7 +200,7 @@ class RequestRecord:
             (first - base) // 1000 if first else None,
             (answer - base) // 1000 if answer else None,
             (done - base) // 1000 if done else None,
-            None if tpot is None else round(tpot, 1),
+            None if tpot is None else rounded(tpot, 1, 10.0),
             self._chunks_us(),
             self.requested_output_tokens,
             self.prompt_tokens_client,
@@ -276,6 +277,24 @@ class RequestRecord:
         rec.session_last = line.session_last is True
         rec.agentic = line.agentic if isinstance(line.agentic, AgenticTurn) else None
         return rec
+
+
+_EXACT_HALVES: Final = 2.0**52  # below it, a double's integer part and its half are exact
+
+
+def rounded(x: float, digits: int, scale: float) -> float:
+    """``round(x, digits)`` (``scale``: 10 ** digits), the same double, mostly without its decimal
+    conversion (0.06 µs against 0.5). ``y = x * scale`` is within ``y * 2**-53`` of the exact product:
+    when ``y`` is further than that from a half, the exact product rounds to ``y``'s nearest integer
+    ``n``, and ``n / scale`` (both exact, the division correctly rounded) is the double that
+    ``round`` gives. Otherwise (near a half, or out of range) ``round`` decides. tests/test_contracts.py
+    holds the two equal on millions of values and on constructed near-halves."""
+    y = x * scale
+    if 1.0 <= y < _EXACT_HALVES:
+        n = math.floor(y + 0.5)
+        if abs(abs(y - n) - 0.5) > y * 1.2e-16:
+            return n / scale
+    return round(x, digits)
 
 
 # The record's fields, in their order, the private cache left out (compiled, the class keeps its
