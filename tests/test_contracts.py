@@ -193,22 +193,29 @@ def test_a_record_with_every_field_set_keeps_every_value_through_the_line() -> N
 
 
 def test_the_line_rounding_is_pythons_round_to_the_bit() -> None:
-    """``rounded`` (the line's time and TPOT) gives round()'s double on epoch times, TPOTs and values of
-    every size, on constructed near-halves and their neighbours, and outside its fast range."""
+    """``rounded`` (the line's time and TPOT) gives round()'s double, sign included, on epoch times,
+    TPOTs and values of every size, on exact halves (ties to even) and their neighbours, and outside
+    its fast range."""
     rng = random.Random(7)
     values: list[tuple[float, int]] = []
     for _ in range(200_000):
         values.append((1.7e9 + rng.random() * 1e8, 6))  # epoch seconds
         values.append((rng.random() * 10 ** rng.randint(-3, 7), 1))  # TPOT µs
         values.append((rng.random() * 10 ** rng.randint(-8, 12), 6))
-        n = rng.randint(1, 10**15)
-        half = (n + 0.5) / 1e6
-        values += [(half, 6), (math.nextafter(half, 0), 6), (math.nextafter(half, math.inf), 6)]
-        t = (rng.randint(1, 10**9) + 0.5) / 10
-        values += [(t, 1), (math.nextafter(t, 0), 1), (math.nextafter(t, math.inf), 1)]
-    values += [(v, 6) for v in (0.0, -1.5, 0.49999999999999994, 1e300, math.inf, 2.5e-7, 5e-7, 1.5e-6)]
-    wrong = [(x, d) for x, d in values if rounded(x, d, 10.0**d) != round(x, d)]
+        near = (rng.randint(1, 10**15) + 0.5) / 1e6  # the double nearest a half
+        odd = rng.randrange(1, 10**9, 2)  # odd / 128 * 1e6 and odd / 4 * 10 are exact halves
+        for x, d in ((near, 6), (odd / 128, 6), (odd / 4, 1), ((odd + 0.5) / 10, 1)):
+            values += [(x, d), (math.nextafter(x, 0), d), (math.nextafter(x, math.inf), d)]
+    specials = (0.0, -0.0, -1.5, 0.49999999999999994, 0.25, 0.75, 1e300, math.inf, -math.inf, 1e-310)
+    values += [(v, d) for v in specials for d in (1, 6)]
+    wrong = [
+        (x, d)
+        for x, d in values
+        if (got := rounded(x, d, 10.0**d)) != (want := round(x, d))
+        or math.copysign(1, got) != math.copysign(1, want)
+    ]
     assert not wrong, wrong[:5]
+    assert math.isnan(rounded(math.nan, 6, 1e6))
 
 
 @pytest.mark.parametrize(("inputs", "old"), [(0, OLD_CHAT), (4, OLD_EMBEDDINGS)])
