@@ -262,27 +262,28 @@ def _small_split(
 ) -> tuple[list[Chunk], list[int], bool] | None:
     """_fast_split's shape for a short body (a few events) in a few bytes scans, no array set-up (which
     costs more than such a body's whole parse). ``buf`` starts with the prefix (checked by the caller).
-    Every newline is half of a blank line, the body ends with one, and each other one is followed by
-    the prefix: then every event is one ``data: `` line, and the payloads are the body with each
-    blank line and prefix made one newline (a JSON text holds no raw newline of its own). The checks:
-    2n newlines, the body's end a blank line, and n - 1 blank lines followed by the prefix, which
-    hold the other 2n - 2 (non-overlapping, and none of them the last two bytes)."""
-    body = buf[:size] if size < len(buf) else buf
-    lines = body.count(b"\n")
-    n = lines // 2
-    if lines % 2 or not body.endswith(b"\n\n") or body.count(_NEXT_EVENT) != n - 1:
-        return None  # a comment, another field, a multi-line event, CRLF endings, an empty event
+    The body must end with a blank line; split at each blank line followed by the prefix, its events'
+    payloads are the parts, joined into one JSON array and decoded in one call. Every event is then
+    one ``data: `` line: a part holding a newline (a comment, another field, a second line, a blank
+    line not followed by the prefix) fails the check, and an empty payload (a heartbeat) or one
+    that is not an event object fails the decode; each goes to the general path, which says which."""
+    if not buf.endswith(b"\n\n", 0, size):
+        return None
+    parts = buf[len(_PREFIX) : size - 2].split(_NEXT_EVENT)
+    joined = b"[" + b",".join(parts) + b"]"
+    if joined.find(b"\n") >= 0:
+        return None
     try:
-        decoded = _one_decoder.decode_lines(body[len(_PREFIX) :].replace(_NEXT_EVENT, b"\n"))
+        decoded = _bulk_decoder.decode(joined)
     except (msgspec.DecodeError, msgspec.ValidationError):
         return None
-    if len(decoded) != n:
-        return None  # an empty data line (a heartbeat) decodes to nothing: the general path skips it
+    if len(decoded) != len(parts):
+        return None  # "[]": the one event's payload was empty
     ends: list[int] = []  # where each event's blank line ends
-    at = body.find(b"\n\n") if need_ends else -1
+    at = buf.find(b"\n\n", 0, size) if need_ends else -1
     while at >= 0:
         ends.append(at + 1)
-        at = body.find(b"\n\n", at + 2)
+        at = buf.find(b"\n\n", at + 2, size)
     return decoded, ends, saw_done
 
 
