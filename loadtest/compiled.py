@@ -33,6 +33,7 @@ COMPILED = (
     "loadtest.client.choices",
     "loadtest.client.quality",
     "loadtest.metrics.recorder",
+    "loadtest.locust.compat",
     "loadtest.locust.context",
     "loadtest.locust.sending",
 )

@@ -7,6 +7,7 @@ compiled build compiles the per-request steps (loadtest/compiled.py)."""
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import gevent
 import msgspec
@@ -16,6 +17,7 @@ from loadtest.client.balancer import StreamClient
 from loadtest.client.openai import PreparedRequest
 from loadtest.client.record import RequestRecord
 from loadtest.client.unreadable import mark_unreadable
+from loadtest.locust.compat import zero_wait
 from loadtest.locust.context import RunContext
 from loadtest.workload.builder import Step, Unit
 
@@ -107,6 +109,25 @@ def send_with_retries(
         now_ns, now_epoch = RunContext.now()
         rec = send_and_account(ctx, client, retry, now_ns, now_epoch, attempt, req.request_id)
     return rec
+
+
+def run_closed_loop(user: Any, ctx: RunContext, client: StreamClient) -> None:
+    """A closed-loop stream (``users.ClosedLoopUser``): its units one after the other, each followed by
+    Locust's own wait (``compat.zero_wait``), until the run stops it (Locust's ``StopUser``). After a
+    failed unit the stream backs off (``failure_backoff_s``) instead of resending at once: an endpoint
+    that fails fast would otherwise spin the generator at full CPU."""
+    failures_in_a_row = 0
+    while True:
+        last = run_next_unit(ctx, client)
+        if last is not None and last.outcome != "cancelled":
+            if last.outcome == "ok":
+                failures_in_a_row = 0
+            else:
+                failures_in_a_row += 1
+                wait = failure_backoff_s(failures_in_a_row, ctx.failure_backoff_max_s)
+                if wait > 0 and not ctx.stopping:
+                    gevent.sleep(wait)  # the next unit is scheduled when it starts: not generator lag
+        zero_wait(user)
 
 
 def run_next_unit(ctx: RunContext, client: StreamClient) -> RequestRecord | None:

@@ -13,9 +13,8 @@ from locust import User, constant, task
 from locust.exception import StopUser
 
 from loadtest.client.balancer import StreamClient
-from loadtest.locust.compat import zero_wait
 from loadtest.locust.context import RunContext
-from loadtest.locust.sending import failure_backoff_s, run_next_unit, run_unit
+from loadtest.locust.sending import run_closed_loop, run_unit
 from loadtest.schedule.arrivals import split
 from loadtest.workload.builder import Step, Unit, Workload
 
@@ -83,37 +82,21 @@ class ClosedLoopUser(User):
     (``User.wait``: zero here, and where Locust stops a user between units). That wait yields to the
     event loop, which then serves every ready socket in one pass (running units back to back without it
     cost 25 % more CPU a request on 2-token answers, tests/bench/bench_run_capacity.py --only short);
-    Locust's scheduling of a new task per unit is left out. After a failed unit the stream backs off
-    (failure_backoff_s) instead of resending at once: an endpoint that fails fast would otherwise spin
-    the generator at full CPU."""
+    Locust's scheduling of a new task per unit is left out. The loop is ``sending.run_closed_loop``
+    (compiled), which also backs off after a failed unit."""
 
     wait_time = constant(0)
 
     def on_start(self) -> None:
         self.ctx = _context(self)
         self.client = self.ctx.new_client()
-        self.failures_in_a_row = 0
 
     def on_stop(self) -> None:
         self.client.close()
 
     @task
     def units(self) -> None:
-        while True:
-            self.one_unit()
-            zero_wait(self)
-
-    def one_unit(self) -> None:
-        last = run_next_unit(self.ctx, self.client)
-        if last is None or last.outcome == "cancelled":
-            return
-        if last.outcome == "ok":
-            self.failures_in_a_row = 0
-            return
-        self.failures_in_a_row += 1
-        wait = failure_backoff_s(self.failures_in_a_row, self.ctx.failure_backoff_max_s)
-        if wait > 0 and not self.ctx.stopping:
-            gevent.sleep(wait)  # the next unit is scheduled when it starts: the wait is not generator lag
+        run_closed_loop(self, self.ctx, self.client)  # compiled: the loop, the backoff and the wait
 
 
 class OpenLoopUser(User):
