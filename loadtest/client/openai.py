@@ -23,6 +23,8 @@ from loadtest.tokens.tokenizer import Tokenizer
 # keeps the readable id and this wire id. A profile may replace or remove the header (request.headers).
 REQUEST_ID_HEADER = "X-Request-Id"
 
+_WIRE_FIRST, _WIRE_END = 10**11, 10**12  # the counter's 12-digit numbers
+
 
 class _WireIds:
     """Version-4 UUIDs in their usual text form: the first 20 hex digits drawn from the OS once per
@@ -48,7 +50,6 @@ class _WireIds:
         return f"{self.prefix}{n}"
 
 
-_WIRE_FIRST, _WIRE_END = 10**11, 10**12  # the counter's 12-digit numbers
 _WIRE_IDS = _WireIds()
 os.register_at_fork(after_in_child=_WIRE_IDS.draw)
 

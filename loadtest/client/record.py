@@ -37,7 +37,7 @@ class RequestRecord:
 
     A plain class, not a dataclass: compiled (loadtest/compiled.py), its defaults are set in C when it
     is made, where a dataclass's ``__init__`` stores every field from Python (1.3 µs a record against
-    0.13). ``RequestRecord("id", outcome="ok")`` sets the fields named; an unknown name is an error."""
+    0.17). ``RequestRecord("id", outcome="ok")`` sets the fields named; an unknown name is an error."""
 
     request_id: str  # readable: <scenario>-<n> (retries and session calls add a suffix)
     wire_id: str | None = None  # what the X-Request-Id header carried (a UUID), to find it in server logs

@@ -33,12 +33,10 @@ def send_and_account(
 ) -> RequestRecord:
     """Send one request; whatever happens (even a kill mid-stream) exactly one record is accounted."""
     rec = RequestRecord(req.request_id)  # the fields set one by one: compiled, each is one store
-    rec.attempt, rec.retry_of, rec.session, rec.session_last = (
-        attempt,
-        retry_of,
-        req.session,
-        req.session_last,
-    )
+    rec.attempt = attempt
+    rec.retry_of = retry_of
+    rec.session = req.session
+    rec.session_last = req.session_last
     if req.agentic is not None:
         rec.agentic = msgspec.structs.replace(req.agentic)
     ctx.sending(rec, req, sched_ns, sched_epoch)

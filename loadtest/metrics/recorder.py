@@ -73,6 +73,9 @@ _STREAM_SUMS = ("stream_chunks", "stream_chunk_tokens")
 _USAGE_SUMS = ("usage_reports", "usage_output_tokens", "usage_input_tokens", "usage_cached_tokens")
 _SUM_KEYS = _OK_SUMS + _STREAM_SUMS + _USAGE_SUMS
 _STREAM_AT, _USAGE_AT = len(_OK_SUMS), len(_OK_SUMS) + len(_STREAM_SUMS)
+# (start, end) in _SUM_KEYS of each group; a group's first sum counts its requests (the ok group's
+# are counted apart, in Track._ok_summed: its first sum may be zero)
+_SUM_GROUPS = ((0, _STREAM_AT), (_STREAM_AT, _USAGE_AT), (_USAGE_AT, len(_SUM_KEYS)))
 RECORDS_AT_ONCE = 64  # Recorder: records accounted together
 
 
@@ -334,16 +337,12 @@ class Track:
         """``_sums`` into both aggregates' totals: each group whose count is not zero (a total an ok
         request added to is there, if zero), then zeroed."""
         sums = self._sums
-        spans = [(0, _STREAM_AT)]
-        if sums[_STREAM_AT]:
-            spans.append((_STREAM_AT, _USAGE_AT))
-        if sums[_USAGE_AT]:
-            spans.append((_USAGE_AT, len(_SUM_KEYS)))
         for agg in self._both:
             totals = agg.totals
-            for start, end in spans:
-                for i in range(start, end):
-                    totals[_SUM_KEYS[i]] += sums[i]
+            for start, end in _SUM_GROUPS:
+                if start == 0 or sums[start]:
+                    for i in range(start, end):
+                        totals[_SUM_KEYS[i]] += sums[i]
         self._sums = [0] * len(_SUM_KEYS)
         self._ok_summed = 0
 
