@@ -20,7 +20,8 @@ from pathlib import Path
 from types import ModuleType
 
 # Every request's path, one call after the other: its build, its bytes, its reads, its parse and its
-# record. A module is listed only if nothing subclasses its classes or replaces its functions at run time.
+# record. A module is listed only if nothing replaces its functions at run time, and nothing subclasses its
+# classes but where a class allows it (``mypyc_attr(allow_interpreted_subclasses=True)``: the adapters' bases).
 COMPILED = (
     "loadtest.workload.salt",
     "loadtest.workload.text",
@@ -32,6 +33,10 @@ COMPILED = (
     "loadtest.client.sse",
     "loadtest.client.choices",
     "loadtest.client.quality",
+    "loadtest.client.adapters.base",
+    "loadtest.client.adapters.chat",
+    "loadtest.tokens.assistant",
+    "loadtest.tokens.tokenizer",
     "loadtest.metrics.recorder",
     "loadtest.locust.compat",
     "loadtest.locust.context",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import msgspec
+from msgspec.structs import astuple
 
 
 class UsageCounts(msgspec.Struct, gc=False):
@@ -11,7 +12,10 @@ class UsageCounts(msgspec.Struct, gc=False):
     ever takes a negative count for a real one."""
 
     def __post_init__(self) -> None:
-        for name in self.__struct_fields__:
-            value = getattr(self, name)
+        for value in astuple(self):  # one C call for all the values: most reports have no negative count
             if type(value) is int and value < 0:
-                setattr(self, name, None)
+                for name in self.__struct_fields__:
+                    value = getattr(self, name)
+                    if type(value) is int and value < 0:
+                        setattr(self, name, None)
+                return

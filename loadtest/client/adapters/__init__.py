@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from loadtest.client.adapters.base import ApiAdapter, SelfSending, size_cap
+from loadtest.client.adapters.base import size_cap
 from loadtest.client.adapters.chat import ChatAdapter
 from loadtest.client.adapters.completions import CompletionsAdapter
 from loadtest.client.adapters.embeddings import EmbeddingsAdapter
@@ -15,6 +15,7 @@ from loadtest.client.adapters.images import ImagesAdapter
 from loadtest.client.adapters.kserve_v2 import KServeV2Adapter
 from loadtest.client.adapters.kserve_v2_grpc import KServeV2GrpcAdapter
 from loadtest.client.adapters.messages import MessagesAdapter
+from loadtest.client.adapters.protocols import ApiAdapter, SelfSending
 from loadtest.client.adapters.raw import RawAdapter
 from loadtest.client.adapters.rerank import RerankAdapter
 from loadtest.client.adapters.responses import ResponsesAdapter

@@ -4,10 +4,11 @@ and content-coding checks, context-length detection, the server's error message,
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import quote
 
 import msgspec
+from mypy_extensions import mypyc_attr
 
 from loadtest.client.apis import extra_body
 from loadtest.client.http import Endpoint, Response, decode_content, is_media_type
@@ -22,58 +23,18 @@ json_encoder = msgspec.json.Encoder()
 json_decoder = msgspec.json.Decoder()
 
 
-class ApiAdapter(Protocol):
-    """One API the client speaks: where its requests go, their body, and how its answers are read.
-
-    ``OpenAIClient`` sends every request through the adapter registered under the request's ``api``
-    (client/adapters/__init__.py): it adds the headers, sends, applies ``classify_http`` to every
-    answer, hands a 2xx answer to ``classify`` and redacts the error text."""
-
-    names: tuple[str, ...]  # the profile's ``api`` values it serves
-    accept: str | None  # the Accept header its requests carry instead of the client's (None: the client's)
-    capped_by_tokens: bool  # its answers grow with max tokens (the size cap follows them); else 64 MiB
-    # headers its requests carry unless the profile's request.headers name them (Messages: anthropic-version)
-    default_headers: tuple[tuple[str, str], ...]
-
-    def path(self, endpoint: Endpoint, req: PreparedRequest) -> str:
-        """The request target: ``Endpoint.api_path`` of its route where the API has one (the host's
-        fixed path or the route under its API prefix, with the host's query string)."""
-        ...
-
-    def streams(self, req: PreparedRequest) -> bool:
-        """Whether the request asks for a streamed answer."""
-        ...
-
-    def body(self, client: OpenAIClient, req: PreparedRequest) -> bytes:
-        """The request body: ``req.body`` with the client's model, the profile's extra fields, stream flags."""
-        ...
-
-    def classify(
-        self, client: OpenAIClient, rec: RequestRecord, req: PreparedRequest, resp: Response
-    ) -> None:
-        """Read a 2xx answer (status, redirects and content coding already checked) into ``rec``: outcome,
-        error, times, token counts, finish reason, text."""
-        ...
-
-
-@runtime_checkable
-class SelfSending(Protocol):
-    """An adapter with its own transport (gRPC): ``OpenAIClient.send`` hands it the request and the record,
-    set up, instead of sending HTTP; it sets the times, the outcome and the error, and never raises for
-    what a server does."""
-
-    def exchange(self, client: OpenAIClient, rec: RequestRecord, req: PreparedRequest) -> None: ...
-
-
+# Compiled (loadtest/compiled.py), the adapters other modules subclass allow Python subclasses; what a
+# subclass sets per API is a ClassVar, which compiled code reads from the subclass, not the base.
+@mypyc_attr(allow_interpreted_subclasses=True)
 class RoutedAdapter:
     """What most adapters share: the path under the endpoint's API prefix, a streamed answer when the
     request asks for one, and the body as ``openai_body`` with the ``stream`` flag."""
 
-    names: tuple[str, ...] = ()
-    route = ""
-    accept: str | None = None
-    capped_by_tokens = True
-    default_headers: tuple[tuple[str, str], ...] = ()
+    names: ClassVar[tuple[str, ...]] = ()
+    route: ClassVar[str] = ""
+    accept: ClassVar[str | None] = None
+    capped_by_tokens: ClassVar[bool] = True
+    default_headers: ClassVar[tuple[tuple[str, str], ...]] = ()
 
     def path(self, endpoint: Endpoint, req: PreparedRequest) -> str:
         return endpoint.api_path(self.route)
@@ -87,11 +48,12 @@ class RoutedAdapter:
         return json_encoder.encode(body)
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class JsonAdapter(RoutedAdapter):
     """An API answered with one JSON object, never streamed, whose size does not follow max tokens."""
 
-    accept: str | None = "application/json"
-    capped_by_tokens = False
+    accept: ClassVar[str | None] = "application/json"
+    capped_by_tokens: ClassVar[bool] = False
 
     def streams(self, req: PreparedRequest) -> bool:
         return False

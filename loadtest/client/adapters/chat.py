@@ -3,7 +3,9 @@ out, as SSE chunks or one chat.completion object. The completions API and raw re
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
+
+from mypy_extensions import mypyc_attr
 
 from loadtest.client.adapters.base import RoutedAdapter, json_encoder, openai_body
 from loadtest.client.choices import classify_choices_object, classify_choices_stream
@@ -14,11 +16,12 @@ if TYPE_CHECKING:
     from loadtest.client.record import RequestRecord
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # the completions API subclasses it
 class ChatAdapter(RoutedAdapter):
     """Chat completions; ``route`` is the path under the endpoint's API prefix."""
 
-    names: tuple[str, ...] = ("chat",)
-    route = "/chat/completions"
+    names: ClassVar[tuple[str, ...]] = ("chat",)
+    route: ClassVar[str] = "/chat/completions"
 
     def body(self, client: OpenAIClient, req: PreparedRequest) -> bytes:
         body = openai_body(client, req)

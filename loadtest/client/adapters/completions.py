@@ -3,9 +3,11 @@ shape out (text_completion chunks or object), read as chat's."""
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from loadtest.client.adapters.chat import ChatAdapter
 
 
 class CompletionsAdapter(ChatAdapter):
-    names: tuple[str, ...] = ("completions",)
-    route = "/completions"
+    names: ClassVar[tuple[str, ...]] = ("completions",)
+    route: ClassVar[str] = "/completions"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from loadtest.client.adapters.base import JsonAdapter, count_at, done_time, json_object, obj_at
 from loadtest.client.http import Response
@@ -14,8 +14,8 @@ if TYPE_CHECKING:
 
 
 class EmbeddingsAdapter(JsonAdapter):
-    names: tuple[str, ...] = ("embeddings",)
-    route = "/embeddings"
+    names: ClassVar[tuple[str, ...]] = ("embeddings",)
+    route: ClassVar[str] = "/embeddings"
 
     def classify(
         self, client: OpenAIClient, rec: RequestRecord, req: PreparedRequest, resp: Response

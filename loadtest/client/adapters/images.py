@@ -4,7 +4,7 @@ images out, each as base64 (``b64_json``) or a URL; latency is end to end (docs/
 from __future__ import annotations
 
 import binascii
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from loadtest.client.adapters.base import JsonAdapter, done_time, json_object, list_at, text_at
 from loadtest.client.http import Response
@@ -23,8 +23,8 @@ def images_asked(client: OpenAIClient, req: PreparedRequest) -> int:
 
 
 class ImagesAdapter(JsonAdapter):
-    names: tuple[str, ...] = ("images",)
-    route = "/images/generations"
+    names: ClassVar[tuple[str, ...]] = ("images",)
+    route: ClassVar[str] = "/images/generations"
 
     def classify(
         self, client: OpenAIClient, rec: RequestRecord, req: PreparedRequest, resp: Response

@@ -3,7 +3,7 @@ input tensors in, output tensors out, one whole answer; latency is end to end (d
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from loadtest.client.adapters.base import JsonAdapter, done_time, json_encoder, json_object, list_at
 from loadtest.client.http import Endpoint, Response
@@ -21,7 +21,7 @@ DATATYPES = frozenset(
 
 
 class KServeV2Adapter(JsonAdapter):
-    names: tuple[str, ...] = ("kserve_v2",)
+    names: ClassVar[tuple[str, ...]] = ("kserve_v2",)
 
     def path(self, endpoint: Endpoint, req: PreparedRequest) -> str:
         """The host's own path when it fixes one, else the protocol's path from the host's root."""

@@ -9,7 +9,7 @@ import os
 import threading
 from collections.abc import Sequence
 from time import perf_counter_ns
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 # a process with gRPC channels may still start children (workers, the engine): grpcio's fork handlers would
 # run in each between fork and exec and can abort it
@@ -176,10 +176,10 @@ def outputs_problem(resp: pb.ModelInferResponse, samples: int) -> str | None:
 class KServeV2GrpcAdapter:
     """Sends its requests itself (``exchange``) over one gRPC channel per client (a user's connection)."""
 
-    names: tuple[str, ...] = ("kserve_v2_grpc",)
-    accept: str | None = None
-    capped_by_tokens = False
-    default_headers: tuple[tuple[str, str], ...] = ()
+    names: ClassVar[tuple[str, ...]] = ("kserve_v2_grpc",)
+    accept: ClassVar[str | None] = None
+    capped_by_tokens: ClassVar[bool] = False
+    default_headers: ClassVar[tuple[tuple[str, str], ...]] = ()
 
     def path(self, endpoint: Endpoint, req: PreparedRequest) -> str:
         return INFER

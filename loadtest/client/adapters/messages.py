@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 import msgspec
 
@@ -33,10 +33,10 @@ ANTHROPIC_VERSION = "2023-06-01"  # the API version header every request carries
 
 
 class MessagesAdapter(RoutedAdapter):
-    names: tuple[str, ...] = ("messages",)
-    route = "/messages"
+    names: ClassVar[tuple[str, ...]] = ("messages",)
+    route: ClassVar[str] = "/messages"
     # sent unless the profile's request.headers name the header (its value wins)
-    default_headers: tuple[tuple[str, str], ...] = (("anthropic-version", ANTHROPIC_VERSION),)
+    default_headers: ClassVar[tuple[tuple[str, str], ...]] = (("anthropic-version", ANTHROPIC_VERSION),)
 
     def classify(
         self, client: OpenAIClient, rec: RequestRecord, req: PreparedRequest, resp: Response

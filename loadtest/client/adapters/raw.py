@@ -3,7 +3,7 @@ as the API of that path answers (Responses, Messages, embeddings, else the chat/
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from loadtest.client.adapters.base import done_time, json_decoder
 from loadtest.client.adapters.chat import ChatAdapter
@@ -24,10 +24,10 @@ _MESSAGES = MessagesAdapter()
 
 
 class RawAdapter:
-    names: tuple[str, ...] = ("raw",)
-    accept: str | None = None
-    capped_by_tokens = True
-    default_headers: tuple[tuple[str, str], ...] = ()
+    names: ClassVar[tuple[str, ...]] = ("raw",)
+    accept: ClassVar[str | None] = None
+    capped_by_tokens: ClassVar[bool] = True
+    default_headers: ClassVar[tuple[tuple[str, str], ...]] = ()
 
     def path(self, endpoint: Endpoint, req: PreparedRequest) -> str:
         path = req.path or DEFAULT_PATH  # from the host's root, as recorded

@@ -3,7 +3,7 @@ documents in, one relevance score per returned document out; latency only, like 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 import msgspec
 
@@ -37,8 +37,8 @@ _decoder = msgspec.json.Decoder(_Answer)
 
 
 class RerankAdapter(JsonAdapter):
-    names: tuple[str, ...] = ("rerank",)
-    route = "/rerank"
+    names: ClassVar[tuple[str, ...]] = ("rerank",)
+    route: ClassVar[str] = "/rerank"
 
     def classify(
         self, client: OpenAIClient, rec: RequestRecord, req: PreparedRequest, resp: Response

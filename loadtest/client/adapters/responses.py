@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import msgspec
 
@@ -29,8 +29,8 @@ if TYPE_CHECKING:
 
 
 class ResponsesAdapter(RoutedAdapter):
-    names: tuple[str, ...] = ("responses",)
-    route = "/responses"
+    names: ClassVar[tuple[str, ...]] = ("responses",)
+    route: ClassVar[str] = "/responses"
 
     def classify(
         self, client: OpenAIClient, rec: RequestRecord, req: PreparedRequest, resp: Response

@@ -6,7 +6,7 @@ queued, generating and download (``RequestRecord.job_us``; docs/sources.md §22)
 from __future__ import annotations
 
 from time import perf_counter_ns
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import gevent
 
@@ -35,10 +35,10 @@ STATUSES = frozenset({"queued", "in_progress", "completed", "failed"})
 
 
 class VideoJobsAdapter(RoutedAdapter):
-    names: tuple[str, ...] = ("video_jobs",)
-    route = "/videos"
-    accept: str | None = "application/json"
-    capped_by_tokens = False
+    names: ClassVar[tuple[str, ...]] = ("video_jobs",)
+    route: ClassVar[str] = "/videos"
+    accept: ClassVar[str | None] = "application/json"
+    capped_by_tokens: ClassVar[bool] = False
 
     def streams(self, req: PreparedRequest) -> bool:
         return False

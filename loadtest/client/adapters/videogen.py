@@ -5,7 +5,7 @@ or the MP4 itself out, in one answer; latency is end to end (docs/sources.md §2
 from __future__ import annotations
 
 import binascii
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from loadtest.client.adapters.base import JsonAdapter, done_time, json_encoder, json_object, text_at
 from loadtest.client.apis import extra_body
@@ -22,9 +22,9 @@ def is_mp4(body: bytes) -> bool:
 
 
 class VideoGenAdapter(JsonAdapter):
-    names: tuple[str, ...] = ("videogen",)
-    route = "/videos/generations"
-    accept: str | None = "application/json, video/mp4"
+    names: ClassVar[tuple[str, ...]] = ("videogen",)
+    route: ClassVar[str] = "/videos/generations"
+    accept: ClassVar[str | None] = "application/json, video/mp4"
 
     def body(self, client: OpenAIClient, req: PreparedRequest) -> bytes:
         body = dict(req.body)
