@@ -35,6 +35,7 @@ COMPILED = (
     "loadtest.client.quality",
     "loadtest.client.adapters.base",
     "loadtest.client.adapters.chat",
+    "loadtest.client.adapters.registry",
     "loadtest.tokens.assistant",
     "loadtest.tokens.tokenizer",
     "loadtest.metrics.recorder",

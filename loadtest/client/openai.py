@@ -9,8 +9,8 @@ from dataclasses import dataclass, field, replace
 from time import perf_counter_ns
 from typing import Any
 
-from loadtest.client.adapters import adapter_for, response_cap, self_sending
 from loadtest.client.adapters.base import classify_http, done_time, with_model
+from loadtest.client.adapters.registry import adapter_for, response_cap, self_sending
 from loadtest.client.http import Connection, Endpoint, HttpFailure, Response, build_request
 from loadtest.client.network import NetworkPolicy
 from loadtest.client.record import RequestRecord, count_merged_gaps

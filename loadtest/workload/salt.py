@@ -30,6 +30,10 @@ def _digits_needed(bits: int, base: int) -> int:
 
 SALT_TOKENS = _digits_needed(SALT_BITS, len(TOKEN_PIECES))
 _rng = random.Random()  # salt_value's generator
+# salt_value's hash with its parameters set, copied per query, and the last seed and nonce with the key's
+# text before and after the index (a nonce's hex made once, not once a query)
+_BLAKE2B = blake2b(digest_size=SALT_BITS // 8)
+_key_ends: tuple[int, int, str, str] | None = None
 
 
 def new_run_nonce() -> int:
@@ -61,8 +65,13 @@ def salt_value(seed: int, index: int | str, nonce: int | None = None) -> int:
     if nonce is None:
         _rng.seed(f"{seed}:salt:{index}")  # reseeded, not made anew: one allocation less per query
         return _rng.getrandbits(SALT_BITS)
-    key = f"{seed}:salt:{index}:{nonce:x}".encode()
-    return int.from_bytes(blake2b(key, digest_size=SALT_BITS // 8).digest(), "little")
+    global _key_ends
+    ends = _key_ends
+    if ends is None or ends[0] != seed or ends[1] != nonce:
+        ends = _key_ends = (seed, nonce, f"{seed}:salt:", f":{nonce:x}")
+    h = _BLAKE2B.copy()
+    h.update((ends[2] + str(index) + ends[3]).encode())  # the key f"{seed}:salt:{index}:{nonce:x}"
+    return int.from_bytes(h.digest(), "little")
 
 
 _BASE = len(TOKEN_PIECES)

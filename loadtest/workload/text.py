@@ -115,6 +115,8 @@ WORDS: tuple[str, ...] = tuple(
     ]
 )
 TOKEN_PIECES: tuple[str, ...] = tuple(" " + w for w in WORDS)
+_shake_128 = hashlib.shake_128  # keyed_text's, looked up once
+_BIG_ENDIAN = sys.byteorder == "big"
 
 
 def synth_text(n_tokens: int, rng: random.Random, tokenizer: Tokenizer | None = None) -> str:
@@ -132,10 +134,12 @@ def keyed_text(n_tokens: int, key: bytes, tokenizer: Tokenizer | None = None) ->
     if n_tokens <= 0:
         return ""
     pieces, m = TOKEN_PIECES, len(TOKEN_PIECES)
-    draw = array("H", hashlib.shake_128(key).digest(2 * n_tokens + 2))
-    if sys.byteorder == "big":
+    draw = array("H", _shake_128(key).digest(2 * n_tokens + 2))
+    if _BIG_ENDIAN:
         draw.byteswap()
     text = "".join([pieces[v % m] for v in draw[:n_tokens]])
+    if tokenizer is None or tokenizer.count(text) == n_tokens:  # the usual case: single-token words
+        return text
     return _exact(text, n_tokens, tokenizer, _pool_words_from(draw[n_tokens]).__next__)
 
 
