@@ -14,7 +14,7 @@ from typing import Any
 from loadtest.client.openai import PreparedRequest
 from loadtest.client.record import RequestRecord
 from loadtest.contracts.record_line import AgenticTurn
-from loadtest.profile.dists import Length
+from loadtest.profile.dists import Fixed, Length
 from loadtest.profile.schema import Profile, Scenario
 from loadtest.schedule.arrivals import arrival_offsets, stage_offsets, trace_offsets
 from loadtest.tokens.tokenizer import Tokenizer, get_tokenizer
@@ -129,7 +129,7 @@ def _fixed(length: Length | None) -> bool:
     return length is None or length.dist == "fixed"
 
 
-def _length_controls(body: dict[str, Any], n_out: int, sc: Scenario, model_seed: int | None) -> None:
+def _length_controls(body: dict[str, Any], n_out: int, sc: Scenario | Plan, model_seed: int | None) -> None:
     """What every generated body carries besides its messages: the length controls, the reasoning effort
     and a seed set's model seed (the OpenAI ``seed``; the Responses and Messages bodies drop it)."""
     if model_seed is not None:
@@ -139,6 +139,36 @@ def _length_controls(body: dict[str, Any], n_out: int, sc: Scenario, model_seed:
         body["min_tokens"] = n_out
     if sc.reasoning:
         body["reasoning_effort"] = REASONING_EFFORT
+
+
+class Plan:
+    """What a scenario's every request reads of it, read once: a profile's models are pydantic's, and each
+    attribute read through their ``__getattr__`` hook costs about 20 ns, a short request's build twenty
+    of them."""
+
+    def __init__(self, sc: Scenario, profile: Profile, draws: bool) -> None:
+        self.scenario = sc
+        self.name = sc.name
+        self.kind = sc.kind
+        self.api: str = sc.api or profile.api
+        self.stream = profile.stream
+        self.dataset = sc.dataset is not None
+        self.salt = sc.salt
+        self.ignore_eos = sc.ignore_eos
+        self.reasoning = sc.reasoning
+        self.prefix = sc.prefix
+        self.images = sc.images
+        self.input_tokens = sc.input_tokens
+        self.output_tokens = sc.output_tokens
+        self.draws = draws  # whether a request's build draws from the seeded generator
+        # the lengths when fixed (no draw), else -1
+        self.fixed_input = _fixed_value(sc.input_tokens)
+        self.fixed_output = _fixed_value(sc.output_tokens)
+
+
+def _fixed_value(length: Length | None) -> int:
+    """A fixed length's value; -1 for a drawn one or none."""
+    return length.value if isinstance(length, Fixed) else -1
 
 
 class Workload:
@@ -179,12 +209,9 @@ class Workload:
         self._system: dict[str, str] = {s.name: self._system_prompt(s) for s in self.scenarios}
         self._overhead: dict[str, int] = {}
         self._rng = random.Random()  # _single's generator, seeded per request
-        # Whether a single-request scenario draws from that generator (its lengths, its prefix group).
-        self._draws: dict[str, bool] = {
-            s.name: s.prefix is not None
-            or (s.kind != "trace" and not (_fixed(s.input_tokens) and _fixed(s.output_tokens)))
-            for s in self.scenarios
-        }
+        # Each scenario's plan, with whether its single requests draw from that generator (their
+        # lengths, their prefix group).
+        self._plans = [self._plan(s) for s in self.scenarios]
         # Each dataset scenario's conversations, read now (errors name the scenario's dataset field).
         self.datasets: dict[str, Dataset] = {
             s.name: load_dataset(s, i, self.tokenizer, s.api or profile.api, self.seed)
@@ -207,28 +234,39 @@ class Workload:
 
     # ---- what to send ----
     def scenario_for(self, index: int) -> Scenario:
-        if len(self.scenarios) == 1:
-            return self.scenarios[0]
+        return self._plan_for(index).scenario
+
+    def _plan_for(self, index: int) -> Plan:
+        plans = self._plans
+        if len(plans) == 1:
+            return plans[0]
         key = f"{self.seed}:mix:{index}"
         # with a nonce a hash of the key (as the request's words); without one the generator earlier
         # versions drew from, so run_salt: off keeps its scenario sequence
         u = random.Random(key).random() if self.nonce is None else _unit_interval(key)
-        for sc, edge in zip(self.scenarios, self._cumulative, strict=True):
+        for plan, edge in zip(plans, self._cumulative, strict=True):
             if u < edge:
-                return sc
-        return self.scenarios[-1]
+                return plan
+        return plans[-1]
+
+    def _plan(self, sc: Scenario) -> Plan:
+        draws = sc.prefix is not None or (
+            sc.kind != "trace" and not (_fixed(sc.input_tokens) and _fixed(sc.output_tokens))
+        )
+        return Plan(sc, self.profile, draws)
 
     def unit(self, index: int) -> Unit:
-        sc = self.scenario_for(index)
-        if sc.dataset is not None:
+        plan = self._plan_for(index)
+        kind, sc = plan.kind, plan.scenario
+        if plan.dataset:
             return self._dataset_unit(sc, index)
-        if sc.kind == "multi_turn":
+        if kind == "multi_turn":
             return SessionUnit(self._chat_session(sc, index), sc, self.profile, index, self.model_seed)
-        if sc.kind == "agent":
+        if kind == "agent":
             return SessionUnit(self._agent_session(sc, index), sc, self.profile, index, self.model_seed)
-        if sc.kind == "agent_trace":
+        if kind == "agent_trace":
             return self._agent_trace_unit(sc, index)
-        return SingleUnit(self._single(sc, index))
+        return SingleUnit(self._single_of(plan, index))
 
     def request(self, index: int) -> PreparedRequest:
         """The first request of unit ``index``."""
@@ -280,7 +318,7 @@ class Workload:
     def _prefix_bank(self, nonce: int | None) -> PrefixBank:
         return PrefixBank(self.seed, self.tokenizer, block_tokens=self.block_tokens, nonce=nonce)
 
-    def salt_lead(self, sc: Scenario, key: int | str) -> str:
+    def salt_lead(self, sc: Scenario | Plan, key: int | str) -> str:
         """The salt that follows a request's shared prefix: the per-query salt (``salt: true``) or the
         run salt, both mixed with the run nonce; "" with neither (``run_salt: off``, no ``salt``)."""
         if not sc.salt and self.nonce is None:
@@ -294,14 +332,26 @@ class Workload:
         lead_tokens = self.tokenizer.count(_SYSTEM_LEAD)
         return _SYSTEM_LEAD + synth_text(max(0, sc.system_prompt_tokens - lead_tokens), rng, self.tokenizer)
 
-    def _lengths(self, sc: Scenario, index: int, rng: random.Random) -> tuple[int, int, tuple[int, ...]]:
-        if sc.kind == "trace" and self.trace is not None:
+    def _lengths(self, plan: Plan, index: int, rng: random.Random) -> tuple[int, int, tuple[int, ...]]:
+        if plan.kind == "trace" and self.trace is not None:
             r = self.trace[index % len(self.trace)]
             return r.input_tokens, max(1, r.output_tokens), r.hash_ids
-        assert sc.input_tokens is not None and sc.output_tokens is not None
-        return sample_length(sc.input_tokens, rng), max(1, sample_length(sc.output_tokens, rng)), ()
+        n_in, n_out = plan.fixed_input, plan.fixed_output
+        if n_in < 0:
+            assert plan.input_tokens is not None
+            n_in = sample_length(plan.input_tokens, rng)
+        if n_out < 0:
+            assert plan.output_tokens is not None
+            n_out = sample_length(plan.output_tokens, rng)
+        return n_in, max(1, n_out), ()
 
     def _single(self, sc: Scenario, index: int) -> PreparedRequest:
+        """Request ``index`` of a single-request scenario (``sc`` one of the profile's, or a copy of one)."""
+        plan = next((p for p in self._plans if p.scenario is sc), None)
+        return self._single_of(plan or self._plan(sc), index)
+
+    def _single_of(self, plan: Plan, index: int) -> PreparedRequest:
+        sc = plan.scenario
         other = build_request(self, sc, index)  # responses, embeddings, raw replay (workload/api_requests.py)
         if other is not None:
             return other
@@ -310,24 +360,25 @@ class Workload:
         # With a nonce the request's own words are keyed by the seed and index (keyed_text); the
         # generator is seeded only when the scenario draws from it (lengths, prefix groups). Without
         # one (run_salt: off) every body is the one earlier versions sent.
-        if self.nonce is None or self._draws[sc.name]:
+        if self.nonce is None or plan.draws:
             rng.seed(key)
-        n_in, n_out, hash_ids = self._lengths(sc, index, rng)
-        api = sc.api or self.profile.api
+        n_in, n_out, hash_ids = self._lengths(plan, index, rng)
+        api = plan.api
         body: dict[str, Any] = {"max_tokens": n_out}
-        _length_controls(body, n_out, sc, self.model_seed)
-        system = self._system[sc.name] if api == "chat" else ""
+        _length_controls(body, n_out, plan, self.model_seed)
+        system = self._system[plan.name] if api == "chat" else ""
         messages: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
-        budget = max(1, n_in - (self._chat_overhead(sc, messages) if api == "chat" else 0))
+        budget = max(1, n_in - (self._chat_overhead(plan.name, messages) if api == "chat" else 0))
         # Shared prefix (at most the request's own length: a shorter text of a group is a prefix of
         # the longer one, so short requests still share), then the salt, then the request's own text.
         # Hash-id blocks carry the run nonce in their text instead (their reuse is the trace's own).
         lead = ""
-        if sc.prefix is not None:
-            group = rng.randrange(sc.prefix.groups)
-            lead += self.prefixes.group_text(group, min(sc.prefix.tokens, budget - 1))
-        if sc.salt or not hash_ids:
-            lead += self.salt_lead(sc, index)
+        prefix = plan.prefix
+        if prefix is not None:
+            group = rng.randrange(prefix.groups)
+            lead += self.prefixes.group_text(group, min(prefix.tokens, budget - 1))
+        if plan.salt or not hash_ids:
+            lead += self.salt_lead(plan, index)
         rest = max(1, budget - self.tokenizer.count(lead))
         if hash_ids:
             text = lead + self.prefixes.blocks_text(hash_ids, rest)
@@ -337,8 +388,8 @@ class Workload:
             text = lead + keyed_text(rest, key.encode(), self.tokenizer)
         if api == "chat":
             content: Any = text
-            if sc.images is not None:
-                im = sc.images
+            if plan.images is not None:
+                im = plan.images
                 image_seed = self.seed if self.nonce is None else self.seed ^ self.nonce
                 parts = [
                     image_part(image_seed, index * 16 + k, im.width, im.height, im.detail)
@@ -357,8 +408,8 @@ class Workload:
             body=body,
             prompt_tokens=prompt_tokens,
             requested_output_tokens=n_out,
-            scenario=sc.name,
-            stream=self.profile.stream,
+            scenario=plan.name,
+            stream=plan.stream,
         )
 
     def _dataset_unit(self, sc: Scenario, index: int) -> Unit:
@@ -391,11 +442,11 @@ class Workload:
             reference=r.reference,
         )
 
-    def _chat_overhead(self, sc: Scenario, system_messages: list[dict[str, Any]]) -> int:
+    def _chat_overhead(self, scenario: str, system_messages: list[dict[str, Any]]) -> int:
         """Template and system-prompt tokens around the user's text (the same for every request)."""
-        n = self._overhead.get(sc.name)
+        n = self._overhead.get(scenario)
         if n is None:
-            n = self._overhead[sc.name] = self.tokenizer.count_chat(
+            n = self._overhead[scenario] = self.tokenizer.count_chat(
                 [*system_messages, {"role": "user", "content": ""}]
             )
         return n
@@ -418,7 +469,7 @@ class Workload:
                     agentic = AgenticTurn.expecting(conv.id, call.recorded.turn, call.recorded.expected)
             else:
                 text = bank.blocks_text(
-                    call.hash_ids, max(1, call.input_tokens - self._chat_overhead(sc, []))
+                    call.hash_ids, max(1, call.input_tokens - self._chat_overhead(sc.name, []))
                 )
                 messages = [{"role": "user", "content": text}]
             n_out = max(1, call.output_tokens)
