@@ -19,7 +19,7 @@ from loadtest.tokens.tokenizer import (
     find_model_tokenizer,
     hf_hub_cache,
 )
-from loadtest.workload.text import WORDS, synth_text
+from loadtest.workload.text import WORDS, keyed_text, pool_words_are_tokens, synth_text
 
 TEMPLATE = (
     "{{ bos_token }}{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}<|end|>\n{% endfor %}"
@@ -59,6 +59,11 @@ def test_synthetic_prompts_hit_their_length_with_an_hf_tokenizer(hf_folder: Path
     rng = random.Random(1)
     for n in (50, 500, 3000):
         got = tok.count(synth_text(n, rng, tok))
+        assert abs(got - n) <= max(1, 0.01 * n), (n, got)
+    # an HF tokenizer's words are always counted: nothing says its tokens never span two words
+    assert not pool_words_are_tokens(tok)
+    for n in (50, 500):
+        got = tok.count(keyed_text(n, f"k:{n}".encode(), tok))
         assert abs(got - n) <= max(1, 0.01 * n), (n, got)
 
 

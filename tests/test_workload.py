@@ -11,8 +11,9 @@ import pytest
 from loadtest.profile.loader import ProfileError, load_profile, parse_profile, shipped_profiles
 from loadtest.schedule.arrivals import arrival_offsets, worker_share
 from loadtest.tokens.tokenizer import get_tokenizer
+from loadtest.workload import text as text_module
 from loadtest.workload.builder import Workload
-from loadtest.workload.text import TOKEN_PIECES, keyed_text, synth_text
+from loadtest.workload.text import TOKEN_PIECES, keyed_text, pool_words_are_tokens, synth_text
 from tests.conftest import write_profile
 
 
@@ -26,6 +27,34 @@ def test_synthetic_text_has_exact_token_count(name: str) -> None:
         assert tok.count(keyed) == n
         assert keyed_text(n, f"1:{n}".encode()) == keyed  # the key alone decides the words
         assert keyed_text(n, f"2:{n}".encode()) != keyed
+
+
+@pytest.mark.parametrize("name", ["llama3", "cl100k", "o200k", "qwen3", "o200k_harmony"])
+def test_a_bundled_encoding_builds_exact_prompts_without_counting_its_pool_words(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each pool word is one token of a bundled encoding and none spans two, so the build takes the salt
+    and the keyed words at their word count: the same prompts as counting them, of exactly their length."""
+    tok = get_tokenizer(name)
+    assert pool_words_are_tokens(tok)
+    assert all(tok.count(w) == 1 for w in TOKEN_PIECES)
+    for n_in in (100, 357, 3000):
+        data = {
+            "name": "p",
+            "salt": True,
+            "input_tokens": {"dist": "fixed", "value": n_in},
+            "output_tokens": {"dist": "fixed", "value": 2},
+            "load": {"concurrency": 1},
+        }
+        fast = Workload(parse_profile(data, Path("p.yaml")), 7, tokenizer=name, run_nonce=5)
+        with monkeypatch.context() as m:  # every word counted, as for a tokenizer that is not bundled
+            m.setitem(text_module._POOL_TOKENS, tok.name, False)
+            counted = Workload(parse_profile(data, Path("p.yaml")), 7, tokenizer=name, run_nonce=5)
+            assert not counted._pool_tokens
+            slow = [counted.request(i) for i in range(20)]
+        for i, req in enumerate(slow):
+            assert fast.request(i).body == req.body
+            assert req.prompt_tokens == n_in == tok.count_chat(req.body["messages"]), (n_in, i)
 
 
 def test_keyed_prompts_depend_on_seed_and_index_and_off_keeps_the_seeded_words() -> None:

@@ -198,6 +198,12 @@ class Tokenizer:
         return self._template.render(messages=list(messages), add_generation_prompt=True, **self._special)
 
     @property
+    def bundled(self) -> bool:
+        """Whether this is a bundled encoding, whose pre-tokenizer splits text before every word with a
+        leading space (tiktoken's patterns): no token spans two such words."""
+        return self._hf is None
+
+    @property
     def has_template(self) -> bool:
         """Whether this tokenizer came with the model's own chat template (an HF folder that has one)."""
         return self._template is not None

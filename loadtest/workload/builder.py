@@ -39,9 +39,9 @@ from loadtest.workload.dataset import (
 from loadtest.workload.images import image_part, user_content
 from loadtest.workload.lengths import sample_length, sample_seconds
 from loadtest.workload.prefix import PrefixBank
-from loadtest.workload.salt import FINGERPRINT_NONCE, resolve_nonce, salt_text
+from loadtest.workload.salt import FINGERPRINT_NONCE, SALT_TOKENS, resolve_nonce, salt_text
 from loadtest.workload.sessions import AgentSession, ChatSession, SessionCall
-from loadtest.workload.text import keyed_text, synth_text
+from loadtest.workload.text import keyed_text, pool_words_are_tokens, synth_text
 from loadtest.workload.units import Step, Unit
 
 # The fingerprint stops building requests past this many prompt tokens: 64 requests of 250k tokens, a few
@@ -195,6 +195,7 @@ class Workload:
         # a seed set's model_seed: sent as the OpenAI `seed` of every generated chat and completions request
         self.model_seed = model_seed
         self.tokenizer: Tokenizer = get_tokenizer(tokenizer or profile.tokenizer)
+        self._pool_tokens = pool_words_are_tokens(self.tokenizer)  # n pool words are n tokens
         self.nonce: int | None = resolve_nonce(profile.run_salt, run_nonce, self.seed)
         self.scenarios = list(profile.scenarios)
         total = sum(s.weight for s in self.scenarios)
@@ -379,7 +380,10 @@ class Workload:
             lead += self.prefixes.group_text(group, min(prefix.tokens, budget - 1))
         if plan.salt or not hash_ids:
             lead += self.salt_lead(plan, index)
-        rest = max(1, budget - self.tokenizer.count(lead))
+        if prefix is None and lead and self._pool_tokens:  # the salt alone: SALT_TOKENS pool words
+            rest = max(1, budget - SALT_TOKENS)
+        else:
+            rest = max(1, budget - self.tokenizer.count(lead))
         if hash_ids:
             text = lead + self.prefixes.blocks_text(hash_ids, rest)
         elif self.nonce is None:

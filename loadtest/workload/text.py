@@ -127,6 +127,23 @@ def synth_text(n_tokens: int, rng: random.Random, tokenizer: Tokenizer | None = 
     return _exact(text, n_tokens, tokenizer, lambda: rng.choice(TOKEN_PIECES))
 
 
+_POOL_TOKENS: dict[str, bool] = {}  # pool_words_are_tokens by tokenizer name
+
+
+def pool_words_are_tokens(tokenizer: Tokenizer) -> bool:
+    """Whether every word of the pool is one token of ``tokenizer`` and no token spans two of them, so
+    that ``n`` pool words are ``n`` tokens without counting: a bundled encoding (its pre-tokenizer
+    splits before every word) that counts each word, and all of them joined, one token a word."""
+    known = _POOL_TOKENS.get(tokenizer.name)
+    if known is None:
+        known = _POOL_TOKENS[tokenizer.name] = (
+            tokenizer.bundled
+            and all(tokenizer.count(w) == 1 for w in TOKEN_PIECES)
+            and tokenizer.count("".join(TOKEN_PIECES)) == len(TOKEN_PIECES)
+        )
+    return known
+
+
 def keyed_text(n_tokens: int, key: bytes, tokenizer: Tokenizer | None = None) -> str:
     """Text of exactly ``n_tokens`` tokens whose words follow from ``key`` alone: one SHAKE-128 draw of
     two bytes (little-endian) a word, no generator to seed (a Mersenne Twister seeded per request cost
@@ -138,7 +155,7 @@ def keyed_text(n_tokens: int, key: bytes, tokenizer: Tokenizer | None = None) ->
     if _BIG_ENDIAN:
         draw.byteswap()
     text = "".join([pieces[v % m] for v in draw[:n_tokens]])
-    if tokenizer is None or tokenizer.count(text) == n_tokens:  # the usual case: single-token words
+    if tokenizer is None or pool_words_are_tokens(tokenizer) or tokenizer.count(text) == n_tokens:
         return text
     return _exact(text, n_tokens, tokenizer, _pool_words_from(draw[n_tokens]).__next__)
 
