@@ -15,7 +15,7 @@ class UsageCounts(msgspec.Struct, gc=False):
         for value in astuple(self):  # one C call for all the values: most reports have no negative count
             if type(value) is int and value < 0:
                 for name in self.__struct_fields__:
-                    value = getattr(self, name)
-                    if type(value) is int and value < 0:
+                    field = getattr(self, name)
+                    if type(field) is int and field < 0:
                         setattr(self, name, None)
                 return

@@ -146,7 +146,7 @@ class Plan:
     attribute read through their ``__getattr__`` hook costs about 20 ns, a short request's build twenty
     of them."""
 
-    def __init__(self, sc: Scenario, profile: Profile, draws: bool) -> None:
+    def __init__(self, sc: Scenario, profile: Profile) -> None:
         self.scenario = sc
         self.name = sc.name
         self.kind = sc.kind
@@ -160,7 +160,10 @@ class Plan:
         self.images = sc.images
         self.input_tokens = sc.input_tokens
         self.output_tokens = sc.output_tokens
-        self.draws = draws  # whether a request's build draws from the seeded generator
+        # whether a request's build draws from the seeded generator (its lengths, its prefix group)
+        self.draws = sc.prefix is not None or (
+            sc.kind != "trace" and not (_fixed(sc.input_tokens) and _fixed(sc.output_tokens))
+        )
         # the lengths when fixed (no draw), else -1
         self.fixed_input = _fixed_value(sc.input_tokens)
         self.fixed_output = _fixed_value(sc.output_tokens)
@@ -210,9 +213,7 @@ class Workload:
         self._system: dict[str, str] = {s.name: self._system_prompt(s) for s in self.scenarios}
         self._overhead: dict[str, int] = {}
         self._rng = random.Random()  # _single's generator, seeded per request
-        # Each scenario's plan, with whether its single requests draw from that generator (their
-        # lengths, their prefix group).
-        self._plans = [self._plan(s) for s in self.scenarios]
+        self._plans = [Plan(s, profile) for s in self.scenarios]
         # Each dataset scenario's conversations, read now (errors name the scenario's dataset field).
         self.datasets: dict[str, Dataset] = {
             s.name: load_dataset(s, i, self.tokenizer, s.api or profile.api, self.seed)
@@ -249,12 +250,6 @@ class Workload:
             if u < edge:
                 return plan
         return plans[-1]
-
-    def _plan(self, sc: Scenario) -> Plan:
-        draws = sc.prefix is not None or (
-            sc.kind != "trace" and not (_fixed(sc.input_tokens) and _fixed(sc.output_tokens))
-        )
-        return Plan(sc, self.profile, draws)
 
     def unit(self, index: int) -> Unit:
         plan = self._plan_for(index)
@@ -349,7 +344,7 @@ class Workload:
     def _single(self, sc: Scenario, index: int) -> PreparedRequest:
         """Request ``index`` of a single-request scenario (``sc`` one of the profile's, or a copy of one)."""
         plan = next((p for p in self._plans if p.scenario is sc), None)
-        return self._single_of(plan or self._plan(sc), index)
+        return self._single_of(plan or Plan(sc, self.profile), index)
 
     def _single_of(self, plan: Plan, index: int) -> PreparedRequest:
         sc = plan.scenario

@@ -16,7 +16,7 @@ class ApiAdapter(Protocol):
     """One API the client speaks: where its requests go, their body, and how its answers are read.
 
     ``OpenAIClient`` sends every request through the adapter registered under the request's ``api``
-    (client/adapters/__init__.py): it adds the headers, sends, applies ``classify_http`` to every
+    (client/adapters/registry.py): it adds the headers, sends, applies ``classify_http`` to every
     answer, hands a 2xx answer to ``classify`` and redacts the error text."""
 
     names: ClassVar[tuple[str, ...]]  # the profile's ``api`` values it serves
