@@ -57,6 +57,34 @@ def test_a_bundled_encoding_builds_exact_prompts_without_counting_its_pool_words
             assert req.prompt_tokens == n_in == tok.count_chat(req.body["messages"]), (n_in, i)
 
 
+@pytest.mark.parametrize("name", ["llama3", "cl100k", "o200k", "qwen3", "o200k_harmony"])
+def test_a_prompt_of_pool_words_is_taken_at_its_built_length_and_that_is_its_count(name: str) -> None:
+    """A prompt built of pool words alone is given the count it was built to (its template and system
+    prompt's plus its words'), not counted again: that figure is the tokenizer's own count of the body,
+    for chat and completions, with and without a system prompt, salt and run nonce, however short."""
+    tok = get_tokenizer(name)
+    for api in ("chat", "completions"):
+        for system in (0, 20):
+            for salt, run_salt in ((True, "per_seed"), (False, "per_seed"), (True, "off"), (False, "off")):
+                data = {
+                    "name": "p",
+                    "api": api,
+                    "salt": salt,
+                    "run_salt": run_salt,
+                    "system_prompt_tokens": system,
+                    "input_tokens": {"dist": "uniform", "min": 1, "max": 60},
+                    "output_tokens": {"dist": "fixed", "value": 2},
+                    "load": {"concurrency": 1},
+                }
+                w = Workload(parse_profile(data, Path("p.yaml")), 7, tokenizer=name)
+                assert w._chat_adds
+                for i in range(30):
+                    req = w.request(i)
+                    body = req.body
+                    real = tok.count_chat(body["messages"]) if api == "chat" else tok.count(body["prompt"])
+                    assert req.prompt_tokens == real, (api, system, salt, run_salt, i)
+
+
 def test_keyed_prompts_depend_on_seed_and_index_and_off_keeps_the_seeded_words() -> None:
     """With a run nonce a request's own words come from its key, without one from the seeded generator
     as before; both reproducible, and requests of one run differ."""

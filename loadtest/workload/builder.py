@@ -41,7 +41,7 @@ from loadtest.workload.lengths import sample_length, sample_seconds
 from loadtest.workload.prefix import PrefixBank
 from loadtest.workload.salt import FINGERPRINT_NONCE, SALT_TOKENS, resolve_nonce, salt_text
 from loadtest.workload.sessions import AgentSession, ChatSession, SessionCall
-from loadtest.workload.text import keyed_text, pool_words_are_tokens, synth_text
+from loadtest.workload.text import chat_adds_pool_words, keyed_text, pool_words_are_tokens, synth_text
 from loadtest.workload.units import Step, Unit
 
 # The fingerprint stops building requests past this many prompt tokens: 64 requests of 250k tokens, a few
@@ -199,6 +199,8 @@ class Workload:
         self.model_seed = model_seed
         self.tokenizer: Tokenizer = get_tokenizer(tokenizer or profile.tokenizer)
         self._pool_tokens = pool_words_are_tokens(self.tokenizer)  # n pool words are n tokens
+        # and a chat prompt of pool words counts its template and system prompt plus its words
+        self._chat_adds = self._pool_tokens and chat_adds_pool_words(self.tokenizer)
         self.nonce: int | None = resolve_nonce(profile.run_salt, run_nonce, self.seed)
         self.scenarios = list(profile.scenarios)
         total = sum(s.weight for s in self.scenarios)
@@ -364,7 +366,8 @@ class Workload:
         _length_controls(body, n_out, plan, self.model_seed)
         system = self._system[plan.name] if api == "chat" else ""
         messages: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
-        budget = max(1, n_in - (self._chat_overhead(plan.name, messages) if api == "chat" else 0))
+        overhead = self._chat_overhead(plan.name, messages) if api == "chat" else 0
+        budget = max(1, n_in - overhead)
         # Shared prefix (at most the request's own length: a shorter text of a group is a prefix of
         # the longer one, so short requests still share), then the salt, then the request's own text.
         # Hash-id blocks carry the run nonce in their text instead (their reuse is the trace's own).
@@ -375,8 +378,12 @@ class Workload:
             lead += self.prefixes.group_text(group, min(prefix.tokens, budget - 1))
         if plan.salt or not hash_ids:
             lead += self.salt_lead(plan, index)
-        if prefix is None and lead and self._pool_tokens:  # the salt alone: SALT_TOKENS pool words
-            rest = max(1, budget - SALT_TOKENS)
+        text_tokens = -1  # the text's count where it is known without counting: pool words alone
+        if prefix is None and self._pool_tokens:  # the salt alone (SALT_TOKENS pool words) or no lead
+            lead_tokens = SALT_TOKENS if lead else 0
+            rest = max(1, budget - lead_tokens)
+            if not hash_ids:  # the request's own words are exactly ``rest`` pool words
+                text_tokens = lead_tokens + rest
         else:
             rest = max(1, budget - self.tokenizer.count(lead))
         if hash_ids:
@@ -397,10 +404,13 @@ class Workload:
                 content = user_content(text, parts)
             messages.append({"role": "user", "content": content})
             body["messages"] = messages
-            prompt_tokens = self.tokenizer.count_chat(messages)
+            if text_tokens >= 0 and plan.images is None and self._chat_adds:
+                prompt_tokens = overhead + text_tokens
+            else:
+                prompt_tokens = self.tokenizer.count_chat(messages)
         else:
             body["prompt"] = text
-            prompt_tokens = self.tokenizer.count(text)
+            prompt_tokens = text_tokens if text_tokens >= 0 else self.tokenizer.count(text)
         return PreparedRequest(
             request_id=f"{self.seed:x}-{index}",
             api=api,

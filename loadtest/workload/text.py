@@ -144,6 +144,26 @@ def pool_words_are_tokens(tokenizer: Tokenizer) -> bool:
     return known
 
 
+_CHAT_ADDS: dict[str, bool] = {}  # chat_adds_pool_words by tokenizer name
+
+
+def chat_adds_pool_words(tokenizer: Tokenizer) -> bool:
+    """Whether a chat prompt whose last message is pool words counts the prompt with that message empty
+    plus the words' own count (the template's text before a message ends where a word begins, and none
+    after it merges with one), so a prompt built of pool words needs no count of its own. Checked once
+    per tokenizer, with and without a system message before it, on pool words and a single one."""
+    known = _CHAT_ADDS.get(tokenizer.name)
+    if known is None:
+        system = [{"role": "system", "content": "".join(TOKEN_PIECES[:9])}]
+        known = _CHAT_ADDS[tokenizer.name] = all(
+            tokenizer.count_chat([*lead, {"role": "user", "content": words}])
+            == tokenizer.count_chat([*lead, {"role": "user", "content": ""}]) + tokenizer.count(words)
+            for lead in ([], system)
+            for words in ("".join(TOKEN_PIECES), TOKEN_PIECES[0], TOKEN_PIECES[-1])
+        )
+    return known
+
+
 def keyed_text(n_tokens: int, key: bytes, tokenizer: Tokenizer | None = None) -> str:
     """Text of exactly ``n_tokens`` tokens whose words follow from ``key`` alone: one SHAKE-128 draw of
     two bytes (little-endian) a word, no generator to seed (a Mersenne Twister seeded per request cost
