@@ -193,6 +193,7 @@ class Workload:
     ) -> None:
         self.profile = profile
         self.seed = profile.seed if seed is None else seed
+        self._id_lead = f"{self.seed:x}-"  # request ids: this and the index (the hex made once)
         # the arrival schedule's seed: a seed set's scheduler_rng_seed, else the one seed
         self.schedule_seed = self.seed if schedule_seed is None else schedule_seed
         # a seed set's model_seed: sent as the OpenAI `seed` of every generated chat and completions request
@@ -349,10 +350,11 @@ class Workload:
         return self._single_of(plan or Plan(sc, self.profile), index)
 
     def _single_of(self, plan: Plan, index: int) -> PreparedRequest:
-        sc = plan.scenario
-        other = build_request(self, sc, index)  # responses, embeddings, raw replay (workload/api_requests.py)
-        if other is not None:
-            return other
+        if plan.api != "chat" and plan.api != "completions":
+            # responses, embeddings, raw replay (workload/api_requests.py)
+            other = build_request(self, plan.scenario, index)
+            if other is not None:
+                return other
         rng = self._rng  # reseeded, not made anew: the same draws without a new generator per request
         key = f"{self.seed}:{index}"
         # With a nonce the request's own words are keyed by the seed and index (keyed_text); the
@@ -412,7 +414,7 @@ class Workload:
             body["prompt"] = text
             prompt_tokens = text_tokens if text_tokens >= 0 else self.tokenizer.count(text)
         return PreparedRequest(
-            request_id=f"{self.seed:x}-{index}",
+            request_id=self._id_lead + str(index),
             api=api,
             body=body,
             prompt_tokens=prompt_tokens,
@@ -441,7 +443,7 @@ class Workload:
         else:
             body["prompt"] = r.prompt
         return PreparedRequest(
-            request_id=f"{self.seed:x}-{index}",
+            request_id=self._id_lead + str(index),
             api=api,
             body=body,
             prompt_tokens=r.prompt_tokens,

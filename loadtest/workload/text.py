@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import random
-import sys
-from array import array
 from collections.abc import Callable, Iterator
 
 from loadtest.tokens.tokenizer import Tokenizer, get_tokenizer
@@ -116,7 +114,6 @@ WORDS: tuple[str, ...] = tuple(
 )
 TOKEN_PIECES: tuple[str, ...] = tuple(" " + w for w in WORDS)
 _shake_128 = hashlib.shake_128  # keyed_text's, looked up once
-_BIG_ENDIAN = sys.byteorder == "big"
 
 
 def synth_text(n_tokens: int, rng: random.Random, tokenizer: Tokenizer | None = None) -> str:
@@ -171,13 +168,12 @@ def keyed_text(n_tokens: int, key: bytes, tokenizer: Tokenizer | None = None) ->
     if n_tokens <= 0:
         return ""
     pieces, m = TOKEN_PIECES, len(TOKEN_PIECES)
-    draw = array("H", _shake_128(key).digest(2 * n_tokens + 2))
-    if _BIG_ENDIAN:
-        draw.byteswap()
-    text = "".join([pieces[v % m] for v in draw[:n_tokens]])
+    d = _shake_128(key).digest(2 * n_tokens + 2)  # word i: bytes 2i and 2i + 1, little-endian
+    text = "".join([pieces[(d[2 * i] | d[2 * i + 1] << 8) % m] for i in range(n_tokens)])
     if tokenizer is None or pool_words_are_tokens(tokenizer) or tokenizer.count(text) == n_tokens:
         return text
-    return _exact(text, n_tokens, tokenizer, _pool_words_from(draw[n_tokens]).__next__)
+    after = d[2 * n_tokens] | d[2 * n_tokens + 1] << 8
+    return _exact(text, n_tokens, tokenizer, _pool_words_from(after).__next__)
 
 
 def _pool_words_from(start: int) -> Iterator[str]:
