@@ -227,7 +227,8 @@ def _image_tool() -> Any:
 
 
 tool = _image_tool()
-# The base (cold: about a minute) and the build (about 40 s) on 2 busy cores, and then the runs.
+# The base (cold: about a minute) and the build (about 2 minutes: the dependencies, the compiler, the
+# compile) on 2 busy cores, and then the runs.
 IMAGE_TIMEOUT_S = 1500
 
 

@@ -247,6 +247,15 @@ ROLE_CHECKS: list[tuple[str, list[str], str]] = [
     ("worker --help", ["loadtest", "worker", "--help"], "--master-host"),
     ("profiles list", ["loadtest", "profiles", "list"], "interactive-chat"),
     ("serve sim --list-presets", ["loadtest", "serve", "sim", "--list-presets"], "H100"),
+    (
+        "the compiled build",
+        [
+            "python",
+            "-c",
+            "from loadtest.compiled import COMPILED, compiled_count; print(compiled_count() == len(COMPILED))",
+        ],
+        "True",
+    ),
 ]
 
 RUN_ARGS = ["-d", "3", "-c", "4", "--no-telemetry", "--generator-health", "warn"]
