@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,25 +24,14 @@ THINKING_MIN_BUDGET = 1024  # the Messages API's smallest thinking budget (docs/
 _raw_cache: dict[str, list[str]] = {}
 
 
-def build_request(w: Workload, sc: Scenario, index: int) -> PreparedRequest | None:
-    """Request ``index`` for a responses, messages, embeddings, rerank or raw scenario; None for chat and
-    completions."""
-    api = sc.api or w.profile.api
-    if api == "responses":
-        return _responses(w, sc, index)
-    if api == "messages":
-        return _messages(w, sc, index)
-    if api == "embeddings":
-        return _embeddings(w, sc, index)
-    if api == "rerank":
-        return _rerank(w, sc, index)
-    if api in ("kserve_v2", "kserve_v2_grpc"):
-        return _kserve_v2(w, sc, index, api)
-    if api in ("videogen", "video_jobs", "images"):
-        return _videogen(w, sc, index, api)
-    if api == "raw":
-        return _raw(w, sc, index)
-    return None
+ApiBuilder = Callable[["Workload", "Scenario", int], PreparedRequest]
+
+
+def builder_for(api: str) -> ApiBuilder | None:
+    """The function that makes request ``index`` of a scenario of ``api``: a responses, messages,
+    embeddings, rerank, KServe v2, videogen, video job, image or raw scenario; None for chat and
+    completions, which the workload builds itself (looked up once per scenario, in its ``Plan``)."""
+    return _BUILDERS.get(api)
 
 
 def _responses(w: Workload, sc: Scenario, index: int) -> PreparedRequest:
@@ -214,3 +205,14 @@ def _raw(w: Workload, sc: Scenario, index: int) -> PreparedRequest:
         stream=bool(body.get("stream", False)),
         path=sc.raw.path,
     )
+
+
+_BUILDERS: dict[str, ApiBuilder] = {
+    "responses": _responses,
+    "messages": _messages,
+    "embeddings": _embeddings,
+    "rerank": _rerank,
+    **{api: partial(_kserve_v2, api=api) for api in ("kserve_v2", "kserve_v2_grpc")},
+    **{api: partial(_videogen, api=api) for api in ("videogen", "video_jobs", "images")},
+    "raw": _raw,
+}

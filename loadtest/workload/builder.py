@@ -27,7 +27,7 @@ from loadtest.workload.agent_replay import (
     trajectory_units,
     with_replay_options,
 )
-from loadtest.workload.api_requests import build_request
+from loadtest.workload.api_requests import ApiBuilder, builder_for
 from loadtest.workload.dataset import (
     Dataset,
     DatasetRequest,
@@ -151,6 +151,8 @@ class Plan:
         self.name = sc.name
         self.kind = sc.kind
         self.api: str = sc.api or profile.api
+        # the API's own request builder (workload/api_requests.py); None for chat and completions
+        self.api_builder: ApiBuilder | None = builder_for(self.api)
         self.stream = profile.stream
         self.dataset = sc.dataset is not None
         self.salt = sc.salt
@@ -350,11 +352,8 @@ class Workload:
         return self._single_of(plan or Plan(sc, self.profile), index)
 
     def _single_of(self, plan: Plan, index: int) -> PreparedRequest:
-        if plan.api != "chat" and plan.api != "completions":
-            # responses, embeddings, raw replay (workload/api_requests.py)
-            other = build_request(self, plan.scenario, index)
-            if other is not None:
-                return other
+        if plan.api_builder is not None:  # responses, embeddings, raw replay, …
+            return plan.api_builder(self, plan.scenario, index)
         rng = self._rng  # reseeded, not made anew: the same draws without a new generator per request
         key = f"{self.seed}:{index}"
         # With a nonce the request's own words are keyed by the seed and index (keyed_text); the
